@@ -1,0 +1,3 @@
+"""vcproxy: a virtual-cluster proxy for Apache Kafka."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,63 @@
+"""The `vcproxy` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from . import __version__
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from .config import ConfigError, load_config
+    from .net.server import serve
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"vcproxy: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, args.log_level or config.logging.level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    trio.run(serve, config)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vcproxy", description="A virtual-cluster proxy for Apache Kafka.")
+    parser.add_argument("--version", action="version", version=f"vcproxy {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy")
+    serve.add_argument("--config", required=True, help="YAML configuration file")
+    serve.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="override logging.level")
+    serve.set_defaults(func=_serve)
+
+    try:
+        from .kafka import cli as kafka_cli
+    except ImportError:  # the launcher is optional for a proxy-only install
+        kafka_cli = None
+    if kafka_cli is not None and hasattr(kafka_cli, "register"):
+        kafka_cli.register(sub)
+    try:
+        from . import bench
+    except ImportError:
+        bench = None
+    if bench is not None and hasattr(bench, "register"):
+        bench.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

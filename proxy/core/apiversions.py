@@ -1,0 +1,71 @@
+"""ApiVersions: advertise only what both the upstream broker and the proxy can handle."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
+
+from ..protocol import codec
+from ..protocol.apis import known_apis, response_type
+from ..protocol.codec import UNSUPPORTED_VERSION
+from ..protocol.headers import API_VERSIONS_KEY
+from ..rules import api_rules
+
+VersionTable = dict[int, tuple[int, int]]
+
+
+@functools.cache
+def proxy_versions() -> VersionTable:
+    """What the proxy can parse (kio's schemas) for every API it does not reject."""
+    table = {}
+    for key, info in known_apis().items():
+        rule = api_rules().get(key)
+        if rule is None or rule.physical == "reject":
+            continue
+        table[key] = (info.min_version, info.max_version)
+    return table
+
+
+def intersect(upstream: VersionTable, ours: VersionTable) -> VersionTable:
+    out = {}
+    for key, (lo, hi) in upstream.items():
+        if key not in ours:
+            continue
+        low, high = max(lo, ours[key][0]), min(hi, ours[key][1])
+        if low <= high:
+            out[key] = (low, high)
+    return out
+
+
+def decode_response(version: int, body: memoryview | bytes) -> Any:
+    # A broker answers a too-new ApiVersions request with a v0 body (KIP-511): check the error first.
+    error = int.from_bytes(body[:2], "big", signed=True)
+    if error == UNSUPPORTED_VERSION:
+        version = 0
+    entity, _ = codec.decode(response_type(API_VERSIONS_KEY, version), body)
+    return entity
+
+
+def table_of(response: Any) -> VersionTable:
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+
+
+def with_table(response: Any, table: VersionTable) -> Any:
+    item_cls = typing.get_args(typing.get_type_hints(type(response))["api_keys"])[0]
+    keys = tuple(
+        item_cls(api_key=i16(key), min_version=i16(low), max_version=i16(high))
+        for key, (low, high) in sorted(table.items())
+    )
+    return dataclasses.replace(response, api_keys=keys)
+
+
+def unsupported_version_body(table: VersionTable) -> bytes:
+    """The v0 response a broker sends for an ApiVersions version it does not know."""
+    cls = response_type(API_VERSIONS_KEY, 0)
+    body = codec._empty(cls, error_code=ErrorCode(UNSUPPORTED_VERSION))
+    return codec.encode(with_table(body, table))

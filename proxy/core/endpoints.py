@@ -1,0 +1,133 @@
+"""Broker endpoints: the proxy's listener layout and the rewriting of endpoint fields.
+
+Port per broker: the proxy has one bootstrap port plus one port per upstream broker, at
+``broker_port_base + node_id``. The mapping is a pure function of the node id, so every proxy
+replica (and every client that cached a port) agrees on it without coordination, and a broker
+that joins later gets a predictable port with no config change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import codec, walker
+from ..protocol.apis import response_type
+from ..protocol.primitives import INT32, encode_uvarint, read_uvarint
+from ..rules import EndpointRule, api_rules, endpoint_rules
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLayout:
+    advertised_host: str
+    bootstrap_port: int
+    broker_port_base: int
+
+    def broker_port(self, node_id: int) -> int:
+        port = self.broker_port_base + node_id
+        if node_id < 0 or not 0 < port < 65536:
+            raise ValueError(f"node id {node_id} maps to port {port}, outside 1-65535: lower broker_port_base")
+        return port
+
+    def node_for_port(self, port: int) -> int | None:
+        node = port - self.broker_port_base
+        return node if node >= 0 and port != self.bootstrap_port else None
+
+
+def rules_for(api_key: int, version: int) -> EndpointRule | None:
+    name = api_rules()[api_key].name if api_key in api_rules() else None
+    for rule in endpoint_rules():
+        if rule.api == name and version in rule.versions:
+            return rule
+    return None
+
+
+class EndpointRewriter:
+    """Rewrites endpoint fields of responses; reports the upstream endpoints it saw."""
+
+    def __init__(self, layout: ListenerLayout):
+        self.layout = layout
+
+    def _swap(self, item: Any, seen: list[BrokerEndpoint]) -> Any:
+        if item.node_id < 0:
+            return item
+        seen.append(BrokerEndpoint(int(item.node_id), item.host, int(item.port), getattr(item, "rack", None)))
+        port = self.layout.broker_port(int(item.node_id))
+        return dataclasses.replace(item, host=self.layout.advertised_host, port=type(item.port)(port))
+
+    def rewrite_entity(self, rule: EndpointRule, body: Any, seen: list[BrokerEndpoint]) -> Any:
+        for name, value in rule.only_if:
+            if int(getattr(body, name)) != value:
+                return body
+        if rule.path == ".":
+            return self._swap(body, seen)
+        items = getattr(body, rule.path)
+        if rule.kind == "single":
+            return dataclasses.replace(body, **{rule.path: self._swap(items, seen)})
+        return dataclasses.replace(body, **{rule.path: tuple(self._swap(i, seen) for i in items)})
+
+    def rewrite_body(
+        self, rule: EndpointRule, api_key: int, version: int, frame: memoryview, body_offset: int
+    ) -> tuple[list[bytes | memoryview], list[BrokerEndpoint]]:
+        """New frame pieces (size prefix first) and the upstream endpoints found."""
+        seen: list[BrokerEndpoint] = []
+        cls = response_type(api_key, version)
+        if rule.mode == "decode":
+            body, _ = codec.decode(cls, frame, body_offset)
+            new_body = codec.encode(self.rewrite_entity(rule, body, seen))
+            head = frame[4:body_offset]
+            return [INT32.pack(len(head) + len(new_body)), head, new_body], seen
+        return self._splice(rule, cls, frame, body_offset, seen), seen
+
+    def _splice(
+        self, rule: EndpointRule, cls: type, frame: memoryview, body_offset: int, seen: list[BrokerEndpoint]
+    ) -> list[bytes | memoryview]:
+        lay = walker.layout(cls, frame, body_offset)
+        item_cls = _endpoint_item_type(cls, rule.path)
+        if rule.path in lay.fields:
+            start, end = lay.fields[rule.path]
+            new_field = self._rewrite_array(item_cls, frame[start:end], seen)
+            if new_field is None:
+                return [frame]
+            size = len(frame) - 4 - (end - start) + len(new_field)
+            return [INT32.pack(size), frame[4:start], new_field, frame[end:]]
+        tag = walker.tag_of(cls, rule.path)
+        if tag not in lay.tags:
+            return [frame]
+        start, end = lay.tags[tag]
+        new_field = self._rewrite_array(item_cls, frame[start:end], seen)
+        if new_field is None:
+            return [frame]
+        # Re-encode the (small) trailing tagged section with the new field in place.
+        section = bytearray(encode_uvarint(len(lay.tags)))
+        for t, (s, e) in sorted(lay.tags.items()):
+            data = new_field if t == tag else frame[s:e]
+            section += encode_uvarint(t) + encode_uvarint(len(data)) + bytes(data)
+        size = lay.tags_start - 4 + len(section) + (len(frame) - lay.end)
+        return [INT32.pack(size), frame[4 : lay.tags_start], bytes(section), frame[lay.end :]]
+
+    def _rewrite_array(self, item_cls: type, data: memoryview, seen: list[BrokerEndpoint]) -> bytes | None:
+        count, offset = read_uvarint(data, 0)
+        if count <= 1:  # null or empty: nothing to rewrite
+            return None
+        out = bytearray(encode_uvarint(count))
+        for _ in range(count - 1):
+            item, offset = codec.decode(item_cls, data, offset)
+            out += codec.encode(self._swap(item, seen))
+        return bytes(out)
+
+
+def _endpoint_item_type(cls: type, field_name: str) -> type:
+    import typing
+
+    hint = typing.get_type_hints(cls)[field_name]
+    return typing.get_args(hint)[0]

@@ -1,0 +1,181 @@
+"""One client connection's protocol logic, sans-I/O.
+
+The Trio shell feeds it each request frame and each upstream response frame and does what it
+says. Requests are forwarded as the same bytes (a memoryview into the receive buffer) unless a
+rule says otherwise; responses are matched to their request by order and correlation id (Kafka
+answers in order per connection) and rewritten where the rules require.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..protocol import codec
+from ..protocol.apis import ApiInfo, api_info
+from ..protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, CodecError
+from ..protocol.headers import API_VERSIONS_KEY, peek_request, response_body_offset, response_correlation_id
+from ..protocol.primitives import INT16, TruncatedError, read_int16, read_uvarint
+from ..rules import EndpointRule, api_rules
+from . import apiversions
+from .endpoints import BrokerEndpoint, EndpointRewriter, ListenerLayout, rules_for
+
+log = logging.getLogger(__name__)
+
+PRODUCE_KEY = 0
+
+
+class ProtocolViolation(Exception):
+    """The client or the broker broke the protocol: close this one connection."""
+
+
+class Action(enum.Enum):
+    FORWARD = "forward"  # send the frame upstream; a response will follow unless expects_response is False
+    LOCAL = "local"  # answer with `reply` in the response stream, in request order
+    CLOSE = "close"  # close the connection (what a broker does with a request it cannot parse)
+
+
+@dataclass(slots=True)
+class Pending:
+    """What the proxy remembers about a request until its response passes."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    response_header_version: int
+    endpoint_rule: EndpointRule | None = None
+    reply: bytes | None = None  # set for LOCAL answers
+
+
+@dataclass(slots=True)
+class RequestDecision:
+    action: Action
+    pending: Pending | None = None  # None: no response will come (acks=0 Produce) or CLOSE
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ResponseResult:
+    pieces: list[bytes | memoryview]  # the frame to send, size prefix first
+    brokers: list[BrokerEndpoint] = field(default_factory=list)  # upstream endpoints seen
+    full_broker_list: bool = False  # True for Metadata: `brokers` is the whole cluster
+
+
+class ProxySession:
+    def __init__(self, layout: ListenerLayout):
+        self.rewriter = EndpointRewriter(layout)
+        # Until the client asks ApiVersions, versions are bounded by what the proxy can parse.
+        self.versions = dict(apiversions.proxy_versions())
+        self.in_flight: deque[Pending] = deque()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def on_request(self, frame: memoryview) -> RequestDecision:
+        try:
+            api_key, version, correlation_id = peek_request(frame)
+        except ValueError as exc:
+            raise ProtocolViolation(str(exc)) from exc
+        info = api_info(api_key)
+        rule = api_rules().get(api_key)
+        if info is None or rule is None:
+            return RequestDecision(Action.CLOSE, reason=f"unknown API key {api_key}")
+        if api_key == API_VERSIONS_KEY:
+            return self._api_versions_request(info, version, correlation_id)
+        if rule.physical == "reject":
+            return self._refuse(info, version, correlation_id, CLUSTER_AUTHORIZATION_FAILED, f"{rule.name} is internal")
+        low, high = self.versions.get(api_key, (0, -1))
+        if not low <= version <= high:
+            return self._refuse(info, version, correlation_id, UNSUPPORTED_VERSION, f"{rule.name} v{version}")
+        pending = Pending(
+            api_key, version, correlation_id, info.response_header_version(version), rules_for(api_key, version)
+        )
+        if api_key == PRODUCE_KEY and _produce_acks(frame, info, version) == 0:
+            return RequestDecision(Action.FORWARD, None)
+        self.in_flight.append(pending)
+        return RequestDecision(Action.FORWARD, pending)
+
+    def _api_versions_request(self, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
+        if version > info.max_version:
+            # Too new for us: answer as a broker would (v0 body), so the client retries lower.
+            body = apiversions.unsupported_version_body(apiversions.proxy_versions())
+            return self._local(Pending(API_VERSIONS_KEY, version, correlation_id, 0), body)
+        pending = Pending(API_VERSIONS_KEY, version, correlation_id, 0)
+        self.in_flight.append(pending)
+        return RequestDecision(Action.FORWARD, pending)
+
+    def _refuse(self, info: ApiInfo, version: int, correlation_id: int, error: int, why: str) -> RequestDecision:
+        if not info.min_version <= version <= info.max_version:
+            return RequestDecision(Action.CLOSE, reason=f"{why}: version {version} cannot be parsed")
+        body = codec.error_response_body(info.key, version, error)
+        if body is None:
+            return RequestDecision(Action.CLOSE, reason=f"{why}: refused (no error field to answer with)")
+        log.info("refusing request: %s (error %d)", why, error)
+        return self._local(Pending(info.key, version, correlation_id, info.response_header_version(version)), body)
+
+    def _local(self, pending: Pending, body: bytes) -> RequestDecision:
+        pending.reply = codec.response_frame(pending.correlation_id, pending.response_header_version, body)
+        self.in_flight.append(pending)
+        return RequestDecision(Action.LOCAL, pending)
+
+    # -- responses ------------------------------------------------------------------------------
+
+    def next_local_reply(self) -> bytes | None:
+        """If the oldest outstanding request was answered locally, its reply (dequeued)."""
+        if self.in_flight and self.in_flight[0].reply is not None:
+            return self.in_flight.popleft().reply
+        return None
+
+    def on_response(self, frame: memoryview) -> ResponseResult:
+        if not self.in_flight:
+            raise ProtocolViolation("response from the broker with no request outstanding")
+        pending = self.in_flight.popleft()
+        if pending.reply is not None:
+            raise ProtocolViolation("internal: local reply not sent before an upstream response")
+        if len(frame) < 8 or response_correlation_id(frame) != pending.correlation_id:
+            raise ProtocolViolation(
+                f"broker answered correlation id {response_correlation_id(frame) if len(frame) >= 8 else None}, "
+                f"expected {pending.correlation_id}"
+            )
+        try:
+            if pending.api_key == API_VERSIONS_KEY:
+                return ResponseResult(self._api_versions_response(pending, frame))
+            rule = pending.endpoint_rule
+            if rule is None:
+                return ResponseResult([frame])
+            offset = response_body_offset(frame, pending.response_header_version)
+            pieces, seen = self.rewriter.rewrite_body(rule, pending.api_key, pending.api_version, frame, offset)
+        except (CodecError, TruncatedError, ValueError) as exc:
+            raise ProtocolViolation(
+                f"cannot rewrite response to api {pending.api_key} v{pending.api_version}: {exc}"
+            ) from exc
+        return ResponseResult(pieces, seen, full_broker_list=rule.api == "Metadata")
+
+    def _api_versions_response(self, pending: Pending, frame: memoryview) -> list[bytes | memoryview]:
+        body_offset = response_body_offset(frame, 0)
+        response = apiversions.decode_response(pending.api_version, frame[body_offset:])
+        upstream = apiversions.table_of(response)
+        self.versions = apiversions.intersect(upstream, apiversions.proxy_versions())
+        body = codec.encode(apiversions.with_table(response, self.versions))
+        if int(response.error_code) == UNSUPPORTED_VERSION:
+            pending.api_version = 0
+        return [codec.response_frame(pending.correlation_id, 0, body)]
+
+
+def _produce_acks(frame: memoryview, info: ApiInfo, version: int) -> int:
+    """Produce requests open with transactional_id then acks (v3+)."""
+    from ..protocol.headers import parse_request_header
+
+    try:
+        header = parse_request_header(frame, info.request_header_version(version))
+        offset = header.body_offset
+        if info.first_flexible is not None and version >= info.first_flexible:
+            length, offset = read_uvarint(frame, offset)
+            offset += max(length - 1, 0)
+        else:
+            length, offset = read_int16(frame, offset)
+            offset += max(length, 0)
+        return INT16.unpack_from(frame, offset)[0]
+    except (TruncatedError, ValueError, IndexError) as exc:
+        raise ProtocolViolation(f"malformed Produce request: {exc}") from exc

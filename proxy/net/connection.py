@@ -1,0 +1,115 @@
+"""One client connection: two pumps around a sans-I/O ProxySession.
+
+The request pump reads client frames and forwards them upstream (or queues a local answer);
+the response pump writes answers back in request order, reading the upstream only when the
+oldest outstanding request went upstream. Either side failing ends the whole connection, so a
+client whose broker disappears is disconnected cleanly and re-bootstraps.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from ..core.endpoints import BrokerEndpoint
+from ..core.session import Action, ProtocolViolation, ProxySession
+from ..protocol.framing import FrameError
+from .frames import FrameReader
+
+log = logging.getLogger(__name__)
+
+BrokersSeen = Callable[[list[BrokerEndpoint], bool], Awaitable[None]]
+
+# Errors that end one connection and nothing else.
+CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, FrameError, ProtocolViolation)
+
+
+class ClientConnection:
+    def __init__(
+        self,
+        client: trio.SocketStream,
+        upstream: trio.SocketStream,
+        session: ProxySession,
+        *,
+        max_frame_bytes: int,
+        buffer_size: int,
+        on_brokers: BrokersSeen,
+        name: str,
+    ):
+        self.client = client
+        self.upstream = upstream
+        self.session = session
+        self.client_reader = FrameReader(client, max_frame_bytes, buffer_size)
+        self.upstream_reader = FrameReader(upstream, max_frame_bytes, buffer_size)
+        self.on_brokers = on_brokers
+        self.name = name
+        self._work = trio.Event()  # set when a request is queued, so the response pump looks again
+        self._requests_done = False
+        self._request_scope: trio.CancelScope | None = None
+        self.requests = 0
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._request_pump, nursery.cancel_scope)
+                nursery.start_soon(self._response_pump, nursery.cancel_scope)
+        except* CONNECTION_ERRORS as group:
+            for exc in group.exceptions:
+                level = logging.INFO if isinstance(exc, FrameError | ProtocolViolation) else logging.DEBUG
+                log.log(level, "%s: closing: %s: %s", self.name, type(exc).__name__, exc)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.client)
+                await trio.aclose_forcefully(self.upstream)
+
+    def stop_reading(self) -> None:
+        """Graceful drain: take no new requests, let the outstanding ones complete."""
+        if self._request_scope is not None:
+            self._request_scope.cancel()
+
+    def _wake(self) -> None:
+        self._work.set()
+        self._work = trio.Event()
+
+    async def _request_pump(self, connection_scope: trio.CancelScope) -> None:
+        with trio.CancelScope() as self._request_scope:
+            while True:
+                frame = await self.client_reader.next_frame()
+                if frame is None:
+                    break
+                decision = self.session.on_request(frame)
+                self.requests += 1
+                if decision.action is Action.FORWARD:
+                    await self.upstream.send_all(frame)
+                elif decision.action is Action.CLOSE:
+                    log.info("%s: closing: %s", self.name, decision.reason)
+                    connection_scope.cancel()
+                    return
+                self._wake()
+        # Client finished sending (EOF or drain): the response pump ends once everything is answered.
+        self._requests_done = True
+        self._wake()
+
+    async def _response_pump(self, connection_scope: trio.CancelScope) -> None:
+        session = self.session
+        while True:
+            reply = session.next_local_reply()
+            if reply is not None:
+                await self.client.send_all(reply)
+                continue
+            if not session.in_flight:
+                if self._requests_done:
+                    connection_scope.cancel()
+                    return
+                await self._work.wait()
+                continue
+            frame = await self.upstream_reader.next_frame()
+            if frame is None:
+                raise trio.BrokenResourceError("upstream broker closed the connection")
+            result = session.on_response(frame)
+            if result.brokers:
+                await self.on_brokers(result.brokers, result.full_broker_list)
+            for piece in result.pieces:
+                await self.client.send_all(piece)

@@ -1,0 +1,56 @@
+"""What the proxy knows about each Kafka API: names, versions it can parse, header versions.
+
+The version ranges come from kio, which is generated from Kafka's own JSON schemas: a version
+kio does not know is a version the proxy cannot parse, so it is never advertised (fail closed).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+
+from .headers import API_VERSIONS_KEY
+
+
+@dataclass(frozen=True, slots=True)
+class ApiInfo:
+    key: int
+    name: str  # kio's snake_case name, e.g. "find_coordinator"
+    min_version: int
+    max_version: int
+    first_flexible: int | None  # first version with compact encodings and header v2
+
+    def request_header_version(self, version: int) -> int:
+        return 2 if self.first_flexible is not None and version >= self.first_flexible else 1
+
+    def response_header_version(self, version: int) -> int:
+        if self.key == API_VERSIONS_KEY:
+            return 0
+        return 1 if self.first_flexible is not None and version >= self.first_flexible else 0
+
+
+@functools.cache
+def known_apis() -> dict[int, ApiInfo]:
+    apis = {}
+    for key, name in api_key_map.items():
+        versions = sorted(schema_name_map[name])
+        flexible = [v for v in versions if load_request_schema(key, v).__flexible__]
+        apis[key] = ApiInfo(key, name, versions[0], versions[-1], flexible[0] if flexible else None)
+    return apis
+
+
+def api_info(key: int) -> ApiInfo | None:
+    return known_apis().get(key)
+
+
+@functools.cache
+def request_type(key: int, version: int) -> type:
+    return load_request_schema(key, version)
+
+
+@functools.cache
+def response_type(key: int, version: int) -> type:
+    return load_response_schema(key, version)

@@ -1,0 +1,183 @@
+"""Walk a message body without decoding it, to find where its fields start and end.
+
+Used for bodies that carry record batches (Produce, Fetch, ShareFetch): the proxy must reach a
+field that sits after the records (e.g. the KIP-951 ``NodeEndpoints`` tagged field at the end of
+a Fetch response) without decoding or copying the records. The walk is compiled once per kio
+schema class into a chain of skip functions; each record set is skipped by its length prefix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from collections.abc import Callable
+from types import NoneType, UnionType
+
+from .primitives import TruncatedError, read_tagged_fields, read_uvarint, skip_tagged_fields
+
+Buf = memoryview | bytes
+Skip = Callable[[Buf, int], int]
+
+_FIXED = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "float64": 8,
+    "uuid": 16,
+}
+
+
+def _check(buf: Buf, offset: int) -> int:
+    if offset > len(buf):
+        raise TruncatedError("field past end of buffer")
+    return offset
+
+
+def _fixed(size: int) -> Skip:
+    return lambda buf, offset: _check(buf, offset + size)
+
+
+def _length_prefixed(flexible: bool, prefix_bytes: int) -> Skip:
+    if flexible:
+
+        def skip(buf: Buf, offset: int) -> int:
+            length, offset = read_uvarint(buf, offset)
+            return _check(buf, offset + max(length - 1, 0))
+
+    else:
+
+        def skip(buf: Buf, offset: int) -> int:
+            length = int.from_bytes(buf[offset : offset + prefix_bytes], "big", signed=True)
+            offset = _check(buf, offset + prefix_bytes)
+            return _check(buf, offset + max(length, 0))
+
+    return skip
+
+
+def _array(flexible: bool, item: Skip) -> Skip:
+    def skip(buf: Buf, offset: int) -> int:
+        if flexible:
+            count, offset = read_uvarint(buf, offset)
+            count -= 1
+        else:
+            count = int.from_bytes(buf[offset : offset + 4], "big", signed=True)
+            offset = _check(buf, offset + 4)
+        for _ in range(count):
+            offset = item(buf, offset)
+        return offset
+
+    return skip
+
+
+def _unwrap(tp: object) -> tuple[object, bool]:
+    """(inner type, nullable) for `X | None`."""
+    if typing.get_origin(tp) in (UnionType, typing.Union):
+        args = [a for a in typing.get_args(tp) if a is not NoneType]
+        return args[0], True
+    return tp, False
+
+
+def _field_skip(field: dataclasses.Field, flexible: bool) -> Skip:
+    kafka_type = field.metadata.get("kafka_type")
+    tp, nullable = _unwrap(field.type)
+    if typing.get_origin(tp) is tuple:
+        inner, _ = _unwrap(typing.get_args(tp)[0])
+        if dataclasses.is_dataclass(inner):
+            return _array(flexible, entity_skipper(inner))  # type: ignore[arg-type]
+        return _array(flexible, _scalar_skip(kafka_type, flexible))
+    if dataclasses.is_dataclass(tp):
+        inner_skip = entity_skipper(tp)  # type: ignore[arg-type]
+        if nullable:
+            # Nullable structs carry an int8 marker: -1 null, 1 present.
+            def skip(buf: Buf, offset: int) -> int:
+                marker = buf[offset]
+                offset += 1
+                return offset if marker == 0xFF else inner_skip(buf, offset)
+
+            return skip
+        return inner_skip
+    return _scalar_skip(kafka_type, flexible)
+
+
+def _scalar_skip(kafka_type: str | None, flexible: bool) -> Skip:
+    if kafka_type in _FIXED:
+        return _fixed(_FIXED[kafka_type])
+    if kafka_type == "string":
+        return _length_prefixed(flexible, 2)
+    if kafka_type in ("bytes", "records"):
+        return _length_prefixed(flexible, 4)
+    raise ValueError(f"no skipper for kafka_type {kafka_type!r}")
+
+
+def regular_fields(cls: type) -> list[dataclasses.Field]:
+    """Fields in wire order, tagged fields excluded (they live in the trailing tag section)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:
+            continue
+        f.type = hints[f.name]
+        out.append(f)
+    return out
+
+
+@functools.cache
+def entity_skipper(cls: type) -> Skip:
+    flexible = cls.__flexible__  # type: ignore[attr-defined]
+    steps = [_field_skip(f, flexible) for f in regular_fields(cls)]
+
+    def skip(buf: Buf, offset: int) -> int:
+        for step in steps:
+            offset = step(buf, offset)
+        if flexible:
+            offset = skip_tagged_fields(buf, offset)
+        return offset
+
+    return skip
+
+
+@functools.cache
+def _top_level_steps(cls: type) -> tuple[tuple[str, Skip], ...]:
+    flexible = cls.__flexible__  # type: ignore[attr-defined]
+    return tuple((f.name, _field_skip(f, flexible)) for f in regular_fields(cls))
+
+
+@functools.cache
+def tag_of(cls: type, name: str) -> int:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return int(f.metadata["tag"])
+    raise KeyError(name)
+
+
+@dataclasses.dataclass(slots=True)
+class Layout:
+    """Where the top-level fields of a body sit: name -> (start, end), plus tagged fields."""
+
+    fields: dict[str, tuple[int, int]]
+    tags: dict[int, tuple[int, int]]  # tag -> (data start, data end)
+    tags_start: int  # offset of the tagged-field count, or -1 for non-flexible bodies
+    end: int
+
+
+def layout(cls: type, buf: Buf, offset: int) -> Layout:
+    fields = {}
+    for name, step in _top_level_steps(cls):
+        start = offset
+        offset = step(buf, offset)
+        fields[name] = (start, offset)
+    tags: dict[int, tuple[int, int]] = {}
+    tags_start = -1
+    if cls.__flexible__:  # type: ignore[attr-defined]
+        tags_start = offset
+        entries, offset = read_tagged_fields(buf, offset)
+        tags = {tag: (start, end) for tag, start, end in entries}
+    return Layout(fields, tags, tags_start, offset)
