@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         kafka_cli = None
     if kafka_cli is not None and hasattr(kafka_cli, "register"):
         kafka_cli.register(sub)
+    from . import demo
+
+    demo.register(sub)
     try:
         from . import bench
     except ImportError:

@@ -65,7 +65,7 @@ class EndpointRule:
 
 _PHYSICAL = {"forward", "local", "reject"}
 _KINDS = {"list", "single"}
-_MODES = {"decode", "splice"}
+_MODES = {"decode", "splice", "keep"}
 
 
 @functools.cache

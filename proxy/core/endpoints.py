@@ -44,6 +44,7 @@ class ListenerLayout:
 
 
 def rules_for(api_key: int, version: int) -> EndpointRule | None:
+    """The endpoint rule for this API version (including `keep` rules), or None."""
     name = api_rules()[api_key].name if api_key in api_rules() else None
     for rule in endpoint_rules():
         if rule.api == name and version in rule.versions:
@@ -66,7 +67,7 @@ class EndpointRewriter:
 
     def rewrite_entity(self, rule: EndpointRule, body: Any, seen: list[BrokerEndpoint]) -> Any:
         for name, value in rule.only_if:
-            if int(getattr(body, name)) != value:
+            if int(getattr(body, name, value)) != value:
                 return body
         if rule.path == ".":
             return self._swap(body, seen)

@@ -88,9 +88,10 @@ class ProxySession:
         low, high = self.versions.get(api_key, (0, -1))
         if not low <= version <= high:
             return self._refuse(info, version, correlation_id, UNSUPPORTED_VERSION, f"{rule.name} v{version}")
-        pending = Pending(
-            api_key, version, correlation_id, info.response_header_version(version), rules_for(api_key, version)
-        )
+        rule = rules_for(api_key, version)
+        if rule is not None and rule.mode == "keep":
+            rule = None
+        pending = Pending(api_key, version, correlation_id, info.response_header_version(version), rule)
         if api_key == PRODUCE_KEY and _produce_acks(frame, info, version) == 0:
             return RequestDecision(Action.FORWARD, None)
         self.in_flight.append(pending)

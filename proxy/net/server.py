@@ -92,7 +92,15 @@ class ProxyServer:
                 log.info("upstream cluster id %s, brokers %s", view.cluster_id, sorted(b.node_id for b in view.brokers))
                 self.cluster_id = view.cluster_id
             await self.on_brokers(view.brokers, True)
-            self.ready.set()
+            if not self.ready.is_set():
+                ports = {n: p for n, p in sorted(self.listening_nodes.items())}
+                log.info(
+                    "proxy ready: bootstrap %s:%d, broker ports %s",
+                    self.layout.advertised_host,
+                    self.layout.bootstrap_port,
+                    ports,
+                )
+                self.ready.set()
             await trio.sleep(self.config.upstream.metadata_refresh_seconds)
 
     async def _discover_once(self) -> up.ClusterView:

@@ -1,0 +1,85 @@
+"""Run `vcproxy serve` as a child process: used by the tests, the benchmark and the demo."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+READY_LINE = "proxy ready:"
+
+
+class ProxyProcess:
+    def __init__(self, config: dict[str, Any], workdir: Path, name: str = "proxy", extra_args: list[str] | None = None):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.config_path = self.workdir / f"{name}.yaml"
+        self.log_path = self.workdir / f"{name}.log"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.extra_args = extra_args or []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        listeners = self.config.get("listeners", {})
+        return (
+            f"{listeners.get('advertised_host') or listeners.get('host', '127.0.0.1')}:"
+            f"{listeners.get('bootstrap_port', 9192)}"
+        )
+
+    def start(self, timeout: float = 30) -> ProxyProcess:
+        log = self.log_path.open("ab")
+        offset = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--config", str(self.config_path), *self.extra_args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"proxy exited with {self.proc.returncode}:\n{self.log_tail(offset)}")
+            if READY_LINE in self.log_path.read_text(errors="replace")[offset:]:
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"proxy not ready after {timeout}s:\n{self.log_tail(offset)}")
+
+    def log_tail(self, offset: int = 0, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace")[offset:]
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 15) -> int | None:
+        """SIGTERM (graceful drain), then SIGKILL if it does not exit in time. Returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+
+def proxy_config(upstream_bootstrap: str, bootstrap_port: int, host: str = "127.0.0.1", **sections: Any) -> dict:
+    config: dict[str, Any] = {
+        "listeners": {"host": host, "bootstrap_port": bootstrap_port},
+        "upstream": {"bootstrap_servers": upstream_bootstrap.split(","), "metadata_refresh_seconds": 5},
+    }
+    for key, value in sections.items():
+        config.setdefault(key, {}).update(value)
+    return config
