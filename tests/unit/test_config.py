@@ -37,11 +37,11 @@ def test_bad_config_names_file_key_and_reason(data, expected):
 
 
 def test_load_config_reports_unreadable_and_bad_yaml(tmp_path):
-    with pytest.raises(ConfigError, match="missing.yaml: cannot read"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read"):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("listeners: [unclosed")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
         load_config(bad)
 
 
