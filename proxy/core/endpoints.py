@@ -9,6 +9,7 @@ that joins later gets a predictable port with no config change.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ class ListenerLayout:
         return node if node >= 0 and port != self.bootstrap_port else None
 
 
+@functools.cache
 def rules_for(api_key: int, version: int) -> EndpointRule | None:
     """The endpoint rule for this API version (including `keep` rules), or None."""
     name = api_rules()[api_key].name if api_key in api_rules() else None
@@ -127,6 +129,7 @@ class EndpointRewriter:
         return bytes(out)
 
 
+@functools.cache
 def _endpoint_item_type(cls: type, field_name: str) -> type:
     import typing
 

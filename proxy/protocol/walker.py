@@ -41,8 +41,29 @@ def _check(buf: Buf, offset: int) -> int:
     return offset
 
 
-def _fixed(size: int) -> Skip:
-    return lambda buf, offset: _check(buf, offset + size)
+class _Fixed:
+    """Skips a fixed number of bytes; consecutive fixed-size fields merge into one step."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __call__(self, buf: Buf, offset: int) -> int:
+        offset += self.size
+        if offset > len(buf):
+            raise TruncatedError("field past end of buffer")
+        return offset
+
+
+def _merge_fixed(steps: list[Skip]) -> list[Skip]:
+    out: list[Skip] = []
+    for step in steps:
+        if isinstance(step, _Fixed) and out and isinstance(out[-1], _Fixed):
+            out[-1] = _Fixed(out[-1].size + step.size)
+        else:
+            out.append(step)
+    return out
 
 
 def _length_prefixed(flexible: bool, prefix_bytes: int) -> Skip:
@@ -109,7 +130,7 @@ def _field_skip(field: dataclasses.Field, flexible: bool) -> Skip:
 
 def _scalar_skip(kafka_type: str | None, flexible: bool) -> Skip:
     if kafka_type in _FIXED:
-        return _fixed(_FIXED[kafka_type])
+        return _Fixed(_FIXED[kafka_type])
     if kafka_type == "string":
         return _length_prefixed(flexible, 2)
     if kafka_type in ("bytes", "records"):
@@ -132,13 +153,14 @@ def regular_fields(cls: type) -> list[dataclasses.Field]:
 @functools.cache
 def entity_skipper(cls: type) -> Skip:
     flexible = cls.__flexible__  # type: ignore[attr-defined]
-    steps = [_field_skip(f, flexible) for f in regular_fields(cls)]
+    steps = _merge_fixed([_field_skip(f, flexible) for f in regular_fields(cls)])
 
     def skip(buf: Buf, offset: int) -> int:
         for step in steps:
             offset = step(buf, offset)
         if flexible:
-            offset = skip_tagged_fields(buf, offset)
+            # Almost every struct has an empty tag section: a single zero byte.
+            offset = offset + 1 if offset < len(buf) and buf[offset] == 0 else skip_tagged_fields(buf, offset)
         return offset
 
     return skip
