@@ -61,6 +61,7 @@ class EndpointRule:
     kind: str
     mode: str
     only_if: tuple[tuple[str, int], ...]
+    id_field: str = "node_id"
 
 
 _PHYSICAL = {"forward", "local", "reject"}
@@ -91,6 +92,7 @@ def endpoint_rules() -> tuple[EndpointRule, ...]:
             kind=entry["kind"],
             mode=entry["mode"],
             only_if=tuple((entry.get("only_if") or {}).items()),
+            id_field=entry.get("id_field", "node_id"),
         )
         if rule.api not in names or rule.kind not in _KINDS or rule.mode not in _MODES:
             raise ValueError(f"endpoints.yaml: bad entry {entry!r}")

@@ -60,11 +60,12 @@ class EndpointRewriter:
     def __init__(self, layout: ListenerLayout):
         self.layout = layout
 
-    def _swap(self, item: Any, seen: list[BrokerEndpoint]) -> Any:
-        if item.node_id < 0:
+    def _swap(self, item: Any, seen: list[BrokerEndpoint], id_field: str = "node_id") -> Any:
+        node_id = int(getattr(item, id_field))
+        if node_id < 0:
             return item
-        seen.append(BrokerEndpoint(int(item.node_id), item.host, int(item.port), getattr(item, "rack", None)))
-        port = self.layout.broker_port(int(item.node_id))
+        seen.append(BrokerEndpoint(node_id, item.host, int(item.port), getattr(item, "rack", None)))
+        port = self.layout.broker_port(node_id)
         return dataclasses.replace(item, host=self.layout.advertised_host, port=type(item.port)(port))
 
     def rewrite_entity(self, rule: EndpointRule, body: Any, seen: list[BrokerEndpoint]) -> Any:
@@ -72,11 +73,11 @@ class EndpointRewriter:
             if int(getattr(body, name, value)) != value:
                 return body
         if rule.path == ".":
-            return self._swap(body, seen)
+            return self._swap(body, seen, rule.id_field)
         items = getattr(body, rule.path)
         if rule.kind == "single":
-            return dataclasses.replace(body, **{rule.path: self._swap(items, seen)})
-        return dataclasses.replace(body, **{rule.path: tuple(self._swap(i, seen) for i in items)})
+            return dataclasses.replace(body, **{rule.path: self._swap(items, seen, rule.id_field)})
+        return dataclasses.replace(body, **{rule.path: tuple(self._swap(i, seen, rule.id_field) for i in items)})
 
     def rewrite_body(
         self, rule: EndpointRule, api_key: int, version: int, frame: memoryview, body_offset: int

@@ -59,6 +59,10 @@ class ClientConnection:
             for exc in group.exceptions:
                 level = logging.INFO if isinstance(exc, FrameError | ProtocolViolation) else logging.DEBUG
                 log.log(level, "%s: closing: %s: %s", self.name, type(exc).__name__, exc)
+        except* Exception as group:
+            # A bug must cost one connection, never the server: log it loudly and close.
+            for exc in group.exceptions:
+                log.error("%s: closing after an internal error", self.name, exc_info=exc)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.client)

@@ -50,6 +50,13 @@ def test_every_endpoint_field_in_an_advertised_response_is_covered():
             assert paths == [rule.path], (known_apis()[key].name, version, paths)
 
 
+def _struct_fields(cls: type, path: str) -> set[str]:
+    if path != ".":
+        hint = typing.get_type_hints(cls)[path]
+        cls = typing.get_args(hint)[0] if typing.get_origin(hint) is tuple else hint
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def test_endpoint_rules_name_real_fields():
     for rule in endpoint_rules():
         key = next(k for k, r in api_rules().items() if r.name == rule.api)
@@ -59,5 +66,7 @@ def test_endpoint_rules_name_real_fields():
             cls = response_type(key, version)
             if rule.path != ".":
                 assert rule.path in _endpoint_fields(cls), (rule, version)
+            if rule.mode != "keep":
+                assert rule.id_field in _struct_fields(cls, rule.path), (rule, version)
             for name, _ in rule.only_if:
                 assert name in {f.name for f in dataclasses.fields(cls)}, (rule, version)

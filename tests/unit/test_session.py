@@ -255,3 +255,30 @@ def test_api_versions_too_new_answered_locally_with_v0_error():
     reply = s.next_local_reply()
     assert int.from_bytes(reply[4:8], "big") == 8
     assert int.from_bytes(reply[8:10], "big") == 35  # UNSUPPORTED_VERSION, v0 body after header v0
+
+
+def test_describe_cluster_brokers_rewritten_by_broker_id_with_racks():
+    from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+    from kio.schema.describe_cluster.v1.response import DescribeClusterBroker, DescribeClusterResponse
+
+    s = ProxySession(LAYOUT)
+    req = request_frame(60, 1, 3, DescribeClusterRequest(include_cluster_authorized_operations=True))
+    resp = DescribeClusterResponse(
+        throttle_time=T0,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id="c",
+        controller_id=i32(2),
+        cluster_authorized_operations=i32(-2147483648),
+        brokers=tuple(
+            DescribeClusterBroker(broker_id=i32(n), host=f"k{n}", port=i32(9092), rack=f"r{n}") for n in (1, 2)
+        ),
+    )
+    out = joined(roundtrip(s, req, response_frame(60, 1, 3, resp)).pieces)
+    body, _ = codec.decode(DescribeClusterResponse, out, response_body_offset(out, 1))
+    assert [(b.broker_id, b.host, b.port, b.rack) for b in body.brokers] == [
+        (1, "proxy.example", 9194, "r1"),
+        (2, "proxy.example", 9195, "r2"),
+    ]
+    assert body.controller_id == 2
