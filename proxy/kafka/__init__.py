@@ -1,0 +1,30 @@
+"""Launcher for a real Apache Kafka (KRaft) cluster built from Maven Central artifacts (tests, demos)."""
+
+from proxy.kafka.cluster import (
+    BrokerInfo,
+    ClusterInfo,
+    load_cluster,
+    start_broker,
+    start_cluster,
+    stop_broker,
+    stop_cluster,
+)
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist
+from proxy.kafka.errors import KafkaLauncherError
+from proxy.kafka.tools import TOOLS, run_tool, tool_argv
+
+__all__ = [
+    "DEFAULT_KAFKA_VERSION",
+    "TOOLS",
+    "BrokerInfo",
+    "ClusterInfo",
+    "KafkaLauncherError",
+    "ensure_dist",
+    "load_cluster",
+    "run_tool",
+    "start_broker",
+    "start_cluster",
+    "stop_broker",
+    "stop_cluster",
+    "tool_argv",
+]

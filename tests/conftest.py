@@ -1,0 +1,142 @@
+"""Session-wide fixtures: the real Kafka cluster that tests/integration runs against.
+
+``VCPROXY_KAFKA_MODE`` picks where it comes from (see docs/kafka-launcher.md):
+
+* ``auto`` (default): testcontainers' Kafka module if the package is importable and a Docker engine
+  answers, else ``local``;
+* ``local``: 3 brokers (racks r1, r2, r3, SASL listener) from proxy.kafka's launcher;
+* ``testcontainers``: one containerised broker (``VCPROXY_KAFKA_IMAGE``);
+* ``external``: an existing cluster at ``VCPROXY_KAFKA_BOOTSTRAP``.
+
+The cluster is never skipped: if it cannot be started the fixture raises, so every test using it fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
+
+MODES = ("auto", "local", "testcontainers", "external")
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Everything under tests/integration needs the real cluster: `-m "not integration"` leaves it out.
+    for item in items:
+        if INTEGRATION_DIR in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass
+class RemoteCluster:
+    """A cluster this session did not start (external or container): same attributes as ClusterInfo."""
+
+    bootstrap: str
+    sasl_bootstrap: str | None
+    brokers: list[BrokerInfo]
+    cluster_id: str
+    version: str | None
+    dir: Path | None = None
+    sasl_users: dict[str, str] = field(default_factory=dict)
+
+    def stop_broker(self, node_id: int, hard: bool = False) -> None:
+        raise NotImplementedError("stopping a broker needs the local launcher (VCPROXY_KAFKA_MODE=local)")
+
+    def start_broker(self, node_id: int, timeout: float = 60) -> None:
+        raise NotImplementedError("starting a broker needs the local launcher (VCPROXY_KAFKA_MODE=local)")
+
+
+def _describe(bootstrap: str, **client_conf: Any) -> tuple[str, list[BrokerInfo]]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_conf})  # must outlive the future
+    result = admin.describe_cluster(request_timeout=30).result(timeout=60)
+    brokers = sorted(BrokerInfo(n.id, n.host, n.port, n.rack) for n in result.nodes)
+    return result.cluster_id, brokers
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+    except Exception:
+        return False
+    return True
+
+
+def kafka_mode() -> str:
+    mode = os.environ.get("VCPROXY_KAFKA_MODE", "auto").strip().lower()
+    if mode not in MODES:
+        raise pytest.UsageError(f"VCPROXY_KAFKA_MODE={mode!r}; expected one of {', '.join(MODES)}")
+    if mode == "auto":
+        has_tc = importlib.util.find_spec("testcontainers") is not None
+        mode = "testcontainers" if has_tc and _docker_answers() else "local"
+    return mode
+
+
+def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    env_dir = os.environ.get("VCPROXY_KAFKA_DIR")
+    cluster_dir = Path(env_dir) if env_dir else tmp_path_factory.mktemp("kafka")
+    info = start_cluster(
+        cluster_dir,
+        brokers=3,
+        racks=["r1", "r2", "r3"],
+        version=os.environ.get("VCPROXY_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
+        base_port=int(os.environ.get("VCPROXY_KAFKA_BASE_PORT", "19092")),
+        sasl=True,
+        timeout=240,  # slow CI machines; a healthy start takes ~25 s on 2 cores
+    )
+    try:
+        yield info
+    finally:
+        stop_cluster(info.dir)
+
+
+def _testcontainers() -> Iterator[Any]:
+    from testcontainers.kafka import KafkaContainer  # lazy: only this mode needs the package
+
+    container = KafkaContainer(os.environ.get("VCPROXY_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0"))
+    if hasattr(container, "with_kraft"):
+        container = container.with_kraft()
+    with container as kafka:
+        bootstrap = kafka.get_bootstrap_server()
+        cluster_id, brokers = _describe(bootstrap)
+        yield RemoteCluster(bootstrap, None, brokers, cluster_id, version=None)
+
+
+def _external() -> RemoteCluster:
+    bootstrap = os.environ.get("VCPROXY_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise RuntimeError("VCPROXY_KAFKA_MODE=external needs VCPROXY_KAFKA_BOOTSTRAP=host:port[,host:port...]")
+    cluster_id, brokers = _describe(bootstrap)
+    return RemoteCluster(
+        bootstrap,
+        os.environ.get("VCPROXY_KAFKA_SASL_BOOTSTRAP") or None,
+        brokers,
+        cluster_id,
+        version=os.environ.get("VCPROXY_KAFKA_VERSION"),
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's Kafka cluster: ``.bootstrap``, ``.sasl_bootstrap``, ``.brokers`` (node_id, host, port,
+    rack), ``.cluster_id``, ``.dir``, ``.version``; with the local launcher also ``.stop_broker(node_id)`` /
+    ``.start_broker(node_id)``."""
+    mode = kafka_mode()
+    if mode == "external":
+        yield _external()
+    elif mode == "testcontainers":
+        yield from _testcontainers()
+    else:
+        yield from _local(tmp_path_factory)
