@@ -21,8 +21,8 @@ run: kafka-dist
 
 # Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts.
 test: kafka-dist
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check proxy tests benchmarks
+	$(VENV)/bin/ruff format --check proxy tests benchmarks
 	$(VENV)/bin/pytest -q -ra
 
 unit: $(VENV)/.installed
@@ -32,8 +32,8 @@ integration: kafka-dist
 	$(VENV)/bin/pytest -q -ra tests/integration
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check proxy tests benchmarks
+	$(VENV)/bin/ruff format --check proxy tests benchmarks
 
 # Direct-to-Kafka vs through-the-proxy, alternating rounds; figures go to docs/performance.md.
 bench: kafka-dist
