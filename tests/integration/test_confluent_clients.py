@@ -104,3 +104,28 @@ def test_idempotent_producer_and_consumer_group_roundtrip(proxy_bootstrap):
     consumer.close()
     assert seen == set(range(MESSAGES))
     assert sum(tp.offset for tp in committed) == MESSAGES
+
+
+def test_acks_zero_produce_needs_no_response_and_keeps_the_connection_in_sync(proxy_bootstrap):
+    topic = f"acks0-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": proxy_bootstrap})
+    _create_topic(admin, topic, partitions=1, rf=3)
+    producer = Producer({"bootstrap.servers": proxy_bootstrap, "acks": 0, "linger.ms": 1})
+    for i in range(2000):
+        producer.produce(topic, str(i).encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    # Requests that do expect answers still get theirs on the same connections.
+    assert producer.list_topics(topic, timeout=10).topics[topic].error is None
+    consumer = Consumer(
+        {"bootstrap.servers": proxy_bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    seen: set[int] = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 2000 and time.monotonic() < deadline:
+        for msg in consumer.consume(500, timeout=1):
+            if not msg.error():
+                seen.add(int(msg.value()))
+    consumer.close()
+    assert seen == set(range(2000))
