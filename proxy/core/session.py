@@ -12,11 +12,19 @@ import enum
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..protocol import codec
 from ..protocol.apis import ApiInfo, api_info
 from ..protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, CodecError
-from ..protocol.headers import API_VERSIONS_KEY, peek_request, response_body_offset, response_correlation_id
+from ..protocol.headers import (
+    API_VERSIONS_KEY,
+    RequestHeader,
+    parse_request_header,
+    peek_request,
+    response_body_offset,
+    response_correlation_id,
+)
 from ..protocol.primitives import INT16, TruncatedError, read_int16, read_uvarint
 from ..rules import EndpointRule, api_rules
 from . import apiversions
@@ -25,6 +33,25 @@ from .endpoints import BrokerEndpoint, EndpointRewriter, ListenerLayout, rules_f
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+
+
+@dataclass(slots=True)
+class SaslReply:
+    body: bytes  # the response body (header added by the session)
+    close: bool = False  # failed authentication: close the connection once this is sent
+
+
+class Authenticator(Protocol):
+    """SASL terminated at the proxy (implemented in proxy/auth). Sans-I/O, one per connection."""
+
+    principal: str | None  # e.g. "User:alice" once authenticated
+
+    @property
+    def complete(self) -> bool: ...
+
+    def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply: ...
 
 
 class ProtocolViolation(Exception):
@@ -47,6 +74,7 @@ class Pending:
     response_header_version: int
     endpoint_rule: EndpointRule | None = None
     reply: bytes | None = None  # set for LOCAL answers
+    close_after: bool = False  # close the connection once the reply is written
 
 
 @dataclass(slots=True)
@@ -64,8 +92,9 @@ class ResponseResult:
 
 
 class ProxySession:
-    def __init__(self, layout: ListenerLayout):
+    def __init__(self, layout: ListenerLayout, authenticator: Authenticator | None = None):
         self.rewriter = EndpointRewriter(layout)
+        self.authenticator = authenticator
         # Until the client asks ApiVersions, versions are bounded by what the proxy can parse.
         self.versions = dict(apiversions.proxy_versions())
         self.in_flight: deque[Pending] = deque()
@@ -83,6 +112,12 @@ class ProxySession:
             return RequestDecision(Action.CLOSE, reason=f"unknown API key {api_key}")
         if api_key == API_VERSIONS_KEY:
             return self._api_versions_request(info, version, correlation_id)
+        if self.authenticator is not None:
+            if api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+                return self._sasl(info, version, correlation_id, frame)
+            if not self.authenticator.complete:
+                # What a broker does too: anything but ApiVersions/SASL before login ends the connection.
+                return RequestDecision(Action.CLOSE, reason=f"{rule.name} before authentication")
         if rule.physical == "reject":
             return self._refuse(info, version, correlation_id, CLUSTER_AUTHORIZATION_FAILED, f"{rule.name} is internal")
         low, high = self.versions.get(api_key, (0, -1))
@@ -96,6 +131,22 @@ class ProxySession:
             return RequestDecision(Action.FORWARD, None)
         self.in_flight.append(pending)
         return RequestDecision(Action.FORWARD, pending)
+
+    def _sasl(self, info: ApiInfo, version: int, correlation_id: int, frame: memoryview) -> RequestDecision:
+        assert self.authenticator is not None
+        if not info.min_version <= version <= info.max_version:
+            return RequestDecision(Action.CLOSE, reason=f"SASL API {info.name} v{version} cannot be parsed")
+        try:
+            header = parse_request_header(frame, info.request_header_version(version))
+        except (TruncatedError, ValueError) as exc:
+            raise ProtocolViolation(f"malformed {info.name} request: {exc}") from exc
+        reply = self.authenticator.on_sasl_request(info.key, version, frame, header)
+        decision = self._local(
+            Pending(info.key, version, correlation_id, info.response_header_version(version)), reply.body
+        )
+        assert decision.pending is not None
+        decision.pending.close_after = reply.close
+        return decision
 
     def _api_versions_request(self, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
         if version > info.max_version:
@@ -122,10 +173,10 @@ class ProxySession:
 
     # -- responses ------------------------------------------------------------------------------
 
-    def next_local_reply(self) -> bytes | None:
-        """If the oldest outstanding request was answered locally, its reply (dequeued)."""
+    def next_local_reply(self) -> Pending | None:
+        """If the oldest outstanding request was answered locally, it (dequeued); its `reply` is the frame."""
         if self.in_flight and self.in_flight[0].reply is not None:
-            return self.in_flight.popleft().reply
+            return self.in_flight.popleft()
         return None
 
     def on_response(self, frame: memoryview) -> ResponseResult:

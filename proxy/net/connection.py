@@ -99,9 +99,14 @@ class ClientConnection:
     async def _response_pump(self, connection_scope: trio.CancelScope) -> None:
         session = self.session
         while True:
-            reply = session.next_local_reply()
-            if reply is not None:
-                await self.client.send_all(reply)
+            local = session.next_local_reply()
+            if local is not None:
+                assert local.reply is not None
+                await self.client.send_all(local.reply)
+                if local.close_after:
+                    log.info("%s: closing after %s", self.name, "failed authentication")
+                    connection_scope.cancel()
+                    return
                 continue
             if not session.in_flight:
                 if self._requests_done:

@@ -184,7 +184,7 @@ def test_internal_api_refused_with_cluster_authorization_failed():
     s = ProxySession(LAYOUT)
     decision = s.on_request(memoryview(request_frame(52, 0, 11, b"\x00\x00")))  # Vote
     assert decision.action is Action.LOCAL
-    reply = s.next_local_reply()
+    reply = s.next_local_reply().reply
     assert int.from_bytes(reply[4:8], "big") == 11
     assert int.from_bytes(reply[9:11], "big") == 31  # CLUSTER_AUTHORIZATION_FAILED after header v1
 
@@ -241,7 +241,7 @@ def test_requests_above_advertised_version_refused_locally():
         )
     )
     assert decision.action is Action.LOCAL  # nothing forwarded
-    reply = s.next_local_reply()
+    reply = s.next_local_reply().reply
     assert int.from_bytes(reply[4:8], "big") == 6
     assert int.from_bytes(reply[13:15], "big") == 35  # after header v1 and throttle_time
 
@@ -252,7 +252,7 @@ def test_api_versions_too_new_answered_locally_with_v0_error():
         memoryview(request_frame(18, 3, 8, b"\x00")[:6] + b"\x00\x63" + b"\x00\x00\x00\x08" + b"\xff\xff\x00")
     )
     assert decision.action is Action.LOCAL
-    reply = s.next_local_reply()
+    reply = s.next_local_reply().reply
     assert int.from_bytes(reply[4:8], "big") == 8
     assert int.from_bytes(reply[8:10], "big") == 35  # UNSUPPORTED_VERSION, v0 body after header v0
 

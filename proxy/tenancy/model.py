@@ -1,0 +1,211 @@
+"""The virtual-cluster model (KIP-1134), sans-I/O: records in, an in-memory image out.
+
+The running truth is a compacted Kafka topic of records (see proxy/state/); every proxy replica
+replays it into a `TenancyImage` and keeps applying new records. This module knows nothing of
+Kafka clients: `apply(key, value)` takes one record, `value=None` is a tombstone.
+
+Naming (all injective, so no two tenants can ever collide):
+* topics: a link name in a VC points to a physical topic `UUID.link` (the KIP's scheme); the UUID
+  is random per topic, so two VCs creating "orders" get two physical topics;
+* group ids, share/streams group ids and transactional ids: `<vc.id>.<name>`, where vc.id is the
+  VC's immutable UUID string (always 36 characters). The prefix has a fixed length, so the mapping
+  is unambiguous whatever the VC or group names contain (separators, one VC name a prefix of another).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_TOPIC_NAME = 249
+UUID_PREFIX_LEN = 36 + 1  # "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."
+MAX_LINK_NAME = MAX_TOPIC_NAME - UUID_PREFIX_LEN
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_VC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,100}$")
+RESERVED_VC_NAMES = {"kafka-cluster"}  # the KIP reserves it for the physical cluster
+
+
+class TenancyError(ValueError):
+    """A request to change the model that breaks its rules; the message says which."""
+
+
+def new_cluster_id() -> str:
+    """KIP-78: 22 characters of URL-safe base64 of a random UUID (no padding, never starting with '-')."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def validate_link_name(name: str) -> None:
+    if name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise TenancyError(f"topic name {name!r} must be 1+ of [a-zA-Z0-9._-] and not '.' or '..'")
+    if len(name) > MAX_LINK_NAME:
+        raise TenancyError(
+            f"topic name {name!r} is longer than {MAX_LINK_NAME} characters (the physical name "
+            f"adds a {UUID_PREFIX_LEN}-character prefix and Kafka allows {MAX_TOPIC_NAME})"
+        )
+
+
+def validate_vc_name(name: str) -> None:
+    if not _VC_NAME.match(name) or name in RESERVED_VC_NAMES:
+        raise TenancyError(f"virtual cluster name {name!r} must be 1-100 of [a-zA-Z0-9._-] and not reserved")
+
+
+def physical_topic_for(link: str) -> str:
+    validate_link_name(link)
+    return f"{uuid.uuid4()}.{link}"
+
+
+@dataclass
+class VirtualCluster:
+    name: str
+    id: str  # UUID string; prefix of this VC's group and transactional ids
+    cluster_id: str  # KIP-78, immutable, shown to clients as the cluster id
+    links: dict[str, str] = field(default_factory=dict)  # link name -> physical topic
+    physical_links: dict[str, list[str]] = field(default_factory=dict)  # physical -> link names, in order
+
+    # -- topics ----------------------------------------------------------------------------------
+    def physical_topic(self, link: str) -> str | None:
+        return self.links.get(link)
+
+    def link_for(self, physical: str) -> str | None:
+        names = self.physical_links.get(physical)
+        return names[0] if names else None
+
+    # -- groups and transactional ids ----------------------------------------------------------------
+    @property
+    def prefix(self) -> str:
+        return f"{self.id}."
+
+    def physical_id(self, name: str) -> str:
+        return self.prefix + name
+
+    def virtual_id(self, physical: str) -> str | None:
+        """The VC-local name of a physical group/transactional id, or None if it is not this VC's."""
+        return physical[len(self.prefix) :] if physical.startswith(self.prefix) else None
+
+
+@dataclass
+class TenancyImage:
+    """All virtual clusters, bindings, links and topic ids, as replayed from the state topic."""
+
+    vcs: dict[str, VirtualCluster] = field(default_factory=dict)
+    principals: dict[str, str] = field(default_factory=dict)  # "User:alice" -> vc name
+    client_ids: dict[str, str] = field(default_factory=dict)  # client id -> vc name
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # physical topic -> topic id
+    topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    version: int = 0  # bumped on every applied record
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
+        """A principal's VC, else its client id's (KIP-1134: one VC per user or client id)."""
+        name = self.principals.get(principal or "") or self.client_ids.get(client_id or "")
+        return self.vcs.get(name) if name else None
+
+    def owns_topic_id(self, vc: VirtualCluster, topic_id: uuid.UUID) -> bool:
+        physical = self.topics_by_id.get(topic_id)
+        return physical is not None and physical in vc.physical_links
+
+    def physical_for_id(self, topic_id: uuid.UUID) -> str | None:
+        return self.topics_by_id.get(topic_id)
+
+    def links_to(self, physical: str) -> list[tuple[str, str]]:
+        """(vc name, link name) of every link to a physical topic."""
+        return [(vc.name, link) for vc in self.vcs.values() for link in vc.physical_links.get(physical, [])]
+
+    # -- records -----------------------------------------------------------------------------------
+    def apply(self, key: str, value: dict[str, Any] | None) -> None:
+        kind, *parts = json.loads(key)
+        handler = getattr(self, f"_apply_{kind}", None)
+        if handler is None:
+            return  # a newer proxy's record type: ignore rather than fail replay
+        handler(*parts, value=value)
+        self.version += 1
+
+    def _apply_vc(self, name: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            vc = self.vcs.pop(name, None)
+            if vc is not None:
+                self.principals = {p: v for p, v in self.principals.items() if v != name}
+                self.client_ids = {c: v for c, v in self.client_ids.items() if v != name}
+            return
+        existing = self.vcs.get(name)
+        if existing is not None:
+            return  # cluster id and VC id are immutable once created
+        self.vcs[name] = VirtualCluster(name=name, id=value["id"], cluster_id=value["cluster_id"])
+
+    def _apply_principal(self, principal: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.principals.pop(principal, None)
+        else:
+            self.principals[principal] = value["vc"]
+
+    def _apply_client(self, client_id: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.client_ids.pop(client_id, None)
+        else:
+            self.client_ids[client_id] = value["vc"]
+
+    def _apply_link(self, vc_name: str, link: str, *, value: dict[str, Any] | None) -> None:
+        vc = self.vcs.get(vc_name)
+        if vc is None:
+            return
+        old = vc.links.pop(link, None)
+        if old is not None:
+            names = vc.physical_links.get(old, [])
+            if link in names:
+                names.remove(link)
+            if not names:
+                vc.physical_links.pop(old, None)
+        if value is not None:
+            physical = value["physical"]
+            vc.links[link] = physical
+            vc.physical_links.setdefault(physical, []).append(link)
+
+    def _apply_topic(self, physical: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            topic_id = self.topic_ids.pop(physical, None)
+            if topic_id is not None:
+                self.topics_by_id.pop(topic_id, None)
+            return
+        topic_id = uuid.UUID(value["topic_id"])
+        self.topic_ids[physical] = topic_id
+        self.topics_by_id[topic_id] = physical
+
+
+# -- record constructors: (key, value) pairs for the state topic ----------------------------------
+
+
+def _key(*parts: str) -> str:
+    return json.dumps(list(parts), separators=(",", ":"))
+
+
+def vc_record(name: str, vc_id: str | None = None, cluster_id: str | None = None) -> tuple[str, dict[str, Any]]:
+    validate_vc_name(name)
+    return _key("vc", name), {"id": vc_id or str(uuid.uuid4()), "cluster_id": cluster_id or new_cluster_id()}
+
+
+def vc_delete(name: str) -> tuple[str, None]:
+    return _key("vc", name), None
+
+
+def principal_record(principal: str, vc: str | None) -> tuple[str, dict[str, Any] | None]:
+    return _key("principal", principal), (None if vc is None else {"vc": vc})
+
+
+def client_record(client_id: str, vc: str | None) -> tuple[str, dict[str, Any] | None]:
+    return _key("client", client_id), (None if vc is None else {"vc": vc})
+
+
+def link_record(vc: str, link: str, physical: str | None) -> tuple[str, dict[str, Any] | None]:
+    validate_link_name(link)
+    return _key("link", vc, link), (None if physical is None else {"physical": physical})
+
+
+def topic_record(physical: str, topic_id: uuid.UUID | None) -> tuple[str, dict[str, Any] | None]:
+    return _key("topic", physical), (None if topic_id is None else {"topic_id": str(topic_id)})
