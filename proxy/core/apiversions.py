@@ -31,6 +31,30 @@ def proxy_versions() -> VersionTable:
     return table
 
 
+@functools.cache
+def tenant_versions() -> VersionTable:
+    """What a proxy with virtual clusters advertises: only APIs the tenant rules cover, and for
+    denied APIs only versions whose response can carry the refusal (a top-level error code).
+
+    ApiVersions comes before authentication, so this applies to every client of such a proxy.
+    """
+    from ..protocol.apis import response_type
+    from ..tenancy.engine import tenant_rules
+
+    table = {}
+    for key, (low, high) in proxy_versions().items():
+        rule = tenant_rules().get(key)
+        if rule is None:
+            continue
+        if rule.action == "deny":
+            usable = [v for v in range(low, high + 1) if "error_code" in response_type(key, v).__dataclass_fields__]
+            if not usable:
+                continue
+            low = usable[0]
+        table[key] = (low, high)
+    return table
+
+
 def intersect(upstream: VersionTable, ours: VersionTable) -> VersionTable:
     out = {}
     for key, (lo, hi) in upstream.items():

@@ -12,7 +12,7 @@ import enum
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..protocol import codec
 from ..protocol.apis import ApiInfo, api_info
@@ -75,6 +75,8 @@ class Pending:
     endpoint_rule: EndpointRule | None = None
     reply: bytes | None = None  # set for LOCAL answers
     close_after: bool = False  # close the connection once the reply is written
+    exchange: Any = None  # the tenant engine's state for this request (virtual-cluster principals)
+    writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
 
 
 @dataclass(slots=True)
@@ -82,6 +84,7 @@ class RequestDecision:
     action: Action
     pending: Pending | None = None  # None: no response will come (acks=0 Produce) or CLOSE
     reason: str = ""
+    pieces: list[bytes | memoryview] | None = None  # rewritten request to forward (None: the frame as is)
 
 
 @dataclass(slots=True)
@@ -89,15 +92,65 @@ class ResponseResult:
     pieces: list[bytes | memoryview]  # the frame to send, size prefix first
     brokers: list[BrokerEndpoint] = field(default_factory=list)  # upstream endpoints seen
     full_broker_list: bool = False  # True for Metadata: `brokers` is the whole cluster
+    writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
+
+
+class Tenancy(Protocol):
+    """What a session needs of the virtual-cluster layer (proxy/state/service.py provides it)."""
+
+    image: Any  # proxy.tenancy.model.TenancyImage
+    policy: Any  # proxy.tenancy.engine.Policy
+    refuse_unbound: bool
 
 
 class ProxySession:
-    def __init__(self, layout: ListenerLayout, authenticator: Authenticator | None = None):
+    def __init__(
+        self,
+        layout: ListenerLayout,
+        authenticator: Authenticator | None = None,
+        tenancy: Tenancy | None = None,
+        principal: str | None = None,
+    ):
         self.rewriter = EndpointRewriter(layout)
         self.authenticator = authenticator
+        self.tenancy = tenancy
+        self._principal = principal  # for listeners without SASL (PLAINTEXT: User:ANONYMOUS, mTLS: mapped)
+        self.vc: Any = None  # the principal's virtual cluster, resolved at its first request
+        self.engine: Any = None
+        self._resolved = False
         # Until the client asks ApiVersions, versions are bounded by what the proxy can parse.
-        self.versions = dict(apiversions.proxy_versions())
+        self.supported = apiversions.tenant_versions() if tenancy is not None else apiversions.proxy_versions()
+        self.versions = dict(self.supported)
         self.in_flight: deque[Pending] = deque()
+
+    @property
+    def principal(self) -> str | None:
+        if self.authenticator is not None and self.authenticator.complete:
+            return self.authenticator.principal
+        return self._principal
+
+    def _resolve_tenant(self, frame: memoryview, info: ApiInfo, version: int) -> RequestDecision | None:
+        """Bind the connection to its principal's VC (KIP-1134: by principal, else by client id)."""
+        self._resolved = True
+        if self.tenancy is None:
+            return None
+        client_id = parse_request_header(frame, info.request_header_version(version)).client_id
+        self.vc = self.tenancy.image.vc_for(self.principal, client_id)
+        if self.vc is None:
+            if self.tenancy.refuse_unbound:
+                return RequestDecision(Action.CLOSE, reason=f"{self.principal} is bound to no virtual cluster")
+            return None
+        from ..tenancy.engine import TenantEngine
+
+        self.engine = TenantEngine(self.vc, self.tenancy.image, self.tenancy.policy, self)
+        log.info(
+            "%s (client id %r) is in virtual cluster %s (cluster id %s)",
+            self.principal,
+            client_id,
+            self.vc.name,
+            self.vc.cluster_id,
+        )
+        return None
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -123,6 +176,10 @@ class ProxySession:
         low, high = self.versions.get(api_key, (0, -1))
         if not low <= version <= high:
             return self._refuse(info, version, correlation_id, UNSUPPORTED_VERSION, f"{rule.name} v{version}")
+        if not self._resolved and (refusal := self._resolve_tenant(frame, info, version)) is not None:
+            return refusal
+        if self.engine is not None:
+            return self._tenant_request(info, version, correlation_id, frame)
         rule = rules_for(api_key, version)
         if rule is not None and rule.mode == "keep":
             rule = None
@@ -131,6 +188,48 @@ class ProxySession:
             return RequestDecision(Action.FORWARD, None)
         self.in_flight.append(pending)
         return RequestDecision(Action.FORWARD, pending)
+
+    def _tenant_request(self, info: ApiInfo, version: int, correlation_id: int, frame: memoryview) -> RequestDecision:
+        from ..tenancy.engine import tenant_rules
+        from ..tenancy.model import TenancyError
+
+        trule = tenant_rules().get(info.key)
+        if trule is None or trule.action == "deny":
+            error = trule.error if trule is not None else CLUSTER_AUTHORIZATION_FAILED
+            return self._refuse(info, version, correlation_id, error, f"{info.name} in virtual cluster {self.vc.name}")
+        header = parse_request_header(frame, info.request_header_version(version))
+        try:
+            exchange, out = self.engine.request(info.key, version, frame, header.body_offset)
+        except (CodecError, TenancyError, TruncatedError, KeyError, ValueError) as exc:
+            return RequestDecision(Action.CLOSE, reason=f"cannot translate {info.name} v{version}: {exc}")
+        endpoint_rule = rules_for(info.key, version)
+        if endpoint_rule is not None and endpoint_rule.mode == "keep":
+            endpoint_rule = None
+        pending = Pending(
+            info.key, version, correlation_id, info.response_header_version(version), endpoint_rule, exchange=exchange
+        )
+        if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
+            decision = self._local(pending, codec.encode(out))
+            pending.writes = list(exchange.writes)
+            return decision
+        if info.key == PRODUCE_KEY and _produce_acks(frame, info, version) == 0:
+            return RequestDecision(Action.FORWARD, None, pieces=out)
+        self.in_flight.append(pending)
+        return RequestDecision(Action.FORWARD, pending, pieces=out)
+
+    def _tenant_response(self, pending: Pending, frame: memoryview) -> ResponseResult:
+        offset = response_body_offset(frame, pending.response_header_version)
+        rule = pending.endpoint_rule
+        seen: list[BrokerEndpoint] = []
+        if rule is not None and rule.mode == "splice":
+            pieces, seen = self.rewriter.rewrite_body(rule, pending.api_key, pending.api_version, frame, offset)
+            if len(pieces) > 1:  # rare (leader changes): join so the tenant pass sees one frame
+                frame = memoryview(b"".join(bytes(p) for p in pieces))
+            rule = None
+        exchange = pending.exchange
+        post = (lambda body: self.rewriter.rewrite_entity(rule, body, seen)) if rule is not None else None
+        pieces = self.engine.response(exchange, frame, offset, post)
+        return ResponseResult(pieces, seen, full_broker_list=pending.api_key == 3, writes=list(exchange.writes))
 
     def _sasl(self, info: ApiInfo, version: int, correlation_id: int, frame: memoryview) -> RequestDecision:
         assert self.authenticator is not None
@@ -193,12 +292,14 @@ class ProxySession:
         try:
             if pending.api_key == API_VERSIONS_KEY:
                 return ResponseResult(self._api_versions_response(pending, frame))
+            if pending.exchange is not None:
+                return self._tenant_response(pending, frame)
             rule = pending.endpoint_rule
             if rule is None:
                 return ResponseResult([frame])
             offset = response_body_offset(frame, pending.response_header_version)
             pieces, seen = self.rewriter.rewrite_body(rule, pending.api_key, pending.api_version, frame, offset)
-        except (CodecError, TruncatedError, ValueError) as exc:
+        except (CodecError, TruncatedError, ValueError, KeyError) as exc:
             raise ProtocolViolation(
                 f"cannot rewrite response to api {pending.api_key} v{pending.api_version}: {exc}"
             ) from exc
@@ -208,7 +309,7 @@ class ProxySession:
         body_offset = response_body_offset(frame, 0)
         response = apiversions.decode_response(pending.api_version, frame[body_offset:])
         upstream = apiversions.table_of(response)
-        self.versions = apiversions.intersect(upstream, apiversions.proxy_versions())
+        self.versions = apiversions.intersect(upstream, self.supported)
         body = codec.encode(apiversions.with_table(response, self.versions))
         if int(response.error_code) == UNSUPPORTED_VERSION:
             pending.api_version = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -21,6 +22,7 @@ from .frames import FrameReader
 log = logging.getLogger(__name__)
 
 BrokersSeen = Callable[[list[BrokerEndpoint], bool], Awaitable[None]]
+StateWriter = Callable[[list[Any]], Awaitable[None]]
 
 # Errors that end one connection and nothing else.
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, FrameError, ProtocolViolation)
@@ -37,6 +39,7 @@ class ClientConnection:
         buffer_size: int,
         on_brokers: BrokersSeen,
         name: str,
+        write_state: StateWriter | None = None,
     ):
         self.client = client
         self.upstream = upstream
@@ -44,6 +47,7 @@ class ClientConnection:
         self.client_reader = FrameReader(client, max_frame_bytes, buffer_size)
         self.upstream_reader = FrameReader(upstream, max_frame_bytes, buffer_size)
         self.on_brokers = on_brokers
+        self.write_state = write_state
         self.name = name
         self._work = trio.Event()  # set when a request is queued, so the response pump looks again
         self._requests_done = False
@@ -77,6 +81,13 @@ class ClientConnection:
         self._work.set()
         self._work = trio.Event()
 
+    async def _persist(self, records: list[Any]) -> None:
+        """State changes (new links, learned topic ids) are durable before the client hears of them."""
+        if records:
+            if self.write_state is None:
+                raise RuntimeError("state changes without a state store")
+            await self.write_state(records)
+
     async def _request_pump(self, connection_scope: trio.CancelScope) -> None:
         with trio.CancelScope() as self._request_scope:
             while True:
@@ -86,7 +97,11 @@ class ClientConnection:
                 decision = self.session.on_request(frame)
                 self.requests += 1
                 if decision.action is Action.FORWARD:
-                    await self.upstream.send_all(frame)
+                    if decision.pieces is None:
+                        await self.upstream.send_all(frame)
+                    else:
+                        for piece in decision.pieces:
+                            await self.upstream.send_all(piece)
                 elif decision.action is Action.CLOSE:
                     log.info("%s: closing: %s", self.name, decision.reason)
                     connection_scope.cancel()
@@ -102,6 +117,7 @@ class ClientConnection:
             local = session.next_local_reply()
             if local is not None:
                 assert local.reply is not None
+                await self._persist(local.writes)
                 await self.client.send_all(local.reply)
                 if local.close_after:
                     log.info("%s: closing after %s", self.name, "failed authentication")
@@ -120,5 +136,6 @@ class ClientConnection:
             result = session.on_response(frame)
             if result.brokers:
                 await self.on_brokers(result.brokers, result.full_broker_list)
+            await self._persist(result.writes)
             for piece in result.pieces:
                 await self.client.send_all(piece)

@@ -1,0 +1,468 @@
+"""API-specific tenant logic beyond field translation, named `<handler>_request` / `<handler>_response`.
+
+Request hooks run before the generic translation of annotated fields (so they may add *virtual*
+names for it to translate) and may raise LocalAnswer; response hooks run before the reverse
+translation (so they see physical names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import typing
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+
+from ..protocol import codec
+from .engine import Exchange, LocalAnswer, TenantEngine
+from .model import TenancyError, link_record, physical_topic_for, topic_record
+from .translate import HIDDEN, ZERO_UUID
+
+TOPIC, GROUP, BROKER, BROKER_LOGGER = 2, 32, 4, 8
+CONSUMER = "consumer"
+ALL_OPERATIONS_UNSET = -2147483648
+# Cluster operations a VC principal may use through the proxy (AclOperation codes): CREATE (topics),
+# DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE. Reported by DescribeCluster (KIP-700).
+TENANT_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 8, 10, 12))
+
+
+def _item_type(cls: type, field_name: str) -> type:
+    hint = typing.get_type_hints(cls)[field_name]
+    args = typing.get_args(hint)
+    inner = args[0] if typing.get_origin(hint) is tuple else hint
+    if typing.get_origin(inner) is not None:  # Optional[tuple[...]]
+        inner = typing.get_args(typing.get_args(inner)[0])[0]
+    return inner
+
+
+def _error_answer(ex: Exchange, error: int) -> LocalAnswer:
+    body = codec.error_response_body(ex.api_key, ex.version, error)
+    if body is None:
+        raise TenancyError(f"api {ex.api_key} v{ex.version} cannot carry error {error}")
+    cls = _response_cls(ex)
+    entity, _ = codec.decode(cls, body)
+    return LocalAnswer(entity)
+
+
+def _response_cls(ex: Exchange) -> type:
+    from ..protocol.apis import response_type
+
+    return response_type(ex.api_key, ex.version)
+
+
+# -- Metadata ---------------------------------------------------------------------------------------
+
+
+def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    item = _item_type(type(body), "topics")
+    topics = body.topics
+    if topics is None or (ex.version == 0 and not topics):
+        # "All topics" means all of the VC's: ask the broker for exactly those, never the cluster's.
+        links = sorted(engine.vc.links) or [f"{uuid.uuid4()}.none"]
+        ex.state["all"] = True
+        kwargs = {"topic_id": ZERO_UUID} if "topic_id" in {f.name for f in dataclasses.fields(item)} else {}
+        topics = tuple(item(name=link, **kwargs) for link in links)
+    changes: dict[str, Any] = {"topics": topics}
+    if hasattr(body, "allow_auto_topic_creation"):
+        changes["allow_auto_topic_creation"] = False  # the broker would create the *physical* name
+    return dataclasses.replace(body, **changes)
+
+
+def metadata_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    kept = []
+    for topic in body.topics:
+        if ex.state.get("all") and int(topic.error_code) != 0:
+            continue  # a dangling link (or the empty-VC placeholder) is not a topic
+        if int(topic.error_code) == 0 and getattr(topic, "topic_id", None) is not None:
+            _learn_topic_id(engine, ex, topic.name, topic.topic_id)
+        kept.append(dataclasses.replace(topic, is_internal=False) if hasattr(topic, "is_internal") else topic)
+    changes: dict[str, Any] = {"topics": tuple(kept)}
+    if hasattr(body, "cluster_id"):
+        changes["cluster_id"] = engine.vc.cluster_id
+    return dataclasses.replace(body, **changes)
+
+
+def _learn_topic_id(engine: TenantEngine, ex: Exchange, physical: str | None, topic_id: Any) -> None:
+    if physical is None or topic_id in (None, ZERO_UUID) or physical not in engine.vc.physical_links:
+        return
+    if engine.image.topic_ids.get(physical) != topic_id:
+        record = topic_record(physical, topic_id)
+        engine.image.apply(*record)  # a fact from the broker: usable at once, persisted before the reply
+        ex.writes.append(record)
+
+
+# -- Fetch, ListOffsets, OffsetForLeaderEpoch: consumers only -------------------------------------------
+
+
+def fetch_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    replica = body.replica_state.replica_id if hasattr(body, "replica_state") else getattr(body, "replica_id", -1)
+    if int(replica) >= 0:
+        raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))  # follower fetch: brokers only
+    if getattr(body, "cluster_id", None) is not None:
+        body = dataclasses.replace(body, cluster_id=None)  # a KRaft replica field; never the client's
+    return body
+
+
+def replica_id_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if int(getattr(body, "replica_id", -1)) >= 0:
+        raise TenancyError("replica requests are for brokers only")
+    return body
+
+
+# -- FindCoordinator -----------------------------------------------------------------------------------
+
+
+def find_coordinator_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    key_type = int(getattr(body, "key_type", 0))
+    if key_type not in (0, 1):  # 2 = share partition keys: broker-internal (CLUSTER_ACTION)
+        raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))
+    ex.state["kind"] = "group" if key_type == 0 else "txn"
+    changes = {}
+    if hasattr(body, "key") and body.key is not None:
+        changes["key"] = engine.vc.physical_id(body.key)
+    if getattr(body, "coordinator_keys", None):
+        changes["coordinator_keys"] = tuple(engine.vc.physical_id(k) for k in body.coordinator_keys)
+    return dataclasses.replace(body, **changes)
+
+
+def find_coordinator_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if not getattr(body, "coordinators", None):
+        return body
+    kind = ex.state.get("kind", "group")
+    return dataclasses.replace(
+        body, coordinators=tuple(dataclasses.replace(c, key=ex.tx.to_virtual(kind, c.key)) for c in body.coordinators)
+    )
+
+
+# -- Classic groups: consumer-protocol bytes ------------------------------------------------------------
+
+
+def _consumer_protocol(module: str, data: bytes, to_physical: bool, ex: Exchange) -> bytes:
+    if not data or len(data) < 2:
+        return data
+    version = int.from_bytes(data[:2], "big", signed=True)
+    use = min(max(version, 0), 3)
+    cls_name = "ConsumerProtocolSubscription" if module == "subscription" else "ConsumerProtocolAssignment"
+    mod = importlib.import_module(f"kio.schema.consumer_protocol_{module}.v{use}.data")
+    cls = getattr(mod, cls_name)
+    try:
+        entity, _ = codec.decode(cls, data, 2)
+    except codec.CodecError:
+        return data  # not consumer-protocol bytes after all: leave opaque
+    translate = ex.tx.to_physical if to_physical else ex.tx.to_virtual
+    if module == "subscription":
+        entity = dataclasses.replace(entity, topics=tuple(translate("topic", t) for t in entity.topics))
+        if hasattr(entity, "owned_partitions"):
+            entity = dataclasses.replace(
+                entity,
+                owned_partitions=tuple(
+                    dataclasses.replace(p, topic=translate("topic", p.topic)) for p in entity.owned_partitions
+                ),
+            )
+    else:
+        entity = dataclasses.replace(
+            entity,
+            assigned_partitions=tuple(
+                dataclasses.replace(p, topic=translate("topic", p.topic)) for p in entity.assigned_partitions
+            ),
+        )
+    return use.to_bytes(2, "big") + codec.encode(entity)
+
+
+def subscription_kind(engine: TenantEngine, ex: Exchange, value: bytes, to_physical: bool) -> bytes:
+    return _consumer_protocol("subscription", value, to_physical, ex)
+
+
+def assignment_kind(engine: TenantEngine, ex: Exchange, value: bytes, to_physical: bool) -> bytes:
+    return _consumer_protocol("assignment", value, to_physical, ex)
+
+
+def join_group_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    engine.group_protocols[body.group_id] = body.protocol_type
+    if body.protocol_type != CONSUMER:
+        return body
+    ex.state["consumer"] = True
+    return dataclasses.replace(
+        body,
+        protocols=tuple(
+            dataclasses.replace(p, metadata=subscription_kind(engine, ex, p.metadata, True)) for p in body.protocols
+        ),
+    )
+
+
+def join_group_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if not ex.state.get("consumer"):
+        return body
+    return dataclasses.replace(
+        body,
+        members=tuple(
+            dataclasses.replace(m, metadata=subscription_kind(engine, ex, m.metadata, False)) for m in body.members
+        ),
+    )
+
+
+def sync_group_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    protocol_type = getattr(body, "protocol_type", None) or engine.group_protocols.get(body.group_id)
+    if protocol_type != CONSUMER:
+        return body
+    ex.state["consumer"] = True
+    return dataclasses.replace(
+        body,
+        assignments=tuple(
+            dataclasses.replace(a, assignment=assignment_kind(engine, ex, a.assignment, True)) for a in body.assignments
+        ),
+    )
+
+
+def sync_group_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if not ex.state.get("consumer"):
+        return body
+    return dataclasses.replace(body, assignment=assignment_kind(engine, ex, body.assignment, False))
+
+
+def describe_groups_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    groups = []
+    for group in body.groups:
+        if group.protocol_type == CONSUMER:
+            group = dataclasses.replace(
+                group,
+                members=tuple(
+                    dataclasses.replace(
+                        m,
+                        member_metadata=subscription_kind(engine, ex, m.member_metadata, False),
+                        member_assignment=assignment_kind(engine, ex, m.member_assignment, False),
+                    )
+                    for m in group.members
+                ),
+            )
+        groups.append(group)
+    return dataclasses.replace(body, groups=tuple(groups))
+
+
+# -- Regexes ------------------------------------------------------------------------------------------
+
+
+def topic_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_physical: bool) -> str | None:
+    """KIP-848 regex subscriptions, confined to the VC.
+
+    The broker evaluates the regex over every physical topic, and physical names carry random
+    UUIDs, so no rewrite of the pattern alone can confine it to one VC. The proxy evaluates the
+    pattern over the VC's link names itself and sends the alternation of the matching physical
+    names; heartbeats re-send it when the VC's topics change (see session). Unmatched: a name that
+    exists nowhere.
+    """
+    if value is None:
+        return None
+    if not to_physical:
+        return engine.regex_by_expansion.get(value, HIDDEN)
+    try:
+        pattern = re.compile(value)
+    except re.error:
+        return f"{uuid.uuid4()}\\.invalid-regex"
+    physical = sorted(engine.vc.links[link] for link in engine.vc.links if pattern.fullmatch(link))
+    expansion = "|".join(re.escape(p) for p in physical) or re.escape(f"{uuid.uuid4()}.none")
+    engine.regex_by_expansion[expansion] = value
+    return expansion
+
+
+def txn_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_physical: bool) -> str | None:
+    if value is None or not to_physical:
+        return value
+    # Transactional ids carry the fixed VC prefix, so confining the pattern is exact here.
+    return f"{engine.vc.id}\\.(?:{value})"
+
+
+SPECIAL_KINDS = {
+    "subscription": subscription_kind,
+    "assignment": assignment_kind,
+    "topic_regex": topic_regex_kind,
+    "txn_regex": txn_regex_kind,
+}
+
+
+# -- Topic administration --------------------------------------------------------------------------------
+
+
+def create_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    created: dict[str, str] = {}
+    topics = []
+    for topic in body.topics:
+        link = topic.name
+        physical = engine.vc.physical_topic(link)
+        if physical is None:
+            try:
+                physical = physical_topic_for(link)
+            except TenancyError:
+                physical = f"{link}!"  # not a legal topic name: the broker answers INVALID_TOPIC_EXCEPTION
+            created[physical] = link
+        ex.tx.topics[physical] = link
+        topics.append(dataclasses.replace(topic, name=physical))
+    ex.state["created"] = created
+    ex.state["validate_only"] = bool(getattr(body, "validate_only", False))
+    ex.state["skip_generic"] = True  # names are physical now: the generic pass must not translate again
+    return dataclasses.replace(body, topics=tuple(topics))
+
+
+def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if ex.state.get("validate_only"):
+        return body
+    for topic in body.topics:
+        link = ex.state["created"].get(topic.name)
+        if link is None or int(topic.error_code) != 0:
+            continue
+        ex.writes.append(link_record(engine.vc.name, link, topic.name))
+        if getattr(topic, "topic_id", None) not in (None, ZERO_UUID):
+            ex.writes.append(topic_record(topic.name, topic.topic_id))
+    return body
+
+
+def delete_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    """Deleting a topic in a VC deletes the link; the physical topic goes only with its last link
+    (and only if policy.delete_physical_topic), as KIP-1134 describes."""
+    local: list[tuple[str, str, Any]] = []  # (link, physical, topic id) removed without the broker
+    forward_links: dict[str, str] = {}  # physical -> link for those the broker deletes
+
+    def decide(link: str | None, topic_id: Any) -> bool:
+        """True: keep in the forwarded request."""
+        vc = engine.vc
+        physical = vc.physical_topic(link) if link is not None else engine.image.physical_for_id(topic_id)
+        if physical is None or physical not in vc.physical_links:
+            return True  # unknown: the broker answers UNKNOWN_TOPIC(_ID) for the placeholder
+        link = link or vc.link_for(physical)
+        others = [x for x in engine.image.links_to(physical) if x != (vc.name, link)]
+        if others or not engine.policy.delete_physical_topic:
+            local.append((link, physical, engine.image.topic_ids.get(physical)))
+            return False
+        forward_links[physical] = link  # type: ignore[assignment]
+        return True
+
+    if hasattr(body, "topics") and body.topics:
+        body = dataclasses.replace(body, topics=tuple(t for t in body.topics if decide(t.name, t.topic_id)))
+    elif hasattr(body, "topic_names"):
+        body = dataclasses.replace(body, topic_names=tuple(n for n in body.topic_names if decide(n, None)))
+    ex.state["local"] = local
+    ex.state["forward"] = forward_links
+    for link, _physical, _ in local:
+        ex.writes.append(link_record(engine.vc.name, link, None))
+    remaining = body.topics if hasattr(body, "topics") else body.topic_names
+    if local and not remaining:
+        raise LocalAnswer(_delete_topics_local(ex, _response_cls(ex)))
+    return body
+
+
+def _delete_topics_local(ex: Exchange, cls: type) -> Any:
+    item = _item_type(cls, "responses")
+    fields = {f.name for f in dataclasses.fields(item)}
+    results = []
+    for link, _physical, topic_id in ex.state["local"]:
+        kwargs: dict[str, Any] = {"name": link, "error_code": ErrorCode.none}
+        if "topic_id" in fields:
+            kwargs["topic_id"] = topic_id or ZERO_UUID
+        results.append(codec._empty(item, **kwargs))
+    return codec._empty(cls, responses=tuple(results))
+
+
+def delete_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    for result in body.responses:
+        physical = result.name or (
+            engine.image.physical_for_id(result.topic_id) if getattr(result, "topic_id", None) else None
+        )
+        link = ex.state["forward"].get(physical) if physical else None
+        if link is not None and int(result.error_code) == 0:
+            ex.writes.append(link_record(engine.vc.name, link, None))
+            ex.writes.append(topic_record(physical, None))
+    if ex.state["local"]:
+        extra = _delete_topics_local(ex, type(body)).responses
+        # Local results are already virtual: keep them out of the reverse translation.
+        ex.state["local_results"] = extra
+    return body
+
+
+def delete_topics_finish(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    extra = ex.state.get("local_results")
+    return dataclasses.replace(body, responses=body.responses + extra) if extra else body
+
+
+# -- Configs --------------------------------------------------------------------------------------------
+
+
+def configs_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    denied: dict[str, tuple[int, str]] = {}
+    resources = []
+    for resource in body.resources:
+        rtype, name = int(resource.resource_type), resource.resource_name
+        if rtype == TOPIC:
+            name = ex.tx.topic(name)
+        elif rtype == GROUP:
+            name = engine.vc.physical_id(name)
+        else:
+            # Broker, logger and client-metrics configs describe the physical cluster: never forwarded.
+            # Asked as an unknown topic so the answer keeps the API's shape; the error is set on the way back.
+            fake = f"{uuid.uuid4()}.denied"
+            denied[fake] = (rtype, name)
+            rtype, name = TOPIC, fake
+        resources.append(dataclasses.replace(resource, resource_type=i8(rtype), resource_name=name))
+    ex.state["denied"] = denied
+    return dataclasses.replace(body, resources=tuple(resources))
+
+
+def configs_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    field_name = "results" if hasattr(body, "results") else "responses"
+    out = []
+    for result in getattr(body, field_name):
+        rtype, name = int(result.resource_type), result.resource_name
+        if name in ex.state["denied"]:
+            rtype, name = ex.state["denied"][name]
+            result = dataclasses.replace(
+                result,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message="not available in a virtual cluster",
+                **({"configs": ()} if hasattr(result, "configs") else {}),
+            )
+        elif rtype == TOPIC:
+            name = ex.tx.virtual_topic(name)
+        elif rtype == GROUP:
+            name = ex.tx.to_virtual("group", name)
+        out.append(dataclasses.replace(result, resource_type=i8(rtype), resource_name=name))
+    return dataclasses.replace(body, **{field_name: tuple(out)})
+
+
+# -- DescribeCluster (KIP-700) ------------------------------------------------------------------------------
+
+
+def describe_cluster_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if int(getattr(body, "endpoint_type", 1)) != 1:
+        raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))  # controllers are not proxied
+    ex.state["ops"] = bool(body.include_cluster_authorized_operations)
+    return body
+
+
+def describe_cluster_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    ops = TENANT_CLUSTER_OPERATIONS if ex.state.get("ops") else ALL_OPERATIONS_UNSET
+    return dataclasses.replace(body, cluster_id=engine.vc.cluster_id, cluster_authorized_operations=i32(ops))
+
+
+# -- DescribeTopicPartitions (KIP-966) -----------------------------------------------------------------------
+
+
+def describe_topic_partitions_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    if body.topics:
+        return body
+    item = _item_type(type(body), "topics")
+    links = sorted(engine.vc.links) or [f"{uuid.uuid4()}.none"]
+    ex.state["all"] = True
+    return dataclasses.replace(body, topics=tuple(item(name=link) for link in links))
+
+
+def describe_topic_partitions_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    topics = body.topics
+    if ex.state.get("all"):
+        topics = tuple(t for t in topics if int(t.error_code) == 0)
+    for topic in topics:
+        if int(topic.error_code) == 0:
+            _learn_topic_id(engine, ex, topic.name, topic.topic_id)
+    return dataclasses.replace(body, topics=tuple(dataclasses.replace(t, is_internal=False) for t in topics))

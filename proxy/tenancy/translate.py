@@ -1,0 +1,115 @@
+"""Translation of identifiers between a virtual cluster's names and the physical cluster's.
+
+One `Translation` lives for one request/response pair: it remembers what it translated on the way
+in (physical name -> the name the client used, substituted ids -> the ids the client sent), so the
+response says exactly what the client asked about.
+
+Unknown names and foreign ids never reach the broker as themselves: an unknown topic name becomes
+a fresh `UUID.name` that exists nowhere, a topic id the VC does not own becomes a fresh random id.
+The broker then answers UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID in the API's own response
+shape, and the proxy maps the placeholder back. Nothing of another tenant can be named or probed.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import TenancyImage, VirtualCluster
+
+HIDDEN = "<hidden>"
+ZERO_UUID = uuid.UUID(int=0)
+_PHYSICAL_PREFIX = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.([a-zA-Z0-9._-]*)")
+
+
+@dataclass
+class Translation:
+    vc: VirtualCluster
+    image: TenancyImage
+    topics: dict[str, str] = field(default_factory=dict)  # physical -> virtual, as requested
+    fake_ids: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # placeholder -> client's id
+    unknown_topics: set[str] = field(default_factory=set)  # virtual names with no link
+
+    # -- requests: virtual -> physical -------------------------------------------------------------
+    def to_physical(self, kind: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if kind == "topic":
+            return self.topic(value)
+        if kind in ("group", "txn"):
+            return self.vc.physical_id(value)
+        if kind == "topic_id":
+            return self.topic_id(value)
+        raise ValueError(f"unknown identifier kind {kind!r}")
+
+    def topic(self, link: str) -> str:
+        physical = self.vc.physical_topic(link)
+        if physical is None:
+            self.unknown_topics.add(link)
+            physical = f"{uuid.uuid4()}.{link}"  # exists nowhere: the broker reports it unknown
+        self.topics[physical] = link
+        return physical
+
+    def topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
+        if topic_id == ZERO_UUID or self.image.owns_topic_id(self.vc, topic_id):
+            return topic_id
+        fake = uuid.uuid4()
+        self.fake_ids[fake] = topic_id
+        return fake
+
+    # -- responses: physical -> virtual -------------------------------------------------------------
+    def to_virtual(self, kind: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if kind == "topic":
+            return self.virtual_topic(value)
+        if kind in ("group", "txn"):
+            virtual = self.vc.virtual_id(value)
+            return HIDDEN if virtual is None else virtual
+        if kind == "topic_id":
+            return self.virtual_topic_id(value)
+        raise ValueError(f"unknown identifier kind {kind!r}")
+
+    def virtual_topic(self, physical: str) -> str:
+        if physical in self.topics:
+            return self.topics[physical]
+        link = self.vc.link_for(physical)
+        return HIDDEN if link is None else link
+
+    def virtual_topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
+        if topic_id in self.fake_ids:
+            return self.fake_ids[topic_id]
+        if topic_id == ZERO_UUID or self.owns_id(topic_id):
+            return topic_id
+        return ZERO_UUID
+
+    def owns_id(self, topic_id: uuid.UUID) -> bool:
+        return self.image.owns_topic_id(self.vc, topic_id)
+
+    # -- listings: is this physical identifier the VC's? ---------------------------------------------
+    def visible(self, kind: str, value: Any) -> bool:
+        if value is None:
+            return True
+        if kind == "topic":
+            return value in self.topics or self.vc.link_for(value) is not None
+        if kind in ("group", "txn"):
+            return self.vc.virtual_id(value) is not None
+        if kind == "topic_id":
+            return value == ZERO_UUID or value in self.fake_ids or self.owns_id(value)
+        return False
+
+    # -- free text ------------------------------------------------------------------------------
+    def scrub(self, text: str | None) -> str | None:
+        """Error messages may quote physical names: say them the client's way, or hide them."""
+        if not text:
+            return text
+        text = text.replace(self.vc.prefix, "")
+
+        def replace(match: re.Match[str]) -> str:
+            physical = match.group(0)
+            virtual = self.virtual_topic(physical)
+            return virtual if virtual != HIDDEN else HIDDEN
+
+        return _PHYSICAL_PREFIX.sub(replace, text)
