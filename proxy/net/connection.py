@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import trio
 
@@ -40,6 +41,7 @@ class ClientConnection:
         on_brokers: BrokersSeen,
         name: str,
         write_state: StateWriter | None = None,
+        tap_dir: Path | None = None,
     ):
         self.client = client
         self.upstream = upstream
@@ -49,6 +51,14 @@ class ClientConnection:
         self.on_brokers = on_brokers
         self.write_state = write_state
         self.name = name
+        # Debugging aid (and the leak oracle's input): every byte sent to the client, one file per
+        # connection, renamed at close after the virtual cluster the connection was bound to.
+        self._tap_dir = tap_dir
+        self._tap: IO[bytes] | None = None
+        if tap_dir is not None:
+            tap_dir.mkdir(parents=True, exist_ok=True)
+            self._tap_path = tap_dir / f"{name.split()[0]}.open"
+            self._tap = self._tap_path.open("wb")
         self._work = trio.Event()  # set when a request is queued, so the response pump looks again
         self._requests_done = False
         self._request_scope: trio.CancelScope | None = None
@@ -71,6 +81,10 @@ class ClientConnection:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.client)
                 await trio.aclose_forcefully(self.upstream)
+            if self._tap is not None:
+                self._tap.close()
+                vc = getattr(self.session.vc, "name", None) or "physical"
+                self._tap_path.rename(self._tap_path.with_suffix(f".{vc}.bin"))
 
     def stop_reading(self) -> None:
         """Graceful drain: take no new requests, let the outstanding ones complete."""
@@ -80,6 +94,11 @@ class ClientConnection:
     def _wake(self) -> None:
         self._work.set()
         self._work = trio.Event()
+
+    async def _send(self, data: bytes | memoryview) -> None:
+        if self._tap is not None:
+            self._tap.write(data)
+        await self.client.send_all(data)
 
     async def _persist(self, records: list[Any]) -> None:
         """State changes (new links, learned topic ids) are durable before the client hears of them."""
@@ -118,7 +137,7 @@ class ClientConnection:
             if local is not None:
                 assert local.reply is not None
                 await self._persist(local.writes)
-                await self.client.send_all(local.reply)
+                await self._send(local.reply)
                 if local.close_after:
                     log.info("%s: closing after %s", self.name, "failed authentication")
                     connection_scope.cancel()
@@ -138,4 +157,4 @@ class ClientConnection:
                 await self.on_brokers(result.brokers, result.full_broker_list)
             await self._persist(result.writes)
             for piece in result.pieces:
-                await self.client.send_all(piece)
+                await self._send(piece)
