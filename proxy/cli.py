@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     from . import demo
 
     demo.register(sub)
+    from .auth import cli as auth_cli
+
+    auth_cli.register(sub)
+    from .state import cli as state_cli
+
+    state_cli.register(sub)
     try:
         from . import bench
     except ImportError:

@@ -6,11 +6,25 @@ unknown key into an error instead of a silently ignored typo).
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .auth import SASL_MECHANISMS
+from .auth.credentials import MAX_ITERATIONS, MIN_ITERATIONS, CredentialError, ScramCredential
 
 
 class ConfigError(Exception):
@@ -22,6 +36,66 @@ class _Strict(BaseModel):
 
 
 Port = Annotated[int, Field(ge=1, le=65535)]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+ScramMechanismName = Literal["SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def _file(value: str | None, info: ValidationInfo) -> str | None:
+    """A path relative to the config file's directory, which must exist."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    base = (info.context or {}).get("base_dir")
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    if not path.is_file():
+        raise ValueError(f"file not found: {path}")
+    return str(path)
+
+
+def _uses_tls(protocol: str) -> bool:
+    return protocol in ("SSL", "SASL_SSL")
+
+
+def _uses_sasl(protocol: str) -> bool:
+    return protocol.startswith("SASL_")
+
+
+class ListenerTlsConfig(_Strict):
+    certfile: str
+    """PEM certificate chain the proxy presents to clients."""
+    keyfile: str | None = None
+    """PEM private key (unencrypted); omit if it is in certfile."""
+    cafile: str | None = None
+    """CA bundle that signs client certificates (needed unless client_auth is none)."""
+    client_auth: Literal["required", "requested", "none"] = "none"
+    """Kafka's ssl.client.auth: required = mTLS, requested = optional client certificate."""
+    principal_mapping_rules: str | list[str] = "DEFAULT"
+    """Kafka's ssl.principal.mapping.rules, mapping the certificate subject DN to a user name."""
+    handshake_timeout_seconds: float = Field(10.0, gt=0)
+
+    _files = field_validator("certfile", "keyfile", "cafile")(_file)
+
+    @field_validator("principal_mapping_rules")
+    @classmethod
+    def _rules(cls, rules: str | list[str]) -> str | list[str]:
+        from .auth.tls import parse_rules
+
+        parse_rules(rules)  # PrincipalMappingError is a ValueError: reported with this key's path
+        return rules
+
+    @model_validator(mode="after")
+    def _loadable(self) -> ListenerTlsConfig:
+        if self.client_auth != "none" and self.cafile is None:
+            raise ValueError(f"client_auth {self.client_auth} needs cafile (the CA that signs client certificates)")
+        from .auth.tls import server_context
+
+        try:
+            server_context(self.certfile, self.keyfile, self.cafile, self.client_auth)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"cannot load the certificate, key or CA: {exc}") from None
+        return self
 
 
 class ListenerConfig(_Strict):
@@ -32,12 +106,25 @@ class ListenerConfig(_Strict):
     bootstrap_port: Port = 9192
     broker_port_base: Port | None = None
     """Broker with node id N is served on broker_port_base + N; default bootstrap_port + 1."""
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    """What clients speak to the proxy: SASL and TLS are terminated here."""
+    sasl_mechanisms: list[SaslMechanism] = Field(default_factory=lambda: list(SASL_MECHANISMS), min_length=1)
+    tls: ListenerTlsConfig | None = None
+    """Certificate and client authentication for SSL and SASL_SSL listeners."""
+    refuse_unbound_principals: bool = False
+    """Refuse principals not bound to a virtual cluster (read by the tenancy layer)."""
 
     @model_validator(mode="after")
     def _check(self) -> ListenerConfig:
         advertised = self.advertised_host or self.host
         if advertised in ("0.0.0.0", "::"):
             raise ValueError("advertised_host must be set when host is a wildcard address")
+        if _uses_tls(self.security_protocol) and self.tls is None:
+            raise ValueError(f"security_protocol {self.security_protocol} needs tls (certfile, keyfile)")
+        if not _uses_tls(self.security_protocol) and self.tls is not None:
+            raise ValueError(f"tls is set but security_protocol {self.security_protocol} does not use TLS")
+        if len(set(self.sasl_mechanisms)) != len(self.sasl_mechanisms):
+            raise ValueError("sasl_mechanisms lists a mechanism twice")
         return self
 
     @property
@@ -49,10 +136,77 @@ class ListenerConfig(_Strict):
         return self.broker_port_base if self.broker_port_base is not None else self.bootstrap_port + 1
 
 
+class UpstreamTlsConfig(_Strict):
+    cafile: str | None = None
+    """CA bundle that signs the brokers' certificates; the system CAs when omitted."""
+    certfile: str | None = None
+    """Client certificate for brokers that require one (ssl.client.auth=required)."""
+    keyfile: str | None = None
+    check_hostname: bool = True
+    """False is Kafka's ssl.endpoint.identification.algorithm= (the chain is still verified)."""
+
+    _files = field_validator("cafile", "certfile", "keyfile")(_file)
+
+    @model_validator(mode="after")
+    def _loadable(self) -> UpstreamTlsConfig:
+        if self.keyfile is not None and self.certfile is None:
+            raise ValueError("keyfile needs certfile")
+        from .auth.tls import client_context
+
+        try:
+            client_context(self.cafile, self.certfile, self.keyfile, self.check_hostname)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"cannot load the CA, certificate or key: {exc}") from None
+        return self
+
+
 class UpstreamConfig(_Strict):
     bootstrap_servers: list[str] = Field(min_length=1)
     connect_timeout_seconds: float = Field(10.0, gt=0)
     metadata_refresh_seconds: float = Field(30.0, gt=0)
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    """How the proxy connects to the brokers, with its own credentials (not the clients')."""
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: str | None = None
+    """File holding the password (trailing newline ignored); instead of sasl_password."""
+    tls: UpstreamTlsConfig | None = None
+
+    _password: str | None = PrivateAttr(None)
+    _password_file = field_validator("sasl_password_file")(_file)
+
+    @model_validator(mode="after")
+    def _security(self) -> UpstreamConfig:
+        protocol = self.security_protocol
+        if not _uses_tls(protocol) and self.tls is not None:
+            raise ValueError(f"tls is set but security_protocol {protocol} does not use TLS")
+        sasl_keys = ("sasl_mechanism", "sasl_username", "sasl_password", "sasl_password_file")
+        if not _uses_sasl(protocol):
+            given = [k for k in sasl_keys if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} set but security_protocol {protocol} does not use SASL")
+            return self
+        if self.sasl_mechanism is None or not self.sasl_username:
+            raise ValueError(f"security_protocol {protocol} needs sasl_mechanism and sasl_username")
+        if (self.sasl_password is None) == (self.sasl_password_file is None):
+            raise ValueError(f"security_protocol {protocol} needs exactly one of sasl_password, sasl_password_file")
+        if self.sasl_password is not None:
+            self._password = self.sasl_password.get_secret_value()
+        else:
+            assert self.sasl_password_file is not None
+            try:
+                text = Path(self.sasl_password_file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read sasl_password_file: {exc}") from None
+            self._password = text.rstrip("\r\n")
+        if not self._password:
+            raise ValueError("the SASL password is empty")
+        return self
+
+    def password(self) -> str | None:
+        """The upstream SASL password (from sasl_password or sasl_password_file)."""
+        return self._password
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -74,18 +228,131 @@ class LoggingConfig(_Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class VirtualClusterSeedConfig(_Strict):
+    """A virtual cluster to create if missing (ids are generated once, then kept in the state topic)."""
+
+    name: str
+    principals: list[str] = []
+    """Principals bound to this VC, e.g. "User:alice" (moved here if bound elsewhere)."""
+    client_ids: list[str] = []
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        from .tenancy.model import validate_vc_name
+
+        validate_vc_name(name)
+        return name
+
+    @field_validator("principals")
+    @classmethod
+    def _principals(cls, principals: list[str]) -> list[str]:
+        for principal in principals:
+            kind, sep, name = principal.partition(":")
+            if not sep or not kind or not name:
+                raise ValueError(f"principal {principal!r} must be TYPE:NAME, e.g. User:alice")
+        return principals
+
+    @field_validator("client_ids")
+    @classmethod
+    def _client_ids(cls, client_ids: list[str]) -> list[str]:
+        if "" in client_ids:
+            raise ValueError("a client id must not be empty")
+        return client_ids
+
+
+class TenancyConfig(_Strict):
+    enabled: bool = False
+    """Serve virtual clusters (KIP-1134) from the state topic; off: a transparent proxy."""
+    state_topic: str = Field("__vcproxy_state", pattern=r"^[a-zA-Z0-9._-]{1,249}$")
+    state_replication_factor: int | None = Field(None, ge=1)
+    """Default min(3, brokers); only used when the proxy creates the state topic."""
+    virtual_clusters: list[VirtualClusterSeedConfig] = []
+    """Seed: created or re-bound at start, never deleted (see docs/state.md)."""
+
+    @model_validator(mode="after")
+    def _bound_once(self) -> TenancyConfig:
+        seen: dict[tuple[str, str], str] = {}  # (kind, principal or client id) -> path of its first binding
+        for i, vc in enumerate(self.virtual_clusters):
+            here = f"virtual_clusters.{i}"
+            first = seen.setdefault(("name", vc.name), here)
+            if first != here:
+                raise ValueError(f"{here}.name: virtual cluster {vc.name!r} is already defined at {first}")
+            for kind, values in (("principals", vc.principals), ("client_ids", vc.client_ids)):
+                for j, value in enumerate(values):
+                    path = f"{here}.{kind}.{j}"
+                    first = seen.setdefault((kind, value), path)
+                    if first != path:
+                        raise ValueError(f"{path}: {value!r} is already bound at {first} (one virtual cluster each)")
+        return self
+
+
+class ScramEntryConfig(_Strict):
+    """One mechanism's SCRAM keys (RFC 5802), as printed by `vcproxy credentials add`."""
+
+    salt: str
+    iterations: int = Field(ge=MIN_ITERATIONS, le=MAX_ITERATIONS)
+    stored_key: str
+    server_key: str
+
+
+class UserCredentialConfig(_Strict):
+    """A user's salted credential; PLAIN logins are checked against the same keys."""
+
+    scram_sha_256: ScramEntryConfig | None = Field(None, alias="SCRAM-SHA-256")
+    scram_sha_512: ScramEntryConfig | None = Field(None, alias="SCRAM-SHA-512")
+
+    @model_validator(mode="after")
+    def _usable(self) -> UserCredentialConfig:
+        entries = self.entries()
+        if not entries:
+            raise ValueError("needs a SCRAM-SHA-256 or SCRAM-SHA-512 entry (see `vcproxy credentials add`)")
+        for mechanism, fields in entries.items():
+            try:
+                ScramCredential.from_fields(mechanism, fields)
+            except CredentialError as exc:
+                raise ValueError(f"{mechanism}: {exc}") from None
+        return self
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        if self.scram_sha_256 is not None:
+            out["SCRAM-SHA-256"] = self.scram_sha_256.model_dump()
+        if self.scram_sha_512 is not None:
+            out["SCRAM-SHA-512"] = self.scram_sha_512.model_dump()
+        return out
+
+
+class CredentialsConfig(_Strict):
+    users: dict[str, UserCredentialConfig] = Field(default_factory=dict)
+    """User name -> salted credential, for SASL listeners (never a plaintext password)."""
+
+    def as_mapping(self) -> dict[str, dict[str, dict[str, Any]]]:
+        return {name: user.entries() for name, user in self.users.items()}
+
+
 class ProxyConfig(_Strict):
     listeners: ListenerConfig = ListenerConfig()
     upstream: UpstreamConfig
+    credentials: CredentialsConfig = CredentialsConfig()
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
+    tenancy: TenancyConfig = TenancyConfig()
+
+    @model_validator(mode="after")
+    def _sasl_needs_users(self) -> ProxyConfig:
+        protocol = self.listeners.security_protocol
+        if _uses_sasl(protocol) and not self.credentials.users:
+            raise ValueError(f"listeners.security_protocol {protocol} needs at least one user in credentials.users")
+        return self
 
 
-def parse_config(data: object, source: str = "<config>") -> ProxyConfig:
+def parse_config(data: object, source: str = "<config>", base_dir: str | Path | None = None) -> ProxyConfig:
+    """Validate a parsed config; relative file paths are taken from ``base_dir`` (the config's directory)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections, got {type(data).__name__}")
     try:
-        return ProxyConfig.model_validate(data)
+        return ProxyConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -105,4 +372,4 @@ def load_config(path: str | Path) -> ProxyConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), path.resolve().parent)

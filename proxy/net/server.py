@@ -5,14 +5,22 @@ from __future__ import annotations
 import errno
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
+from ..auth import ANONYMOUS
+from ..auth.credentials import CredentialStore
+from ..auth.sasl import Preauthenticated, SaslServer
+from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
 from ..config import ProxyConfig
 from ..core.endpoints import BrokerEndpoint, ListenerLayout
-from ..core.session import ProxySession
+from ..core.session import Authenticator, ProxySession
 from . import upstream as up
 from .connection import ClientConnection
+
+if TYPE_CHECKING:
+    from ..state.service import TenancyService
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +48,17 @@ class ProxyServer:
         self.layout = ListenerLayout(lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base)
         self.registry = BrokerRegistry()
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
+        self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
+        # Client-side security, built once: TLS context, certificate principal rules, SASL credentials.
+        self.tls_context = None
+        if lc.tls is not None:
+            self.tls_context = server_context(lc.tls.certfile, lc.tls.keyfile, lc.tls.cafile, lc.tls.client_auth)
+        self.principal_mapper = PrincipalMapper("DEFAULT" if lc.tls is None else lc.tls.principal_mapping_rules)
+        self.credentials = CredentialStore.from_mapping(config.credentials.as_mapping())
         self.connections: set[ClientConnection] = set()
         self.listening_nodes: dict[int, int] = {}  # node id -> port
         self.cluster_id: str | None = None
+        self.tenancy: TenancyService | None = None  # virtual clusters, when tenancy.enabled
         self.ready = trio.Event()  # first discovery done and broker listeners bound
         self._listener_nursery: trio.Nursery | None = None
         self._handler_nursery: trio.Nursery | None = None
@@ -55,6 +71,11 @@ class ProxyServer:
         """Serve until `drain()` has finished; started() once the bootstrap port is bound."""
         async with trio.open_nursery() as handlers:
             self._handler_nursery = handlers
+            if self.config.tenancy.enabled:  # replayed before any port is bound: no tenant sees a stale view
+                from ..state.service import TenancyService
+
+                self.tenancy = TenancyService.from_config(self.config)
+                await handlers.start(self.tenancy.run)
             with self._listener_scope:
                 async with trio.open_nursery() as listeners:
                     self._listener_nursery = listeners
@@ -106,7 +127,7 @@ class ProxyServer:
     async def _discover_once(self) -> up.ClusterView:
         addresses = [(b.host, b.port) for b in self.registry.brokers.values()] + self.bootstrap_addresses
         timeout = self.config.upstream.connect_timeout_seconds
-        stream = await up.connect_any(addresses, timeout)
+        stream = await up.connect_any(addresses, timeout, self.upstream_security)
         async with stream:
             with trio.fail_after(timeout):
                 return await up.describe_cluster(stream)
@@ -160,20 +181,25 @@ class ProxyServer:
         self._connection_id += 1
         peer = _peer(client)
         name = f"conn-{self._connection_id} {peer} -> {'bootstrap' if node_id is None else f'broker {node_id}'}"
+        secured = await self._secure(client, name)
+        if secured is None:
+            return
+        downstream, tls_principal = secured
         targets = self._upstream_for(node_id)
         try:
             if not targets:
                 raise OSError(f"broker {node_id} is not in the upstream metadata")
-            upstream = await up.connect_any(targets, self.config.upstream.connect_timeout_seconds)
+            timeout = self.config.upstream.connect_timeout_seconds
+            upstream = await up.connect_any(targets, timeout, self.upstream_security)
         except OSError as exc:
             log.warning("%s: upstream unavailable: %s", name, exc)
-            await trio.aclose_forcefully(client)
+            await trio.aclose_forcefully(downstream)
             return
         limits = self.config.limits
         connection = ClientConnection(
-            client,
-            upstream,
-            ProxySession(self.layout),
+            downstream,  # type: ignore[arg-type]  # a TLS stream on SSL listeners; FrameReader handles both
+            upstream,  # type: ignore[arg-type]
+            self._new_session(name, tls_principal),
             max_frame_bytes=limits.max_frame_bytes,
             buffer_size=limits.receive_buffer_bytes,
             on_brokers=self.on_brokers,
@@ -184,6 +210,48 @@ class ProxyServer:
             await connection.run()
         finally:
             self.connections.discard(connection)
+
+    async def _secure(self, client: trio.SocketStream, name: str) -> tuple[trio.abc.Stream, str | None] | None:
+        """TLS listeners: the handshake (bounded) and the client certificate's principal. None: closed."""
+        tls = self.config.listeners.tls
+        if self.tls_context is None or tls is None:
+            return client, None
+        stream = trio.SSLStream(client, self.tls_context, server_side=True)
+        try:
+            with trio.fail_after(tls.handshake_timeout_seconds):
+                await stream.do_handshake()
+        except trio.TooSlowError:
+            log.info("%s: closing: TLS handshake timed out", name)
+        except (trio.BrokenResourceError, OSError) as exc:  # the ssl.SSLError (bad certificate...) is the cause
+            log.info("%s: closing: TLS handshake failed: %s", name, exc.__cause__ or exc)
+        else:
+            der = stream.getpeercert(binary_form=True)
+            if not der:
+                return stream, ANONYMOUS
+            try:
+                subject = distinguished_name(der)
+                principal = USER_PREFIX + self.principal_mapper.name_for(subject)
+            except Exception as exc:  # no matching rule, or a subject that cannot be read: this client only
+                log.warning("%s: closing: client certificate refused: %s", name, exc)
+            else:
+                log.info("%s: TLS client certificate %r -> principal %s", name, subject, principal)
+                return stream, principal
+        await trio.aclose_forcefully(stream)
+        return None
+
+    def _new_session(self, name: str, tls_principal: str | None) -> ProxySession:
+        """The one place sessions are made. The principal comes from SASL (SASL_PLAINTEXT, SASL_SSL), from
+        the TLS handshake (SSL: mapped certificate subject or User:ANONYMOUS), or is User:ANONYMOUS."""
+        lc = self.config.listeners
+        authenticator: Authenticator | None = None
+        principal: str | None = ANONYMOUS
+        if lc.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            authenticator = SaslServer(self.credentials, lc.sasl_mechanisms, name=name)
+            principal = None  # known once the client has logged in
+        elif lc.security_protocol == "SSL":
+            principal = tls_principal or ANONYMOUS
+            authenticator = Preauthenticated(principal)
+        return ProxySession(self.layout, authenticator, principal=principal)
 
 
 def _peer(stream: trio.SocketStream) -> str:
@@ -201,7 +269,7 @@ async def serve(config: ProxyConfig) -> None:
     server = ProxyServer(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(server.run)
+            nursery.start_soon(server.run)  # not start(): a signal must work while tenancy replays
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 await server.drain()

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 
+from ..auth.upstream import SaslLogin, authenticate
 from ..core.endpoints import BrokerEndpoint
 from ..protocol import codec
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset
 from .frames import FrameReader
+
+if TYPE_CHECKING:
+    from ..config import UpstreamConfig
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +34,64 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def connect(address: tuple[str, int], timeout: float) -> trio.SocketStream:
+@dataclass(frozen=True)
+class UpstreamSecurity:
+    """How the proxy reaches the brokers: TLS and/or its own SASL login (never the clients')."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl: SaslLogin | None = None
+
+    @classmethod
+    def from_config(cls, upstream: UpstreamConfig) -> UpstreamSecurity:
+        from ..auth.tls import client_context
+
+        context = None
+        if upstream.security_protocol in ("SSL", "SASL_SSL"):
+            tls = upstream.tls
+            context = (
+                client_context(tls.cafile, tls.certfile, tls.keyfile, tls.check_hostname)
+                if tls is not None
+                else client_context()
+            )
+        sasl = None
+        if upstream.security_protocol.startswith("SASL_"):
+            assert upstream.sasl_mechanism and upstream.sasl_username
+            sasl = SaslLogin(upstream.sasl_mechanism, upstream.sasl_username, upstream.password() or "")
+        return cls(context, sasl)
+
+
+PLAINTEXT = UpstreamSecurity()
+
+
+async def connect(address: tuple[str, int], timeout: float, security: UpstreamSecurity = PLAINTEXT) -> trio.abc.Stream:
+    """A connection ready for client bytes: TCP, then TLS, then the proxy's SASL login, all within `timeout`."""
     with trio.fail_after(timeout):
-        return await trio.open_tcp_stream(*address)
+        tcp = await trio.open_tcp_stream(*address)
+        stream: trio.abc.Stream = tcp
+        try:
+            if security.ssl_context is not None:
+                stream = trio.SSLStream(tcp, security.ssl_context, server_hostname=address[0])
+                try:
+                    await stream.do_handshake()
+                except trio.BrokenResourceError as exc:  # the ssl.SSLError is its cause
+                    raise OSError(f"TLS handshake failed: {exc.__cause__ or exc}") from exc
+            if security.sasl is not None:
+                await authenticate(stream, security.sasl)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return stream
 
 
-async def connect_any(addresses: Sequence[tuple[str, int]], timeout: float) -> trio.SocketStream:
+async def connect_any(
+    addresses: Sequence[tuple[str, int]], timeout: float, security: UpstreamSecurity = PLAINTEXT
+) -> trio.abc.Stream:
     """The first of `addresses` that accepts a connection (in order, like a client's bootstrap)."""
     errors: list[str] = []
     for address in addresses:
         try:
-            return await connect(address, timeout)
-        except (OSError, trio.TooSlowError) as exc:
+            return await connect(address, timeout, security)
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             errors.append(f"{address[0]}:{address[1]}: {exc or 'timed out'}")
     raise OSError("no upstream broker reachable: " + "; ".join(errors))
 
@@ -50,7 +103,7 @@ class ClusterView:
         self.controller_id = controller_id
 
 
-async def describe_cluster(stream: trio.SocketStream) -> ClusterView:
+async def describe_cluster(stream: trio.abc.Stream) -> ClusterView:
     """Metadata v12 with an empty topic list: brokers, cluster id and controller, nothing else."""
     correlation_id = next(_correlation)
     request = MetadataRequest(topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)

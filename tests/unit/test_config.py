@@ -18,7 +18,7 @@ def test_minimal_config_defaults():
     ("data", "expected"),
     [
         ({"upstream": {"bootstrap_servers": ["k:9092"]}, "listner": {}}, "f.yaml: listner: unknown key"),
-        ({"upstream": {"bootstrap_servers": ["k:9092"], "tls": True}}, "f.yaml: upstream.tls: unknown key"),
+        ({"upstream": {"bootstrap_servers": ["k:9092"], "tlss": True}}, "f.yaml: upstream.tlss: unknown key"),
         ({"upstream": {"bootstrap_servers": ["k"]}}, "f.yaml: upstream.bootstrap_servers: Value error, 'k' is not"),
         ({"upstream": {"bootstrap_servers": []}}, "f.yaml: upstream.bootstrap_servers:"),
         ({}, "f.yaml: upstream: Field required"),

@@ -1,0 +1,258 @@
+"""SASL terminated at the proxy: a sans-I/O server for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+
+One ``SaslServer`` per client connection plugs into ``ProxySession`` as its ``Authenticator``. It
+answers SaslHandshake v1 and SaslAuthenticate v0-2 the way a Kafka broker does:
+
+* handshake with an enabled mechanism -> no error and the enabled list; otherwise
+  UNSUPPORTED_SASL_MECHANISM with the enabled list, and the connection closes;
+* SaslHandshake v0 (raw, unframed SASL tokens afterwards) is refused with UNSUPPORTED_VERSION and
+  the connection closes; every current client uses v1;
+* a failed login -> SASL_AUTHENTICATION_FAILED with a message that does not say whether the user
+  exists, and the connection closes;
+* SASL requests out of order -> ILLEGAL_SASL_STATE and the connection closes.
+
+Sessions never expire (session lifetime 0), so clients do not re-authenticate (KIP-368).
+Passwords and SASL tokens are never logged; user names are, quoted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import hmac
+import logging
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from scramp import ScramMechanism
+from scramp.utils import ScramException
+
+from ..core.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, ProtocolViolation, SaslReply
+from ..protocol import codec
+from ..protocol.apis import request_type, response_type
+from ..protocol.headers import RequestHeader
+from . import SASL_MECHANISMS, SCRAM_MECHANISMS
+from .credentials import DEFAULT_ITERATIONS, CredentialStore
+
+log = logging.getLogger(__name__)
+
+USER_PREFIX = "User:"  # Kafka's principal type for users (KafkaPrincipal.USER_TYPE)
+
+
+class _State(enum.Enum):
+    HANDSHAKE = "expecting SaslHandshake"
+    AUTHENTICATE = "expecting SaslAuthenticate"
+    COMPLETE = "authenticated"
+    FAILED = "failed"
+
+
+class SaslServer:
+    """The SASL exchange of one client connection (implements ``proxy.core.session.Authenticator``)."""
+
+    def __init__(self, store: CredentialStore, mechanisms: Sequence[str] = SASL_MECHANISMS, name: str = ""):
+        unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+        if unknown or not mechanisms:
+            raise ValueError(f"unsupported SASL mechanisms {unknown or 'none'}")
+        self.store = store
+        self.mechanisms = tuple(mechanisms)
+        self.name = name  # connection name for log lines
+        self.principal: str | None = None
+        self.mechanism: str | None = None
+        self._state = _State.HANDSHAKE
+        self._scram: Any = None  # scramp.ScramServer while a SCRAM exchange is under way
+        self._scram_user: str | None = None
+        self._unknown_user = False
+
+    @property
+    def complete(self) -> bool:
+        return self._state is _State.COMPLETE
+
+    def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply:
+        request = _decode(api_key, version, frame, header)
+        if api_key == SASL_HANDSHAKE_KEY:
+            return self._handshake(version, request.mechanism)
+        return self._authenticate(version, bytes(request.auth_bytes))
+
+    # -- SaslHandshake --------------------------------------------------------------------------
+
+    def _handshake(self, version: int, mechanism: str) -> SaslReply:
+        if self._state is _State.COMPLETE:
+            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, self.mechanisms))
+        if self._state is not _State.HANDSHAKE:
+            self._fail(f"SaslHandshake while {self._state.value}")
+            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, self.mechanisms), close=True)
+        if version < 1:
+            # v0 sends the SASL tokens unframed after the handshake; the proxy only speaks framed SASL.
+            self._fail("SaslHandshake v0 is not supported (clients must use v1 with SaslAuthenticate)")
+            return SaslReply(_handshake_body(version, ErrorCode.unsupported_version, self.mechanisms), close=True)
+        if mechanism not in self.mechanisms:
+            self._fail(f"mechanism {mechanism!r} is not enabled (enabled: {', '.join(self.mechanisms)})")
+            body = _handshake_body(version, ErrorCode.unsupported_sasl_mechanism, self.mechanisms)
+            return SaslReply(body, close=True)
+        self.mechanism = mechanism
+        self._state = _State.AUTHENTICATE
+        return SaslReply(_handshake_body(version, ErrorCode.none, self.mechanisms))
+
+    # -- SaslAuthenticate -----------------------------------------------------------------------
+
+    def _authenticate(self, version: int, token: bytes) -> SaslReply:
+        if self._state is _State.COMPLETE:
+            message = "SaslAuthenticate request received after successful authentication"
+            return SaslReply(_authenticate_body(version, ErrorCode.illegal_sasl_state, message))
+        if self._state is not _State.AUTHENTICATE:
+            message = f"Unexpected SaslAuthenticate request while {self._state.value}"
+            self._fail(message)
+            return SaslReply(_authenticate_body(version, ErrorCode.illegal_sasl_state, message), close=True)
+        if self.mechanism == "PLAIN":
+            return self._plain(version, token)
+        return self._scram_step(version, token)
+
+    def _plain(self, version: int, token: bytes) -> SaslReply:
+        # RFC 4616: [authzid] NUL authcid NUL passwd
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            return self._denied(version, None, f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
+        try:
+            authzid, username, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            return self._denied(version, None, "Invalid SASL/PLAIN response: not UTF-8")
+        if not username:
+            return self._denied(version, None, "Authentication failed: username not specified")
+        if not password:
+            return self._denied(version, username, "Authentication failed: password not specified")
+        if authzid and authzid != username:
+            message = "Authentication failed: Client requested an authorization id that is different from username"
+            return self._denied(version, username, message)
+        if not self.store.verify_plain(username, password):
+            return self._denied(version, username, _invalid_credentials("PLAIN"))
+        return self._succeeded(version, username, b"")
+
+    def _scram_step(self, version: int, token: bytes) -> SaslReply:
+        assert self.mechanism in SCRAM_MECHANISMS
+        try:
+            message = token.decode("utf-8")
+        except UnicodeDecodeError:
+            return self._denied(version, self._scram_user, "Invalid SCRAM message: not UTF-8")
+        if self._scram is None:
+            return self._scram_first(version, message)
+        try:
+            self._scram.set_client_final(message)
+            final = self._scram.get_server_final()
+        except ScramException as exc:
+            detail = "unknown user" if self._unknown_user else str(exc)
+            return self._denied(version, self._scram_user, _invalid_credentials(self.mechanism), detail=detail)
+        if self._unknown_user:  # unreachable unless a proof matched random keys; never log such a user in
+            return self._denied(version, self._scram_user, _invalid_credentials(self.mechanism), detail="unknown user")
+        return self._succeeded(version, self._scram_user or "", final.encode("utf-8"))
+
+    def _scram_first(self, version: int, message: str) -> SaslReply:
+        assert self.mechanism is not None
+        mechanism = self.mechanism
+        if any(attr.strip().lower().startswith("tokenauth=true") for attr in message.split(",")[2:]):
+            message = "Authentication failed: delegation tokens are not supported by the proxy"
+            return self._denied(version, None, message)
+
+        def lookup(username: str) -> tuple[bytes, bytes, bytes, int]:
+            self._scram_user = username
+            credential = self.store.scram_credential(mechanism, username)
+            if credential is None:
+                # Carry on with made-up keys, so an unknown user fails at the same step as a wrong password
+                # (the proof cannot match); only the log says "unknown user".
+                self._unknown_user = True
+                return _decoy(mechanism, username)
+            return credential.scram_auth_info()
+
+        try:
+            self._scram = ScramMechanism(mechanism).make_server(lookup)
+            self._scram.set_client_first(message)
+            first = self._scram.get_server_first()
+        except ScramException as exc:
+            return self._denied(version, self._scram_user, _invalid_credentials(mechanism), detail=str(exc))
+        return SaslReply(_authenticate_body(version, ErrorCode.none, None, first.encode("utf-8")))
+
+    # -- outcomes -------------------------------------------------------------------------------
+
+    def _succeeded(self, version: int, username: str, token: bytes) -> SaslReply:
+        self._state = _State.COMPLETE
+        self._scram = None
+        self.principal = USER_PREFIX + username
+        log.info("%s: authenticated %s with %s", self.name, self.principal, self.mechanism)
+        return SaslReply(_authenticate_body(version, ErrorCode.none, None, token))
+
+    def _denied(self, version: int, username: str | None, message: str, detail: str = "") -> SaslReply:
+        self._state = _State.FAILED
+        self._scram = None
+        who = "unknown user" if username is None else f"user {username!r}"
+        # The client gets Kafka's generic message; the log keeps the reason (scramp's, if any) for operators.
+        log.warning(
+            "%s: authentication failed for %s with %s: %s%s",
+            self.name,
+            who,
+            self.mechanism,
+            message,
+            f" ({detail})" if detail else "",
+        )
+        return SaslReply(_authenticate_body(version, ErrorCode.sasl_authentication_failed, message), close=True)
+
+    def _fail(self, why: str) -> None:
+        self._state = _State.FAILED
+        log.warning("%s: SASL refused: %s", self.name, why)
+
+
+class Preauthenticated:
+    """The ``Authenticator`` of a TLS listener: the principal is known from the handshake (client
+    certificate or ``User:ANONYMOUS``), so SASL requests get ILLEGAL_SASL_STATE as from a broker's SSL
+    listener, without closing the connection."""
+
+    def __init__(self, principal: str):
+        self.principal: str | None = principal
+
+    @property
+    def complete(self) -> bool:
+        return True
+
+    def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply:
+        _decode(api_key, version, frame, header)
+        if api_key == SASL_HANDSHAKE_KEY:
+            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, ()))
+        message = "SASL is not enabled on this listener"
+        return SaslReply(_authenticate_body(version, ErrorCode.illegal_sasl_state, message))
+
+
+_DECOY_KEY = secrets.token_bytes(32)  # per process: decoy salts are stable for a name, unguessable across names
+
+
+def _decoy(mechanism: str, username: str) -> tuple[bytes, bytes, bytes, int]:
+    salt = hmac.new(_DECOY_KEY, f"{mechanism}\0{username}".encode(), "sha256").digest()
+    size = 64 if mechanism == "SCRAM-SHA-512" else 32
+    return salt, secrets.token_bytes(size), secrets.token_bytes(size), DEFAULT_ITERATIONS
+
+
+def _invalid_credentials(mechanism: str | None) -> str:
+    # Kafka's wording; the same for an unknown user and a wrong password.
+    return f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+
+
+def _decode(api_key: int, version: int, frame: memoryview, header: RequestHeader) -> Any:
+    if api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+        raise ProtocolViolation(f"API {api_key} is not a SASL API")
+    try:
+        request, _ = codec.decode(request_type(api_key, version), frame, header.body_offset)
+    except codec.CodecError as exc:
+        raise ProtocolViolation(f"malformed SASL request: {exc}") from exc
+    return request
+
+
+def _handshake_body(version: int, error: ErrorCode, mechanisms: Sequence[str]) -> bytes:
+    cls = response_type(SASL_HANDSHAKE_KEY, version)
+    return codec.encode(cls(error_code=error, mechanisms=tuple(mechanisms)))
+
+
+def _authenticate_body(version: int, error: ErrorCode, message: str | None, token: bytes = b"") -> bytes:
+    cls = response_type(SASL_AUTHENTICATE_KEY, version)
+    fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": token}
+    if version >= 1:
+        fields["session_lifetime"] = datetime.timedelta(0)  # no expiry: clients never re-authenticate
+    return codec.encode(cls(**fields))

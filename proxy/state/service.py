@@ -1,0 +1,289 @@
+"""The Trio side of the state topic: replay at start, follow live, write durably.
+
+`TenancyService.image` is only ever changed on the Trio thread, in log order: the follower thread
+hands each record over with `trio.from_thread.run_sync`, and `write()` returns once the follower
+has applied what it wrote. So every replica applies the same records in the same order, and a
+write is visible locally when `write()` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..tenancy.model import TenancyImage, vc_record
+from .seed import VirtualClusterSeed, seed_records
+from .store import Record, StateStore, StateStoreError
+
+if TYPE_CHECKING:
+    from ..config import ProxyConfig
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_DELAY = 10.0
+
+
+def client_config(config: ProxyConfig) -> dict[str, Any]:
+    """librdkafka settings for the state topic's clients: the upstream cluster, reached and logged
+    into the way the proxy itself does (upstream.security_protocol, SASL and TLS settings)."""
+    up = config.upstream
+    conf: dict[str, Any] = {"bootstrap.servers": ",".join(up.bootstrap_servers)}
+    protocol = getattr(up, "security_protocol", "PLAINTEXT")
+    conf["security.protocol"] = protocol.lower()
+    if protocol.startswith("SASL_"):
+        conf["sasl.mechanism"] = up.sasl_mechanism
+        conf["sasl.username"] = up.sasl_username
+        conf["sasl.password"] = up.password()
+    if protocol.endswith("SSL"):
+        tls = up.tls
+        conf["ssl.ca.location"] = (tls and tls.cafile) or "probe"  # probe: the system's CAs
+        if tls is not None and tls.certfile is not None:
+            conf["ssl.certificate.location"] = tls.certfile
+            conf["ssl.key.location"] = tls.keyfile or tls.certfile
+        conf["ssl.endpoint.identification.algorithm"] = "https" if tls is None or tls.check_hostname else "none"
+    return conf
+
+
+class TenancyService:
+    """Owns the TenancyImage of one proxy process. Run it with `nursery.start(service.run)`."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        seed: Sequence[VirtualClusterSeed] = (),
+        *,
+        replay_timeout: float = 30,
+        write_timeout: float = 30,
+    ):
+        self.store = store
+        self.seed = list(seed)
+        self.replay_timeout = replay_timeout
+        self.write_timeout = write_timeout
+        self.image = TenancyImage()
+        self.ready = trio.Event()  # set once replayed (and seeded): never serve tenants before
+        self.applied_offset = 0  # the image reflects every record before this offset
+        self.replayed_records = 0
+        self._waiters: list[tuple[int, trio.Event]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nursery: trio.Nursery | None = None
+        self._logged_vcs: dict[str, str] = {}  # name -> cluster id, to log each VC once
+        self._repairs: list[Record] = []
+        self._repaired: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_config(cls, config: ProxyConfig) -> TenancyService:
+        tc = config.tenancy
+        store = StateStore(client_config(config), tc.state_topic, tc.state_replication_factor)
+        return cls(store, tc.virtual_clusters)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Replay, follow, seed; started() once ready; follows until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                await self._start()
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._close()
+
+    async def _start(self) -> None:
+        delay = 0.5
+        while True:
+            started = time.monotonic()
+            try:
+                # abandon_on_cancel: a SIGTERM while the cluster is down must not wait for client timeouts.
+                await trio.to_thread.run_sync(self.store.ensure_topic, 10, abandon_on_cancel=True)
+                replay = _Replay(self)
+                self.replayed_records = await trio.to_thread.run_sync(
+                    self.store.replay, replay, self.replay_timeout, abandon_on_cancel=True
+                )
+                break
+            except StateStoreError as exc:
+                if not exc.retriable:
+                    log.critical("cannot use the virtual-cluster state: %s", exc)
+                    raise
+                # Serving tenants without their state would expose the physical cluster: wait instead.
+                log.warning("state topic %s unavailable, retrying in %.1f s: %s", self.store.topic, delay, exc)
+                self.image, self._logged_vcs, self._repairs, self._repaired = TenancyImage(), {}, [], set()
+                await trio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+        assert self.store.replayed_offset is not None
+        self.applied_offset = self.store.replayed_offset
+        log.info(
+            "replayed %d state record(s) from %s in %.2f s: %d virtual cluster(s)",
+            self.replayed_records,
+            self.store.topic,
+            time.monotonic() - started,
+            len(self.image.vcs),
+        )
+        self._thread = threading.Thread(
+            target=self._follow, args=(trio.lowlevel.current_trio_token(),), name="vcproxy-state-follower", daemon=True
+        )
+        self._thread.start()
+        await trio.to_thread.run_sync(self.store.prepare_writes)
+        await self._seed()
+        self._schedule_repairs()
+        self.ready.set()
+
+    async def _seed(self) -> None:
+        delay = 0.5
+        # Recomputed on each attempt (others may have written meanwhile), but written once: two
+        # replicas with conflicting seeds must not undo each other forever.
+        while records := seed_records(self.image, self.seed):
+            try:
+                await self.write(records)
+            except StateStoreError as exc:
+                log.warning("seeding the state topic failed, retrying in %.1f s: %s", delay, exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+                continue
+            log.info("seeded %d state record(s) from the configuration", len(records))
+            return
+
+    async def _close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await trio.to_thread.run_sync(self._thread.join, 5)
+        await trio.to_thread.run_sync(self.store.close)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def write(self, records: Sequence[Record], timeout: float | None = None) -> None:
+        """Write durably, then return once the image shows the records (applied in log order).
+        StateStoreError if the write failed, or succeeded but was not followed back in time."""
+        timeout = self.write_timeout if timeout is None else timeout
+        offsets = await trio.to_thread.run_sync(self.store.write, list(records), timeout)
+        if not offsets:
+            return
+        target = max(offsets) + 1
+        if self.applied_offset >= target:
+            return
+        if self._thread is None:  # not following (a tool, or before start): apply directly
+            for key, value in records:
+                self._apply(key, value)
+            return
+        # Wait for the follower rather than apply here: applying out of log order could make this
+        # replica disagree with the others (e.g. which of two concurrent vc records came first).
+        event = trio.Event()
+        waiter = (target, event)
+        self._waiters.append(waiter)
+        with trio.move_on_after(timeout):
+            await event.wait()
+            return
+        self._waiters.remove(waiter)
+        raise StateStoreError(
+            f"written to {self.store.topic} up to offset {target - 1}, but not applied back within {timeout} s "
+            f"(follower at offset {self.applied_offset}); it will be applied when the follower catches up"
+        )
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def _apply(self, key: str, value: dict[str, Any] | None) -> None:
+        """Apply one record to the image; a record the model cannot take is logged and skipped."""
+        try:
+            kind, *parts = json.loads(key)
+            if kind == "vc" and value is not None:
+                self._check_vc(parts[0], value)
+            self.image.apply(key, value)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            log.error("state topic %s: skipping record %s: %r", self.store.topic, key, exc)
+            return
+        if kind == "vc":
+            self._log_vc(parts[0])
+
+    def _check_vc(self, name: str, value: dict[str, Any]) -> None:
+        # Two replicas creating the same VC at once (both seeded it from an empty topic) each write
+        # a vc record. Everyone keeps the first in log order, but compaction keeps the last, so a
+        # later replay would see other ids. Writing the winner again makes it the last one too.
+        vc = self.image.vcs.get(name)
+        if vc is not None and (vc.id, vc.cluster_id) != (value["id"], value["cluster_id"]):
+            log.warning("virtual cluster %s was created twice; keeping the first (id %s)", name, vc.id)
+            if (name, vc.id) not in self._repaired:  # once: never a write loop between replicas
+                self._repaired.add((name, vc.id))
+                self._repairs.append(vc_record(name, vc.id, vc.cluster_id))
+
+    def _log_vc(self, name: str) -> None:
+        vc = self.image.vcs.get(name)
+        if vc is None:
+            if self._logged_vcs.pop(name, None) is not None:
+                log.info("virtual cluster %s deleted", name)
+        elif self._logged_vcs.get(name) != vc.cluster_id:
+            self._logged_vcs[name] = vc.cluster_id
+            log.info("virtual cluster %s cluster id %s (id %s)", name, vc.cluster_id, vc.id)
+
+    def _schedule_repairs(self) -> None:
+        if self._repairs and self._nursery is not None:
+            repairs, self._repairs = self._repairs, []
+            self._nursery.start_soon(self._write_repairs, repairs)
+
+    async def _write_repairs(self, records: list[Record]) -> None:
+        try:
+            await self.write(records)
+        except StateStoreError as exc:
+            log.error("could not rewrite duplicate virtual cluster records: %s", exc)
+
+    # -- following (runs in its own thread) ------------------------------------------------------
+
+    def _from_log(self, key: str, value: dict[str, Any] | None) -> None:
+        self._apply(key, value)
+        if self.ready.is_set():
+            self._schedule_repairs()
+
+    def _advance(self, offset: int) -> None:
+        self.applied_offset = max(self.applied_offset, offset)
+        done = [w for w in self._waiters if w[0] <= self.applied_offset]
+        for waiter in done:
+            self._waiters.remove(waiter)
+            waiter[1].set()
+
+    def _follow(self, token: trio.lowlevel.TrioToken) -> None:
+        def on_record(key: str, value: dict[str, Any] | None) -> None:
+            trio.from_thread.run_sync(self._from_log, key, value, trio_token=token)
+
+        def on_offset(offset: int) -> None:
+            trio.from_thread.run_sync(self._advance, offset, trio_token=token)
+
+        while not self._stop.is_set():
+            try:
+                self.store.follow(on_record, self._stop, start_offset=self.applied_offset, on_offset=on_offset)
+            except trio.RunFinishedError:
+                return
+            except Exception:
+                log.exception("state follower failed; restarting at offset %d", self.applied_offset)
+                self._stop.wait(1.0)
+
+
+class _Replay:
+    """The image as replay sees it (worker thread, before anyone reads the image)."""
+
+    def __init__(self, service: TenancyService):
+        self._service = service
+
+    def apply(self, key: str, value: dict[str, Any] | None) -> None:
+        self._service._apply(key, value)
+
+
+@asynccontextmanager
+async def open_tenancy(
+    source: ProxyConfig | StateStore, seed: Sequence[VirtualClusterSeed] = ()
+) -> AsyncIterator[TenancyService]:
+    """A started (replayed, following) service for the body of the `async with`."""
+    service = TenancyService.from_config(source) if not isinstance(source, StateStore) else TenancyService(source, seed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        try:
+            yield service
+        finally:
+            nursery.cancel_scope.cancel()

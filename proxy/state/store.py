@@ -1,0 +1,398 @@
+"""The virtual-cluster state topic: a compacted, single-partition Kafka topic on the upstream cluster.
+
+Blocking confluent-kafka code; the Trio side (service.py) calls it through worker threads. Records
+are the (key, value) pairs of proxy.tenancy.model: the key is a UTF-8 JSON string, the value a JSON
+object, or no value at all for a tombstone. One partition gives every replica the same total order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+log = logging.getLogger(__name__)
+
+
+_SUPPRESSED = re.compile(r", \d+ identical error\(s\) suppressed")
+
+
+class _Throttle(logging.Filter):
+    """Let an identical message through at most once per `interval` seconds: a client retrying an
+    unreachable broker logs the same line every few ms."""
+
+    def __init__(self, interval: float = 30.0):
+        super().__init__()
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        text = _SUPPRESSED.sub("", record.getMessage())  # librdkafka's own repeat counter would defeat this
+        with self._lock:
+            if now - self._last.get(text, -self.interval) < self.interval:
+                return False
+            if len(self._last) > 1000:
+                self._last.clear()
+            self._last[text] = now
+        return True
+
+
+_client_log = logging.getLogger("proxy.state.librdkafka")  # the clients' own logs (connection failures...)
+_client_log.addFilter(_Throttle())
+
+DEFAULT_STATE_TOPIC = "__vcproxy_state"
+Record = tuple[str, dict[str, Any] | None]
+
+# Faster than librdkafka's defaults (10 s reconnect backoff): after a broker bounce the state must
+# flow again within a second or two, and the state traffic is tiny.
+_RECONNECT = {
+    "reconnect.backoff.ms": 100,
+    "reconnect.backoff.max.ms": 1000,
+    "retry.backoff.max.ms": 1000,
+    "log.connection.close": False,  # idle connections closed by the broker are routine, not news
+}
+
+
+class StateStoreError(Exception):
+    """The state topic cannot be used; `retriable` is False for misconfiguration (retrying won't help)."""
+
+    def __init__(self, message: str, retriable: bool = True):
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class Applies(Protocol):
+    def apply(self, key: str, value: dict[str, Any] | None) -> None: ...
+
+
+def encode_value(value: dict[str, Any] | None) -> bytes | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode(key: bytes | None, value: bytes | None) -> Record:
+    """(key, value) of a state record; ValueError if it is not one (a foreign or corrupt record)."""
+    if key is None:
+        raise ValueError("record without a key")
+    text = key.decode()
+    parts = json.loads(text)
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, str) for p in parts):
+        raise ValueError(f"key {text!r} is not a JSON array of strings")
+    if value is None:
+        return text, None
+    decoded = json.loads(value)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"value of {text!r} is not a JSON object")
+    return text, decoded
+
+
+class StateStore:
+    """Ensure, replay, write and follow the state topic. Every method blocks; none touches Trio."""
+
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topic: str = DEFAULT_STATE_TOPIC,
+        replication_factor: int | None = None,
+    ):
+        if "bootstrap.servers" not in client_config:
+            raise ValueError("client_config needs bootstrap.servers")
+        self.client_config = dict(client_config)
+        self.topic = topic
+        self.replication_factor = replication_factor
+        self.replayed_offset: int | None = None  # next offset after the last replayed record
+        self._producer: Producer | None = None
+        self._producer_lock = threading.Lock()
+
+    # -- clients ---------------------------------------------------------------------------------
+
+    def _conf(self, settings: dict[str, Any]) -> dict[str, Any]:
+        # The caller's connection and security settings, but never its delivery semantics.
+        return {**_RECONNECT, **self.client_config, **settings, "logger": _client_log}
+
+    def _admin(self) -> AdminClient:
+        return AdminClient(self._conf({}))  # its logs reach _client_log when polled (see _admin_call)
+
+    def _consumer(self, settings: dict[str, Any] | None = None) -> Consumer:
+        return Consumer(
+            self._conf(
+                {
+                    # Required by librdkafka, but unused: partitions are assigned by hand and nothing
+                    # is committed, so replicas never share work or rebalance.
+                    "group.id": f"vcproxy-state-{uuid.uuid4()}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    "enable.partition.eof": True,
+                    **(settings or {}),
+                }
+            )
+        )
+
+    def _get_producer(self) -> Producer:
+        with self._producer_lock:
+            if self._producer is None:
+                self._producer = Producer(self._conf({"enable.idempotence": True, "acks": "all", "linger.ms": 0}))
+            return self._producer
+
+    def prepare_writes(self) -> None:
+        """Create the producer now: it fetches its idempotence id in the background, which would
+        otherwise add a few hundred ms to the first write."""
+        self._get_producer()
+
+    def _drop_producer(self, producer: Producer) -> None:
+        """Forget a producer after a failure (an idempotent producer may be in a fatal state)."""
+        with self._producer_lock:
+            if self._producer is producer:
+                self._producer = None
+        producer.purge()  # what was not sent must not land after we reported failure
+        producer.flush(0)
+
+    def close(self) -> None:
+        with self._producer_lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5)
+
+    # -- topic -----------------------------------------------------------------------------------
+
+    def exists(self, timeout: float = 30) -> bool:
+        admin = self._admin()
+        try:
+            return self.topic in admin.list_topics(timeout=timeout).topics
+        except KafkaException as exc:
+            raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
+        finally:
+            admin.poll(0)  # hand its queued logs to _client_log
+
+    def ensure_topic(self, timeout: float = 30) -> None:
+        """Create the topic if missing (1 partition, compacted); refuse an existing one that is not."""
+        admin = self._admin()
+        try:
+            try:
+                metadata = admin.list_topics(timeout=timeout)
+            except KafkaException as exc:
+                raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
+            if self.topic not in metadata.topics:
+                self._create(admin, len(metadata.brokers), timeout)
+            self._verify(admin, self._wait_for_leader(admin, timeout), timeout)
+        finally:
+            admin.poll(0)
+
+    def _wait_for_leader(self, admin: AdminClient, timeout: float) -> Any:
+        """The topic's metadata once its partitions have leaders (not so right after creation)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                topic = admin.list_topics(self.topic, timeout=timeout).topics[self.topic]
+            except KafkaException as exc:
+                raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
+            if topic.error is None and all(p.leader >= 0 and p.error is None for p in topic.partitions.values()):
+                return topic
+            if time.monotonic() >= deadline:
+                return topic  # _verify reports what is wrong
+            time.sleep(0.1)
+
+    def _create(self, admin: AdminClient, brokers: int, timeout: float) -> None:
+        rf = self.replication_factor or min(3, max(brokers, 1))
+        config = {"cleanup.policy": "compact"}
+        if rf >= 3:
+            config["min.insync.replicas"] = "2"
+        future = admin.create_topics([NewTopic(self.topic, 1, rf, config=config)], request_timeout=timeout)[self.topic]
+        try:
+            future.result(timeout)
+            log.info("created state topic %s (1 partition, replication factor %d, compacted)", self.topic, rf)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another replica won the race
+                raise StateStoreError(f"cannot create state topic {self.topic}: {exc.args[0].str()}") from None
+
+    def _verify(self, admin: AdminClient, topic: Any, timeout: float) -> None:
+        if topic.error is not None:
+            raise StateStoreError(f"state topic {self.topic}: {topic.error.str()}")
+        if len(topic.partitions) != 1:
+            raise StateStoreError(
+                f"state topic {self.topic} has {len(topic.partitions)} partitions; it needs exactly 1 "
+                "(one total order of state changes)",
+                retriable=False,
+            )
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
+        try:
+            configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        except KafkaException as exc:
+            raise StateStoreError(f"cannot describe state topic {self.topic}: {exc.args[0].str()}") from None
+        policy = configs["cleanup.policy"].value or ""
+        if "compact" not in policy.split(","):
+            raise StateStoreError(
+                f"state topic {self.topic} has cleanup.policy={policy}; it must be compact, or old "
+                "state would be deleted by retention (fix with kafka-configs --alter --add-config "
+                "cleanup.policy=compact, or choose another tenancy.state_topic)",
+                retriable=False,
+            )
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def end_offsets(self, timeout: float = 30) -> tuple[int, int]:
+        consumer = self._consumer()
+        try:
+            return self._watermarks(consumer, timeout)
+        finally:
+            consumer.close()
+
+    def _watermarks(self, consumer: Consumer, timeout: float) -> tuple[int, int]:
+        deadline = time.monotonic() + timeout
+        while True:  # right after creation the partition may have no leader yet
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=min(5, timeout))
+                return low, high
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise StateStoreError(f"cannot read the end of state topic {self.topic}: {exc}") from None
+                time.sleep(0.2)
+
+    def replay(self, image: Applies, timeout: float = 30) -> int:
+        """Apply every record up to the end offset seen at the start; returns how many were applied."""
+        deadline = time.monotonic() + timeout
+        consumer = self._consumer()
+        try:
+            low, high = self._watermarks(consumer, timeout)
+            count, position = 0, low
+            if position < high:
+                consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+            while position < high:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StateStoreError(
+                        f"replay of {self.topic} timed out at offset {position} of {high} after {timeout} s"
+                    )
+                msg = consumer.poll(min(remaining, 1.0))
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        position = max(position, msg.offset())  # the rest before `high` was compacted away
+                    elif err.fatal():
+                        raise StateStoreError(f"replay of {self.topic} failed: {err.str()}")
+                    else:  # the client retries; the deadline bounds how long
+                        log.warning("replay of %s: %s (retrying)", self.topic, err.str())
+                    continue
+                position = msg.offset() + 1
+                if msg.offset() >= high:
+                    break  # written after we started: the follower applies it
+                if _apply(image, msg):
+                    count += 1
+            self.replayed_offset = high  # the follower starts here, so nothing is skipped or repeated
+            return count
+        finally:
+            consumer.close()
+
+    def follow(
+        self,
+        on_record: Callable[[str, dict[str, Any] | None], None],
+        stop: threading.Event,
+        *,
+        start_offset: int | None = None,
+        on_offset: Callable[[int], None] | None = None,
+        poll_interval: float = 0.2,
+    ) -> None:
+        """Call `on_record` for every record from `start_offset` (default: where replay ended) until
+        `stop` is set. `on_offset(next_offset)` follows each record, skipped ones included. Broker
+        failures are logged and retried by the client; an exception from a callback ends the loop."""
+        if start_offset is None:
+            start_offset = self.replayed_offset if self.replayed_offset is not None else OFFSET_BEGINNING
+        # fetch.wait.max.ms bounds how long the broker parks an empty fetch; new records are returned
+        # as soon as they are committed (fetch.min.bytes=1), so changes arrive in a few ms.
+        consumer = self._consumer({"fetch.wait.max.ms": 100, "enable.partition.eof": False})
+        consumer.assign([TopicPartition(self.topic, 0, start_offset)])
+        failing = False
+        try:
+            while not stop.is_set():
+                msg = consumer.poll(poll_interval)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    # Transport errors, leader changes, a missing topic: librdkafka keeps retrying.
+                    if err.fatal():
+                        raise StateStoreError(f"following {self.topic} failed: {err.str()}")
+                    log.log(
+                        logging.DEBUG if failing else logging.WARNING,
+                        "state topic %s: %s (still following)",
+                        self.topic,
+                        err.str(),
+                    )
+                    failing = True
+                    continue
+                if failing:
+                    log.info("state topic %s: following again at offset %d", self.topic, msg.offset())
+                    failing = False
+                try:
+                    key, value = decode(msg.key(), msg.value())
+                except ValueError as exc:
+                    log.error("state topic %s offset %d: skipping bad record: %s", self.topic, msg.offset(), exc)
+                else:
+                    on_record(key, value)
+                if on_offset is not None:
+                    on_offset(msg.offset() + 1)
+        finally:
+            consumer.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, records: Sequence[Record], timeout: float = 30) -> list[int]:
+        """Write records durably (idempotent producer, acks=all) in order; returns their offsets.
+        Raises StateStoreError unless every record was acknowledged within `timeout`."""
+        if not records:
+            return []
+        producer = self._get_producer()
+        offsets: list[int | None] = [None] * len(records)
+        errors: list[str] = []
+
+        def delivered(index: int) -> Callable[[KafkaError | None, Any], None]:
+            def callback(err: KafkaError | None, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err.str())
+                else:
+                    offsets[index] = msg.offset()
+
+            return callback
+
+        try:
+            for index, (key, value) in enumerate(records):
+                while True:
+                    try:
+                        producer.produce(
+                            self.topic, key=key.encode(), value=encode_value(value), on_delivery=delivered(index)
+                        )
+                        break
+                    except BufferError:  # queue full: let deliveries drain
+                        producer.poll(0.05)
+            deadline = time.monotonic() + timeout
+            while any(o is None for o in offsets) and not errors and time.monotonic() < deadline:
+                producer.flush(min(0.5, max(deadline - time.monotonic(), 0)))
+        except KafkaException as exc:
+            errors.append(str(exc))
+        if errors or any(o is None for o in offsets):
+            reason = errors[0] if errors else f"not acknowledged within {timeout} s"
+            self._drop_producer(producer)
+            raise StateStoreError(f"writing {len(records)} record(s) to {self.topic} failed: {reason}")
+        return [o for o in offsets if o is not None]
+
+
+def _apply(image: Applies, msg: Any) -> bool:
+    try:
+        key, value = decode(msg.key(), msg.value())
+    except ValueError as exc:
+        log.error("skipping bad record at offset %d: %s", msg.offset(), exc)
+        return False
+    image.apply(key, value)
+    return True
