@@ -269,6 +269,9 @@ class TenancyConfig(_Strict):
     """Default min(3, brokers); only used when the proxy creates the state topic."""
     virtual_clusters: list[VirtualClusterSeedConfig] = []
     """Seed: created or re-bound at start, never deleted (see docs/state.md)."""
+    delete_physical_topic_with_last_link: bool = True
+    """DeleteTopics in a VC removes the link; this also deletes the physical topic when no VC links it any
+    more. False keeps such topics (orphaned, for an operator to inspect or delete)."""
 
     @model_validator(mode="after")
     def _bound_once(self) -> TenancyConfig:
@@ -331,6 +334,12 @@ class CredentialsConfig(_Strict):
         return {name: user.entries() for name, user in self.users.items()}
 
 
+class DebugConfig(_Strict):
+    tap_dir: str | None = None
+    """Write every byte sent to each client into a file per connection (named after its virtual cluster).
+    For debugging and the leak oracle test; never in production: it records message data."""
+
+
 class ProxyConfig(_Strict):
     listeners: ListenerConfig = ListenerConfig()
     upstream: UpstreamConfig
@@ -338,6 +347,7 @@ class ProxyConfig(_Strict):
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
     tenancy: TenancyConfig = TenancyConfig()
+    debug: DebugConfig = DebugConfig()
 
     @model_validator(mode="after")
     def _sasl_needs_users(self) -> ProxyConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -16,6 +17,8 @@ from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_
 from ..config import ProxyConfig
 from ..core.endpoints import BrokerEndpoint, ListenerLayout
 from ..core.session import Authenticator, ProxySession
+from ..tenancy.engine import Policy
+from ..tenancy.model import TenancyImage
 from . import upstream as up
 from .connection import ClientConnection
 
@@ -204,6 +207,8 @@ class ProxyServer:
             buffer_size=limits.receive_buffer_bytes,
             on_brokers=self.on_brokers,
             name=name,
+            write_state=self.tenancy.write if self.tenancy is not None else None,
+            tap_dir=Path(self.config.debug.tap_dir) if self.config.debug.tap_dir else None,
         )
         self.connections.add(connection)
         try:
@@ -251,7 +256,24 @@ class ProxyServer:
         elif lc.security_protocol == "SSL":
             principal = tls_principal or ANONYMOUS
             authenticator = Preauthenticated(principal)
-        return ProxySession(self.layout, authenticator, principal=principal)
+        tenancy = None
+        if self.tenancy is not None:
+            tc = self.config.tenancy
+            tenancy = SessionTenancy(
+                self.tenancy.image,
+                Policy(delete_physical_topic=tc.delete_physical_topic_with_last_link),
+                lc.refuse_unbound_principals,
+            )
+        return ProxySession(self.layout, authenticator, tenancy=tenancy, principal=principal)
+
+
+@dataclass
+class SessionTenancy:
+    """What a session needs of the tenancy layer (see proxy.core.session.Tenancy)."""
+
+    image: TenancyImage
+    policy: Policy
+    refuse_unbound: bool
 
 
 def _peer(stream: trio.SocketStream) -> str:
