@@ -269,6 +269,9 @@ class TenancyConfig(_Strict):
     """Default min(3, brokers); only used when the proxy creates the state topic."""
     virtual_clusters: list[VirtualClusterSeedConfig] = []
     """Seed: created or re-bound at start, never deleted (see docs/state.md)."""
+    auto_create_topics: bool = False
+    """Metadata requests with AllowAutoTopicCreation create missing topics in the VC (needs the broker's
+    auto.create.topics.enable); false: they get UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation off."""
     delete_physical_topic_with_last_link: bool = True
     """DeleteTopics in a VC removes the link; this also deletes the physical topic when no VC links it any
     more. False keeps such topics (orphaned, for an operator to inspect or delete)."""

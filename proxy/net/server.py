@@ -261,7 +261,10 @@ class ProxyServer:
             tc = self.config.tenancy
             tenancy = SessionTenancy(
                 self.tenancy.image,
-                Policy(delete_physical_topic=tc.delete_physical_topic_with_last_link),
+                Policy(
+                    auto_create_topics=tc.auto_create_topics,
+                    delete_physical_topic=tc.delete_physical_topic_with_last_link,
+                ),
                 lc.refuse_unbound_principals,
             )
         return ProxySession(self.layout, authenticator, tenancy=tenancy, principal=principal)

@@ -64,6 +64,9 @@ def tenant_rules() -> dict[int, TenantRule]:
 
 @dataclass
 class Policy:
+    # Metadata requests that ask for a missing topic with AllowAutoTopicCreation: create it in the VC
+    # (through the broker's own auto-creation, under a physical name derived from VC and link, so
+    # concurrent requests agree on it) or answer UNKNOWN_TOPIC_OR_PARTITION.
     auto_create_topics: bool = False
     delete_physical_topic: bool = True  # when its last link goes
 

@@ -68,13 +68,38 @@ def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
         topics = tuple(item(name=link, **kwargs) for link in links)
     changes: dict[str, Any] = {"topics": topics}
     if hasattr(body, "allow_auto_topic_creation"):
-        changes["allow_auto_topic_creation"] = False  # the broker would create the *physical* name
+        wanted = bool(body.allow_auto_topic_creation) and engine.policy.auto_create_topics
+        if wanted:
+            for topic in topics or ():
+                if topic.name is not None and engine.vc.physical_topic(topic.name) is None:
+                    try:
+                        ex.tx.planned[topic.name] = auto_physical_name(engine.vc.id, topic.name)
+                    except TenancyError:
+                        continue  # an illegal name stays unknown
+            ex.state["auto"] = {p: link for link, p in ex.tx.planned.items()}
+        # Never let the broker auto-create a name the proxy did not choose.
+        changes["allow_auto_topic_creation"] = wanted and bool(ex.tx.planned)
     return dataclasses.replace(body, **changes)
+
+
+def auto_physical_name(vc_id: str, link: str) -> str:
+    """`UUID.link` like every VC topic, but the same UUID for the same VC and link, so two clients
+    auto-creating one topic at once end up with one physical topic and one link."""
+    from .model import validate_link_name
+
+    validate_link_name(link)
+    return f"{uuid.uuid5(uuid.UUID(vc_id), link)}.{link}"
+
+
+LEADER_NOT_AVAILABLE = 5  # what a freshly auto-created topic reports first
 
 
 def metadata_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     kept = []
     for topic in body.topics:
+        link = ex.state.get("auto", {}).get(topic.name)
+        if link is not None and int(topic.error_code) in (0, LEADER_NOT_AVAILABLE):
+            ex.writes.append(link_record(engine.vc.name, link, topic.name))
         if ex.state.get("all") and int(topic.error_code) != 0:
             continue  # a dangling link (or the empty-VC placeholder) is not a topic
         if int(topic.error_code) == 0 and getattr(topic, "topic_id", None) is not None:

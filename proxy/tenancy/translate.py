@@ -31,6 +31,7 @@ class Translation:
     topics: dict[str, str] = field(default_factory=dict)  # physical -> virtual, as requested
     fake_ids: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # placeholder -> client's id
     unknown_topics: set[str] = field(default_factory=set)  # virtual names with no link
+    planned: dict[str, str] = field(default_factory=dict)  # link -> physical name a handler chose (auto-create)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -45,7 +46,7 @@ class Translation:
         raise ValueError(f"unknown identifier kind {kind!r}")
 
     def topic(self, link: str) -> str:
-        physical = self.vc.physical_topic(link)
+        physical = self.vc.physical_topic(link) or self.planned.get(link)
         if physical is None:
             self.unknown_topics.add(link)
             physical = f"{uuid.uuid4()}.{link}"  # exists nowhere: the broker reports it unknown

@@ -431,3 +431,40 @@ def test_produce_is_spliced_records_untouched():
     assert body.topic_data[0].name == physical["team-a"]
     assert body.transactional_id == image.vcs["team-a"].physical_id("tx")
     assert body.topic_data[0].partition_data[0].records == records
+
+
+@pytest.mark.parametrize("policy", [False, True])
+def test_metadata_auto_creation_policy(policy):
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
+
+    image, _ = make_image()
+    session = ProxySession(
+        LAYOUT, tenancy=Tenancy(image, Policy(auto_create_topics=policy)), principal="User:team-a-user"
+    )
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(name="fresh", topic_id=uuid.UUID(int=0)),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    sent = forward(session, 3, 12, request)
+    name = sent.topics[0].name
+    assert name.endswith(".fresh") and sent.allow_auto_topic_creation is policy
+    if policy:  # deterministic: a second client asking at the same time picks the same physical topic
+        second = ProxySession(
+            LAYOUT, tenancy=Tenancy(image, Policy(auto_create_topics=True)), principal="User:team-a-user"
+        )
+        assert forward(second, 3, 12, request).topics[0].name == name
+    error = ErrorCode.leader_not_available if policy else ErrorCode.unknown_topic_or_partition
+    got, result = answer(
+        session,
+        3,
+        12,
+        codec._empty(
+            MetadataResponse,
+            topics=(MetadataResponseTopic(error_code=error, name=name, topic_id=uuid.UUID(int=0), partitions=()),),
+        ),
+    )
+    assert got.topics[0].name == "fresh"
+    assert (link_record("team-a", "fresh", name) in result.writes) is policy
