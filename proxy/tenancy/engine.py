@@ -99,6 +99,7 @@ class TenantEngine:
         self.session = session  # for per-connection facts handlers need (group protocol types)
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
         self.regex_by_expansion: dict[str, str] = {}  # physical alternation -> the client's regex
+        self.regex_subscriptions: dict[str, tuple[str, str]] = {}  # group -> (regex, expansion last sent)
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -284,14 +284,39 @@ def topic_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_p
         return None
     if not to_physical:
         return engine.regex_by_expansion.get(value, HIDDEN)
-    try:
-        pattern = re.compile(value)
-    except re.error:
-        return f"{uuid.uuid4()}\\.invalid-regex"
-    physical = sorted(engine.vc.links[link] for link in engine.vc.links if pattern.fullmatch(link))
-    expansion = "|".join(re.escape(p) for p in physical) or re.escape(f"{uuid.uuid4()}.none")
+    expansion = expand_regex(engine, value)
     engine.regex_by_expansion[expansion] = value
     return expansion
+
+
+def expand_regex(engine: TenantEngine, regex: str) -> str:
+    """The alternation of the VC's physical topics whose link fully matches `regex` (deterministic)."""
+    try:
+        pattern = re.compile(regex)
+    except re.error:
+        pattern = None
+    physical = sorted(engine.vc.links[link] for link in engine.vc.links if pattern and pattern.fullmatch(link))
+    nothing = f"{uuid.uuid5(uuid.UUID(engine.vc.id), 'no-topic')}.none"  # exists nowhere
+    return "|".join(re.escape(p) for p in physical) or re.escape(nothing)
+
+
+def consumer_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    """Clients send their regex once; the proxy's expansion is a list of topics, so when the VC gains
+    or loses a matching topic the proxy re-sends the regex on the member's next heartbeat."""
+    group = body.group_id
+    if int(body.member_epoch) < 0:  # leaving the group
+        engine.regex_subscriptions.pop(group, None)
+        return body
+    regex = getattr(body, "subscribed_topic_regex", None)
+    if regex is not None:
+        engine.regex_subscriptions[group] = (regex, expand_regex(engine, regex))
+    elif group in engine.regex_subscriptions:
+        regex, sent = engine.regex_subscriptions[group]
+        current = expand_regex(engine, regex)
+        if current != sent:
+            engine.regex_subscriptions[group] = (regex, current)
+            body = dataclasses.replace(body, subscribed_topic_regex=regex)
+    return body
 
 
 def txn_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_physical: bool) -> str | None:

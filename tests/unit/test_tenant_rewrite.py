@@ -468,3 +468,20 @@ def test_metadata_auto_creation_policy(policy):
     )
     assert got.topics[0].name == "fresh"
     assert (link_record("team-a", "fresh", name) in result.writes) is policy
+
+
+def test_regex_is_sent_again_when_the_vc_gains_a_matching_topic():
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+    from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+
+    image, _ = make_image()
+    session = tenant_session(image)
+    first = codec._empty(ConsumerGroupHeartbeatRequest, group_id="g", member_id="m", subscribed_topic_regex="ord.*")
+    assert forward(session, 68, 1, first).subscribed_topic_regex.count("|") == 0
+    answer(session, 68, 1, codec._empty(ConsumerGroupHeartbeatResponse))
+    later = codec._empty(ConsumerGroupHeartbeatRequest, group_id="g", member_id="m", member_epoch=3)
+    assert forward(session, 68, 1, later, cid=2).subscribed_topic_regex is None  # nothing changed
+    answer(session, 68, 1, codec._empty(ConsumerGroupHeartbeatResponse), cid=2)
+    image.apply(*link_record("team-a", "ordinals", f"{uuid.uuid4()}.ordinals"))
+    sent = forward(session, 68, 1, later, cid=3).subscribed_topic_regex
+    assert sent is not None and image.vcs["team-a"].links["ordinals"] in sent.replace("\\", "")
