@@ -225,10 +225,17 @@ class StateStore:
                 retriable=False,
             )
         resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        try:
-            configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
-        except KafkaException as exc:
-            raise StateStoreError(f"cannot describe state topic {self.topic}: {exc.args[0].str()}") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+                break
+            except KafkaException as exc:
+                # A topic just created may not have reached every broker's metadata yet: retry that.
+                unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if not unknown or time.monotonic() > deadline:
+                    raise StateStoreError(f"cannot describe state topic {self.topic}: {exc.args[0].str()}") from None
+                time.sleep(0.2)
         policy = configs["cleanup.policy"].value or ""
         if "compact" not in policy.split(","):
             raise StateStoreError(
