@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -122,6 +123,9 @@ class ProxySession:
         self.supported = apiversions.tenant_versions() if tenancy is not None else apiversions.proxy_versions()
         self.versions = dict(self.supported)
         self.in_flight: deque[Pending] = deque()
+        # The client instance (telemetry): one per connection until KIP-1313 request headers (v3) or
+        # KIP-714 telemetry requests carry the client's own id, which will then be set here.
+        self.client_instance_id = str(uuid.uuid4())
 
     @property
     def principal(self) -> str | None:
@@ -250,7 +254,8 @@ class ProxySession:
     def _api_versions_request(self, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
         if version > info.max_version:
             # Too new for us: answer as a broker would (v0 body), so the client retries lower.
-            body = apiversions.unsupported_version_body(apiversions.proxy_versions())
+            # Like a broker, name only ApiVersions' own range: enough to retry, nothing more before login.
+            body = apiversions.unsupported_version_body({API_VERSIONS_KEY: self.supported[API_VERSIONS_KEY]})
             return self._local(Pending(API_VERSIONS_KEY, version, correlation_id, 0), body)
         pending = Pending(API_VERSIONS_KEY, version, correlation_id, 0)
         self.in_flight.append(pending)

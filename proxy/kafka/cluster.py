@@ -220,6 +220,8 @@ def node_properties(node: NodeSpec, *, brokers: int, controller_port: int, data_
         # Fence a killed broker within seconds instead of 9 s (fault tests).
         "broker.session.timeout.ms": "4000",
         "broker.heartbeat.interval.ms": "1000",
+        # KIP-392: consumers with client.rack fetch from a replica in their rack (a follower).
+        "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
     }
     if node.rack is not None:
         props["broker.rack"] = node.rack

@@ -367,6 +367,7 @@ def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any
         ex.writes.append(link_record(engine.vc.name, link, topic.name))
         if getattr(topic, "topic_id", None) not in (None, ZERO_UUID):
             ex.writes.append(topic_record(topic.name, topic.topic_id))
+            ex.tx.new_ids.add(topic.topic_id)  # the client may see its new topic's id at once
     return body
 
 

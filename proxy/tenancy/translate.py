@@ -32,6 +32,7 @@ class Translation:
     fake_ids: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # placeholder -> client's id
     unknown_topics: set[str] = field(default_factory=set)  # virtual names with no link
     planned: dict[str, str] = field(default_factory=dict)  # link -> physical name a handler chose (auto-create)
+    new_ids: set[uuid.UUID] = field(default_factory=set)  # ids of topics this exchange created (not yet in the image)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -87,7 +88,7 @@ class Translation:
         return ZERO_UUID
 
     def owns_id(self, topic_id: uuid.UUID) -> bool:
-        return self.image.owns_topic_id(self.vc, topic_id)
+        return topic_id in self.new_ids or self.image.owns_topic_id(self.vc, topic_id)
 
     # -- listings: is this physical identifier the VC's? ---------------------------------------------
     def visible(self, kind: str, value: Any) -> bool:

@@ -112,6 +112,7 @@ def test_three_brokers_one_controller():
         assert p["group.consumer.session.timeout.ms"] == "6000"
         assert p["broker.session.timeout.ms"] == "4000"
         assert p["auto.create.topics.enable"] == "true"
+        assert p["replica.selector.class"] == "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
 def test_sasl_listener_and_jaas():

@@ -345,6 +345,7 @@ def test_create_topics_links_a_new_uuid_topic_and_delete_removes_link_and_topic(
         ),
     )
     assert got.topics[0].name == "payments"
+    assert got.topics[0].topic_id == new_id  # its own new topic's id, before the image has it
     assert link_record("team-a", "payments", physical) in result.writes
     for record in result.writes:
         image.apply(*record)
