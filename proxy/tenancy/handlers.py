@@ -517,3 +517,27 @@ def describe_topic_partitions_response(engine: TenantEngine, ex: Exchange, body:
         if int(topic.error_code) == 0:
             _learn_topic_id(engine, ex, topic.name, topic.topic_id)
     return dataclasses.replace(body, topics=tuple(dataclasses.replace(t, is_internal=False) for t in topics))
+
+
+# -- ListConfigResources (KIP-1142) -----------------------------------------------------------------------
+
+
+def list_config_resources_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    """A VC lists only its topics and groups; broker, logger and client-metrics resources are the
+    physical cluster's. v0 lists client-metrics resources only: nothing for a VC."""
+    if not hasattr(body, "resource_types"):
+        raise LocalAnswer(codec._empty(_response_cls(ex)))
+    wanted = [int(t) for t in body.resource_types] or [TOPIC, GROUP]
+    kept = tuple(i8(t) for t in wanted if t in (TOPIC, GROUP))
+    if not kept:
+        raise LocalAnswer(codec._empty(_response_cls(ex)))
+    return dataclasses.replace(body, resource_types=kept)
+
+
+def list_config_resources_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    out = []
+    for resource in body.config_resources:
+        kind = {TOPIC: "topic", GROUP: "group"}.get(int(getattr(resource, "resource_type", -1)))
+        if kind is not None and ex.tx.visible(kind, resource.resource_name):
+            out.append(dataclasses.replace(resource, resource_name=ex.tx.to_virtual(kind, resource.resource_name)))
+    return dataclasses.replace(body, config_resources=tuple(out))

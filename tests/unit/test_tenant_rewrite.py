@@ -486,3 +486,23 @@ def test_regex_is_sent_again_when_the_vc_gains_a_matching_topic():
     image.apply(*link_record("team-a", "ordinals", f"{uuid.uuid4()}.ordinals"))
     sent = forward(session, 68, 1, later, cid=3).subscribed_topic_regex
     assert sent is not None and image.vcs["team-a"].links["ordinals"] in sent.replace("\\", "")
+
+
+def test_list_config_resources_shows_only_the_vcs_topics_and_groups():
+    from kio.schema.list_config_resources.v1.request import ListConfigResourcesRequest
+    from kio.schema.list_config_resources.v1.response import ConfigResource, ListConfigResourcesResponse
+
+    image, physical = make_image()
+    a, b = image.vcs["team-a"], image.vcs["team-b"]
+    session = tenant_session(image)
+    sent = forward(session, 74, 1, ListConfigResourcesRequest(resource_types=()))
+    assert sorted(int(t) for t in sent.resource_types) == [2, 32]
+    listed = (
+        ConfigResource(resource_name=physical["team-a"], resource_type=2),
+        ConfigResource(resource_name=physical["team-b"], resource_type=2),
+        ConfigResource(resource_name=a.physical_id("g"), resource_type=32),
+        ConfigResource(resource_name=b.physical_id("g"), resource_type=32),
+        ConfigResource(resource_name="1", resource_type=4),
+    )
+    got, _ = answer(session, 74, 1, codec._empty(ListConfigResourcesResponse, config_resources=listed))
+    assert [(r.resource_name, int(r.resource_type)) for r in got.config_resources] == [("orders", 2), ("g", 32)]
