@@ -371,7 +371,6 @@ def dangerous_bodies(physical_topic: str, cluster_id: str) -> dict[int, dict[str
             ],
         },
         64: {"broker_id": 99},
-        74: {"resource_types": [BROKER, CLIENT_METRICS, 32]},
         80: {
             "cluster_id": cluster_id,
             "timeout": timeout,
