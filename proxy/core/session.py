@@ -15,8 +15,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from ..protocol import codec
-from ..protocol.apis import ApiInfo, api_info
+from ..protocol.apis import ApiInfo, api_info, response_type
 from ..protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, CodecError
 from ..protocol.headers import (
     API_VERSIONS_KEY,
@@ -244,6 +246,24 @@ class ProxySession:
         except (TruncatedError, ValueError) as exc:
             raise ProtocolViolation(f"malformed {info.name} request: {exc}") from exc
         reply = self.authenticator.on_sasl_request(info.key, version, frame, header)
+        if (
+            self.authenticator.complete
+            and self.tenancy is not None
+            and self.tenancy.refuse_unbound
+            and self.tenancy.image.vc_for(self.authenticator.principal, header.client_id) is None
+        ):
+            # Refused at login, so the client reports an authentication error instead of retrying forever.
+            reply = SaslReply(
+                codec.encode(
+                    codec._empty(
+                        response_type(info.key, version),
+                        error_code=ErrorCode.sasl_authentication_failed,
+                        error_message="Authentication failed: this listener serves virtual clusters only",
+                    )
+                ),
+                close=True,
+            )
+            log.info("refusing %s: bound to no virtual cluster", self.authenticator.principal)
         decision = self._local(
             Pending(info.key, version, correlation_id, info.response_header_version(version)), reply.body
         )
