@@ -343,6 +343,47 @@ class DebugConfig(_Strict):
     For debugging and the leak oracle test; never in production: it records message data."""
 
 
+class TracingConfig(_Strict):
+    """OpenTelemetry spans: one per request, plus connection and authentication (docs/observability.md)."""
+
+    enabled: bool = False
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of requests traced (TraceIdRatioBased); connection and authentication spans are always kept."""
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP collector, e.g. http://127.0.0.1:4318 (/v1/traces is added when the URL has no path)."""
+    jsonl_dir: str | None = None
+    """Directory for OTLP JSON Lines files (traces.jsonl, rotated); relative to the working directory."""
+    jsonl_max_bytes: int = Field(10 * 1024 * 1024, ge=4096)
+    jsonl_keep: int = Field(10, ge=1)
+    """Files kept in all, the one being written included."""
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http(s):// URL")
+        return url
+
+    @model_validator(mode="after")
+    def _exporter(self) -> TracingConfig:
+        if self.enabled and self.otlp_endpoint is None and self.jsonl_dir is None:
+            raise ValueError("enabled tracing needs an exporter: otlp_endpoint, jsonl_dir or both")
+        return self
+
+
+class MetricsConfig(_Strict):
+    """Prometheus /metrics and the /healthz and /readyz probes, on their own HTTP port."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: Port = 9404
+
+
 class ProxyConfig(_Strict):
     listeners: ListenerConfig = ListenerConfig()
     upstream: UpstreamConfig
@@ -350,6 +391,8 @@ class ProxyConfig(_Strict):
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
     tenancy: TenancyConfig = TenancyConfig()
+    tracing: TracingConfig = TracingConfig()
+    metrics: MetricsConfig = MetricsConfig()
     debug: DebugConfig = DebugConfig()
 
     @model_validator(mode="after")
@@ -357,6 +400,12 @@ class ProxyConfig(_Strict):
         protocol = self.listeners.security_protocol
         if _uses_sasl(protocol) and not self.credentials.users:
             raise ValueError(f"listeners.security_protocol {protocol} needs at least one user in credentials.users")
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_port(self) -> ProxyConfig:
+        if self.metrics.enabled and self.metrics.port == self.listeners.bootstrap_port:
+            raise ValueError(f"metrics.port {self.metrics.port} is the bootstrap port (listeners.bootstrap_port)")
         return self
 
 

@@ -9,9 +9,10 @@ client whose broker disappears is disconnected cleanly and re-bootstraps.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import trio
 
@@ -19,6 +20,9 @@ from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
 from ..protocol.framing import FrameError
 from .frames import FrameReader
+
+if TYPE_CHECKING:
+    from ..observability.tracing import ConnectionTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ class ClientConnection:
         name: str,
         write_state: StateWriter | None = None,
         tap_dir: Path | None = None,
+        telemetry: ConnectionTelemetry | None = None,
     ):
         self.client = client
         self.upstream = upstream
@@ -63,6 +68,10 @@ class ClientConnection:
         self._requests_done = False
         self._request_scope: trio.CancelScope | None = None
         self.requests = 0
+        self.telemetry = telemetry  # spans and metrics; None when both are off (no cost)
+        self.close_reason = "client closed the connection"
+        if telemetry is not None:
+            telemetry.session = session
 
     async def run(self) -> None:
         try:
@@ -73,11 +82,15 @@ class ClientConnection:
             for exc in group.exceptions:
                 level = logging.INFO if isinstance(exc, FrameError | ProtocolViolation) else logging.DEBUG
                 log.log(level, "%s: closing: %s: %s", self.name, type(exc).__name__, exc)
+                self.close_reason = f"{type(exc).__name__}: {exc}"
         except* Exception as group:
             # A bug must cost one connection, never the server: log it loudly and close.
             for exc in group.exceptions:
                 log.error("%s: closing after an internal error", self.name, exc_info=exc)
+                self.close_reason = f"internal error: {type(exc).__name__}"
         finally:
+            if self.telemetry is not None:
+                self.telemetry.on_close(self.close_reason)
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.client)
                 await trio.aclose_forcefully(self.upstream)
@@ -88,6 +101,7 @@ class ClientConnection:
 
     def stop_reading(self) -> None:
         """Graceful drain: take no new requests, let the outstanding ones complete."""
+        self.close_reason = "proxy draining"
         if self._request_scope is not None:
             self._request_scope.cancel()
 
@@ -113,7 +127,10 @@ class ClientConnection:
                 frame = await self.client_reader.next_frame()
                 if frame is None:
                     break
+                telemetry = self.telemetry
+                started = time.time_ns() if telemetry is not None else 0
                 decision = self.session.on_request(frame)
+                trace = telemetry.on_request(frame, decision, started) if telemetry is not None else None
                 self.requests += 1
                 if decision.action is Action.FORWARD:
                     if decision.pieces is None:
@@ -121,8 +138,11 @@ class ClientConnection:
                     else:
                         for piece in decision.pieces:
                             await self.upstream.send_all(piece)
+                    if trace is not None and telemetry is not None and decision.pending is None:
+                        telemetry.on_forwarded(trace)  # acks=0: done once forwarded
                 elif decision.action is Action.CLOSE:
                     log.info("%s: closing: %s", self.name, decision.reason)
+                    self.close_reason = decision.reason
                     connection_scope.cancel()
                     return
                 self._wake()
@@ -138,8 +158,11 @@ class ClientConnection:
                 assert local.reply is not None
                 await self._persist(local.writes)
                 await self._send(local.reply)
+                if self.telemetry is not None:
+                    self.telemetry.on_reply([local.reply], None)
                 if local.close_after:
                     log.info("%s: closing after %s", self.name, "failed authentication")
+                    self.close_reason = "failed authentication"
                     connection_scope.cancel()
                     return
                 continue
@@ -151,10 +174,13 @@ class ClientConnection:
                 continue
             frame = await self.upstream_reader.next_frame()
             if frame is None:
-                raise trio.BrokenResourceError("upstream broker closed the connection")
+                self.close_reason = "upstream broker closed the connection"
+                raise trio.BrokenResourceError(self.close_reason)
             result = session.on_response(frame)
             if result.brokers:
                 await self.on_brokers(result.brokers, result.full_broker_list)
             await self._persist(result.writes)
             for piece in result.pieces:
                 await self._send(piece)
+            if self.telemetry is not None:
+                self.telemetry.on_reply(result.pieces, frame)

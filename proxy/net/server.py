@@ -15,6 +15,7 @@ from ..auth.credentials import CredentialStore
 from ..auth.sasl import Preauthenticated, SaslServer
 from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
 from ..config import ProxyConfig
+from ..core import apiversions
 from ..core.endpoints import BrokerEndpoint, ListenerLayout
 from ..core.session import Authenticator, ProxySession
 from ..tenancy.engine import Policy
@@ -23,6 +24,7 @@ from . import upstream as up
 from .connection import ClientConnection
 
 if TYPE_CHECKING:
+    from ..observability.tracing import ConnectionTelemetry, Telemetry
     from ..state.service import TenancyService
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,12 @@ class ProxyServer:
         lc = config.listeners
         self.layout = ListenerLayout(lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base)
         self.registry = BrokerRegistry()
+        # Build the version tables now: the first one costs seconds of schema loading, which must not
+        # land on the first client's connection.
+        if config.tenancy.enabled:
+            apiversions.tenant_versions()
+        else:
+            apiversions.proxy_versions()
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
         self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
         # Client-side security, built once: TLS context, certificate principal rules, SASL credentials.
@@ -63,6 +71,10 @@ class ProxyServer:
         self.cluster_id: str | None = None
         self.tenancy: TenancyService | None = None  # virtual clusters, when tenancy.enabled
         self.ready = trio.Event()  # first discovery done and broker listeners bound
+        self.discovered_at: float | None = None  # trio.current_time() of the last successful discovery
+        self.discovery_error: str | None = None  # why the last discovery failed, if it did
+        self.draining = False
+        self.telemetry: Telemetry | None = None  # spans and metrics (proxy/observability), when enabled
         self._listener_nursery: trio.Nursery | None = None
         self._handler_nursery: trio.Nursery | None = None
         self._listener_scope = trio.CancelScope()
@@ -72,8 +84,20 @@ class ProxyServer:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `drain()` has finished; started() once the bootstrap port is bound."""
+        from ..observability.tracing import Telemetry
+
+        self.telemetry = Telemetry.from_config(self.config, lambda: self.cluster_id)
+        try:
+            await self._run(task_status)
+        finally:
+            if self.telemetry is not None:  # after every connection has closed: their spans are queued
+                await self.telemetry.aclose()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as handlers:
             self._handler_nursery = handlers
+            if self.config.metrics.enabled:  # before the replay: /readyz says why the proxy is not ready
+                await handlers.start(self._serve_http)
             if self.config.tenancy.enabled:  # replayed before any port is bound: no tenant sees a stale view
                 from ..state.service import TenancyService
 
@@ -87,9 +111,20 @@ class ProxyServer:
                     task_status.started()
             # Listeners are gone (drain): connections finish in the handler nursery.
 
+    async def _serve_http(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """/metrics, /healthz and /readyz (proxy/observability/http.py)."""
+        from ..observability.http import HttpServer, server_readiness
+
+        metrics = self.telemetry.metrics if self.telemetry is not None else None
+        http = HttpServer(self.config.metrics.host, self.config.metrics.port, lambda: server_readiness(self), metrics)
+        if metrics is not None:
+            metrics.readiness = http.readiness
+        await http.run(task_status=task_status)
+
     async def drain(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded by drain_timeout), then return."""
         log.info("draining: %d connection(s)", len(self.connections))
+        self.draining = True
         self._listener_scope.cancel()
         for connection in list(self.connections):
             connection.stop_reading()
@@ -108,10 +143,16 @@ class ProxyServer:
                 view = await self._discover_once()
             except (OSError, trio.TooSlowError, Exception) as exc:  # keep serving; retry with backoff
                 log.warning("upstream discovery failed: %s", exc)
+                self.discovery_error = str(exc) or type(exc).__name__
+                if self.telemetry is not None:
+                    self.telemetry.upstream_attempt(None, False)
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.config.upstream.metadata_refresh_seconds)
                 continue
             delay = 0.5
+            self.discovered_at, self.discovery_error = trio.current_time(), None
+            if self.telemetry is not None:
+                self.telemetry.upstream_attempt(None, True)
             if self.cluster_id != view.cluster_id:
                 log.info("upstream cluster id %s, brokers %s", view.cluster_id, sorted(b.node_id for b in view.brokers))
                 self.cluster_id = view.cluster_id
@@ -184,8 +225,11 @@ class ProxyServer:
         self._connection_id += 1
         peer = _peer(client)
         name = f"conn-{self._connection_id} {peer} -> {'bootstrap' if node_id is None else f'broker {node_id}'}"
-        secured = await self._secure(client, name)
+        telemetry = self.telemetry.connection(_peer_address(client), node_id) if self.telemetry is not None else None
+        secured = await self._secure(client, name, telemetry)
         if secured is None:
+            if telemetry is not None:
+                telemetry.on_close("TLS handshake failed")
             return
         downstream, tls_principal = secured
         targets = self._upstream_for(node_id)
@@ -196,8 +240,13 @@ class ProxyServer:
             upstream = await up.connect_any(targets, timeout, self.upstream_security)
         except OSError as exc:
             log.warning("%s: upstream unavailable: %s", name, exc)
+            if telemetry is not None:
+                telemetry.upstream(False, str(exc))
+                telemetry.on_close(f"upstream unavailable: {exc}")
             await trio.aclose_forcefully(downstream)
             return
+        if telemetry is not None:
+            telemetry.upstream(True)
         limits = self.config.limits
         connection = ClientConnection(
             downstream,  # type: ignore[arg-type]  # a TLS stream on SSL listeners; FrameReader handles both
@@ -209,6 +258,7 @@ class ProxyServer:
             name=name,
             write_state=self.tenancy.write if self.tenancy is not None else None,
             tap_dir=Path(self.config.debug.tap_dir) if self.config.debug.tap_dir else None,
+            telemetry=telemetry,
         )
         self.connections.add(connection)
         try:
@@ -216,7 +266,9 @@ class ProxyServer:
         finally:
             self.connections.discard(connection)
 
-    async def _secure(self, client: trio.SocketStream, name: str) -> tuple[trio.abc.Stream, str | None] | None:
+    async def _secure(
+        self, client: trio.SocketStream, name: str, telemetry: ConnectionTelemetry | None = None
+    ) -> tuple[trio.abc.Stream, str | None] | None:
         """TLS listeners: the handshake (bounded) and the client certificate's principal. None: closed."""
         tls = self.config.listeners.tls
         if self.tls_context is None or tls is None:
@@ -229,17 +281,25 @@ class ProxyServer:
             log.info("%s: closing: TLS handshake timed out", name)
         except (trio.BrokenResourceError, OSError) as exc:  # the ssl.SSLError (bad certificate...) is the cause
             log.info("%s: closing: TLS handshake failed: %s", name, exc.__cause__ or exc)
+            if telemetry is not None:
+                telemetry.tls_handshake(None, str(exc.__cause__ or exc))
         else:
             der = stream.getpeercert(binary_form=True)
             if not der:
+                if telemetry is not None:
+                    telemetry.tls_handshake(ANONYMOUS)
                 return stream, ANONYMOUS
             try:
                 subject = distinguished_name(der)
                 principal = USER_PREFIX + self.principal_mapper.name_for(subject)
             except Exception as exc:  # no matching rule, or a subject that cannot be read: this client only
                 log.warning("%s: closing: client certificate refused: %s", name, exc)
+                if telemetry is not None:
+                    telemetry.tls_handshake(None, f"client certificate refused: {exc}")
             else:
                 log.info("%s: TLS client certificate %r -> principal %s", name, subject, principal)
+                if telemetry is not None:
+                    telemetry.tls_handshake(principal)
                 return stream, principal
         await trio.aclose_forcefully(stream)
         return None
@@ -277,6 +337,14 @@ class SessionTenancy:
     image: TenancyImage
     policy: Policy
     refuse_unbound: bool
+
+
+def _peer_address(stream: trio.SocketStream) -> tuple[str, int] | None:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return str(host), int(port)
+    except OSError:
+        return None
 
 
 def _peer(stream: trio.SocketStream) -> str:

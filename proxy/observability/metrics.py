@@ -1,0 +1,163 @@
+"""Prometheus metrics, kept as plain counters on the hot path and rendered at scrape time.
+
+Every update happens on the Trio thread (connections, discovery), and so does the scrape (the
+/metrics handler in http.py), so the counters are plain dict entries: a request costs a few dict
+increments, no lock and no prometheus-client object. A custom collector turns them into metric
+families when /metrics is read.
+
+Label `vc` is the virtual cluster's name, or ``kafka-cluster`` (KIP-1134's name for the physical
+cluster) for principals bound to none; `cluster_id` is that cluster's KIP-78 cluster id.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+PHYSICAL_VC = "kafka-cluster"
+# Request latency buckets (seconds): sub-millisecond local answers up to long-polling fetches.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _Histogram:
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.connections: defaultdict[tuple[str, str], int] = defaultdict(int)  # (listener, vc)
+        self.connections_accepted: defaultdict[str, int] = defaultdict(int)  # listener
+        self.requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # (api, vc, cluster_id)
+        self.errors: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)  # + error_code
+        self.durations: dict[tuple[str, str], _Histogram] = {}  # (api, vc)
+        self.bytes_in: defaultdict[tuple[str, str], int] = defaultdict(int)  # (vc, cluster_id)
+        self.bytes_out: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.auth_failures: defaultdict[str, int] = defaultdict(int)  # mechanism
+        self.upstream_connected: dict[str, int] = {}  # node id -> 1 reachable / 0 not (last attempt)
+        self.upstream_connections: defaultdict[str, int] = defaultdict(int)  # node id -> open connections
+        self.readiness: Callable[[], tuple[bool, str]] | None = None  # set by the server (vcproxy_ready)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))  # type: ignore[arg-type]
+
+    # -- updates (hot path) ---------------------------------------------------------------------
+
+    def request(
+        self, api: str, vc: str, cluster_id: str, seconds: float, bytes_in: int, bytes_out: int, errors: list[int]
+    ) -> None:
+        key = (api, vc, cluster_id)
+        self.requests[key] += 1
+        if errors:
+            for code in set(errors):
+                self.errors[(api, vc, cluster_id, str(code))] += 1
+        histogram = self.durations.get((api, vc))
+        if histogram is None:
+            histogram = self.durations[(api, vc)] = _Histogram()
+        histogram.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+        histogram.sum += seconds
+        vc_key = (vc, cluster_id)
+        self.bytes_in[vc_key] += bytes_in
+        self.bytes_out[vc_key] += bytes_out
+
+    def connection_moved(self, listener: str, old_vc: str | None, new_vc: str | None) -> None:
+        """A connection opened (old None), closed (new None) or was bound to a virtual cluster."""
+        if old_vc is not None:
+            key = (listener, old_vc)
+            self.connections[key] -= 1
+            if not self.connections[key]:
+                del self.connections[key]
+        else:
+            self.connections_accepted[listener] += 1
+        if new_vc is not None:
+            self.connections[(listener, new_vc)] += 1
+
+    def auth_failed(self, mechanism: str) -> None:
+        self.auth_failures[mechanism] += 1
+
+    def upstream_attempt(self, node_id: int, ok: bool) -> None:
+        self.upstream_connected[str(node_id)] = int(ok)
+
+    def upstream_open(self, node_id: int, delta: int) -> None:
+        self.upstream_connections[str(node_id)] += delta
+
+    # -- exposition -----------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Collector:
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        g = GaugeMetricFamily("vcproxy_connections", "Open client connections", labels=["listener", "vc"])
+        for (listener, vc), n in sorted(m.connections.items()):
+            g.add_metric([listener, vc], n)
+        yield g
+        c = CounterMetricFamily("vcproxy_connections_accepted", "Client connections accepted", labels=["listener"])
+        for listener, n in sorted(m.connections_accepted.items()):
+            c.add_metric([listener], n)
+        yield c
+        c = CounterMetricFamily(
+            "vcproxy_requests", "Requests answered, by Kafka API and cluster", labels=["api", "vc", "cluster_id"]
+        )
+        for labels, n in sorted(m.requests.items()):
+            c.add_metric(list(labels), n)
+        yield c
+        c = CounterMetricFamily(
+            "vcproxy_request_errors",
+            "Responses carrying a non-zero Kafka error code (once per code per response)",
+            labels=["api", "vc", "cluster_id", "error_code"],
+        )
+        for labels, n in sorted(m.errors.items()):
+            c.add_metric(list(labels), n)
+        yield c
+        h = HistogramMetricFamily(
+            "vcproxy_request_duration_seconds",
+            "Request frame read to response written, by Kafka API",
+            labels=["api", "vc"],
+        )
+        for (api, vc), hist in sorted(m.durations.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*BUCKETS, float("inf")), hist.counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            h.add_metric([api, vc], buckets, hist.sum)
+        yield h
+        for name, doc, data in (
+            ("vcproxy_bytes_in", "Request bytes from clients (frames)", m.bytes_in),
+            ("vcproxy_bytes_out", "Response bytes to clients (frames)", m.bytes_out),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["vc", "cluster_id"])
+            for labels, n in sorted(data.items()):
+                c.add_metric(list(labels), n)
+            yield c
+        c = CounterMetricFamily("vcproxy_auth_failures", "Failed client authentications", labels=["mechanism"])
+        for mechanism, n in sorted(m.auth_failures.items()):
+            c.add_metric([mechanism], n)
+        yield c
+        g = GaugeMetricFamily(
+            "vcproxy_upstream_connected",
+            "1 if the last connection attempt to this broker succeeded (node_id -1: bootstrap servers)",
+            labels=["node_id"],
+        )
+        for node, ok in sorted(m.upstream_connected.items(), key=lambda kv: int(kv[0])):
+            g.add_metric([node], ok)
+        yield g
+        g = GaugeMetricFamily(
+            "vcproxy_upstream_connections", "Open upstream connections (node_id -1: bootstrap)", labels=["node_id"]
+        )
+        for node, n in sorted(m.upstream_connections.items(), key=lambda kv: int(kv[0])):
+            g.add_metric([node], n)
+        yield g
+        ready = m.readiness()[0] if m.readiness is not None else False
+        yield GaugeMetricFamily("vcproxy_ready", "1 when /readyz answers 200", value=int(ready))
