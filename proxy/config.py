@@ -435,3 +435,22 @@ def load_config(path: str | Path) -> ProxyConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_config(data, str(path), path.resolve().parent)
+
+
+def load_for_command(path: str | Path, log_level: str | None = None) -> ProxyConfig | None:
+    """For the commands that run the proxy: the config, with logging set up; None after printing why
+    the file cannot be used (the caller exits 2)."""
+    import logging
+    import sys
+
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"vcproxy: invalid configuration:\n{exc}", file=sys.stderr)
+        return None
+    logging.basicConfig(
+        level=getattr(logging, log_level or config.logging.level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return config

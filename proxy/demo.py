@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import shutil
 import sys
 from pathlib import Path
@@ -152,21 +151,14 @@ Ctrl-C stops the proxy and the Kafka brokers.
 def run_demo(args: argparse.Namespace) -> int:
     import trio
 
-    from .config import ConfigError, load_config
+    from .config import load_for_command
     from .kafka.cluster import start_cluster, stop_cluster
     from .kafka.errors import KafkaLauncherError
     from .net.server import serve
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"vcproxy: invalid configuration:\n{exc}", file=sys.stderr)
+    config = load_for_command(args.config)
+    if config is None:
         return 2
-    logging.basicConfig(
-        level=getattr(logging, config.logging.level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     kafka_dir = Path(args.dir).resolve() / "kafka"
     if (kafka_dir / "cluster.json").exists():  # a previous demo killed without cleanup
         stop_cluster(kafka_dir)
