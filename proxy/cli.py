@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from . import __version__
@@ -12,19 +11,12 @@ from . import __version__
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from .config import ConfigError, load_config
+    from .config import load_for_command
     from .net.server import serve
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"vcproxy: invalid configuration:\n{exc}", file=sys.stderr)
+    config = load_for_command(args.config, args.log_level)
+    if config is None:
         return 2
-    logging.basicConfig(
-        level=getattr(logging, args.log_level or config.logging.level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     trio.run(serve, config)
     return 0
 
@@ -54,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .state import cli as state_cli
 
     state_cli.register(sub)
+    from .analytics import cli as analytics_cli
+
+    analytics_cli.register(sub)
     try:
         from . import bench
     except ImportError:
