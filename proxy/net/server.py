@@ -52,12 +52,6 @@ class ProxyServer:
         lc = config.listeners
         self.layout = ListenerLayout(lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base)
         self.registry = BrokerRegistry()
-        # Build the version tables now: the first one costs seconds of schema loading, which must not
-        # land on the first client's connection.
-        if config.tenancy.enabled:
-            apiversions.tenant_versions()
-        else:
-            apiversions.proxy_versions()
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
         self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
         # Client-side security, built once: TLS context, certificate principal rules, SASL credentials.
@@ -158,6 +152,12 @@ class ProxyServer:
                 self.cluster_id = view.cluster_id
             await self.on_brokers(view.brokers, True)
             if not self.ready.is_set():
+                # Build the version tables before saying ready: the first build costs seconds of schema
+                # loading, which must not land on a client's first request.
+                if self.config.tenancy.enabled:
+                    apiversions.tenant_versions()
+                else:
+                    apiversions.proxy_versions()
                 ports = {n: p for n, p in sorted(self.listening_nodes.items())}
                 log.info(
                     "proxy ready: bootstrap %s:%d, broker ports %s",
