@@ -16,6 +16,7 @@ from scramp import ScramClient
 from scramp.utils import ScramException
 
 from ..core.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
+from ..identity import CLIENT_ID
 from ..net.frames import FrameReader
 from ..protocol import codec
 from ..protocol.apis import request_type, response_type
@@ -26,7 +27,6 @@ from . import SASL_MECHANISMS
 if TYPE_CHECKING:
     from ..config import UpstreamConfig
 
-CLIENT_ID = "vcproxy"
 HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 2
 # (request, response) header versions, fixed here rather than looked up: building the full API table

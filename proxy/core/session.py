@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import codec
-from ..protocol.apis import ApiInfo, api_info, response_type
-from ..protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, CodecError
+from ..protocol import codec, kip1313
+from ..protocol.apis import ApiInfo, api_info, known_apis, response_type
+from ..protocol.codec import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION, CodecError
 from ..protocol.headers import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -36,6 +36,7 @@ from .endpoints import BrokerEndpoint, EndpointRewriter, ListenerLayout, rules_f
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+TELEMETRY_KEYS = (kip1313.GET_TELEMETRY_SUBSCRIPTIONS_KEY, kip1313.PUSH_TELEMETRY_KEY)
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 
@@ -80,6 +81,11 @@ class Pending:
     close_after: bool = False  # close the connection once the reply is written
     exchange: Any = None  # the tenant engine's state for this request (virtual-cluster principals)
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
+    client_version: int = -1  # the client's version when the proxy sent the one before (KIP-1313)
+
+    @property
+    def version_seen_by_client(self) -> int:
+        return self.client_version if self.client_version >= 0 else self.api_version
 
 
 @dataclass(slots=True)
@@ -88,6 +94,7 @@ class RequestDecision:
     pending: Pending | None = None  # None: no response will come (acks=0 Produce) or CLOSE
     reason: str = ""
     pieces: list[bytes | memoryview] | None = None  # rewritten request to forward (None: the frame as is)
+    frame: bytes | memoryview | None = None  # the request in the version sent upstream, if the proxy changed it
 
 
 @dataclass(slots=True)
@@ -125,9 +132,14 @@ class ProxySession:
         self.supported = apiversions.tenant_versions() if tenancy is not None else apiversions.proxy_versions()
         self.versions = dict(self.supported)
         self.in_flight: deque[Pending] = deque()
-        # The client instance (telemetry): one per connection until KIP-1313 request headers (v3) or
-        # KIP-714 telemetry requests carry the client's own id, which will then be set here.
+        # KIP-1313: the first request's client id stands for the connection (v3 requests may omit it).
+        self.client_id: str | None = None
+        self._first_request = True
+        self.header_instance_id: bytes | None = None  # set by the first request with header v3
+        # The client instance: the client's own id from request header v3, else the one its KIP-714
+        # telemetry requests carry (or the broker assigned), else one the proxy gives the connection.
         self.client_instance_id = str(uuid.uuid4())
+        self.client_instance_id_source = "proxy"
 
     @property
     def principal(self) -> str | None:
@@ -169,6 +181,87 @@ class ProxySession:
         rule = api_rules().get(api_key)
         if info is None or rule is None:
             return RequestDecision(Action.CLOSE, reason=f"unknown API key {api_key}")
+        if not kip1313.uses_header_v3(info, version):
+            if info.min_version <= version <= info.max_version:
+                if self._first_request:
+                    self._first_request = False
+                    self.client_id = self._header(frame, info, version).client_id
+                if self.header_instance_id is not None and api_key != SASL_HANDSHAKE_KEY:
+                    why = f"{info.name} v{version} without the ClientInstanceId this connection started with"
+                    return self._refuse(info, version, correlation_id, INVALID_REQUEST, why)
+            decision = self._dispatch(frame, info, version, correlation_id)
+            if api_key in TELEMETRY_KEYS and version == 0 and decision.pending is not None:
+                self._learn_from_telemetry(frame)
+            return decision
+        # KIP-1313 request header v3: check the instance id, then send the version before with header v1/v2.
+        try:
+            header = kip1313.parse_header_v3(frame)
+        except ValueError as exc:
+            raise ProtocolViolation(f"malformed {info.name} v{version} request (header v3): {exc}") from exc
+        if self._first_request:
+            self._first_request = False
+            self.client_id = header.client_id
+        wire_version = info.max_version
+        problem = self._check_instance_id(header.instance_id)
+        if problem is not None:
+            decision = self._refuse(info, wire_version, correlation_id, INVALID_REQUEST, f"{info.name}: {problem}")
+            return self._for_client_version(decision, info, version, None)
+        client_id = header.client_id if header.client_id is not None else self.client_id
+        frame = kip1313.downgrade(frame, info, header, client_id)
+        return self._for_client_version(self._dispatch(frame, info, wire_version, correlation_id), info, version, frame)
+
+    def _check_instance_id(self, instance_id: bytes) -> str | None:
+        if instance_id == kip1313.ZERO:
+            return "request header v3 with a zero ClientInstanceId"
+        if self.header_instance_id is None:
+            self.header_instance_id = instance_id
+            self.client_instance_id = str(uuid.UUID(bytes=instance_id))
+            self.client_instance_id_source = "header"
+            return None
+        if instance_id != self.header_instance_id:
+            theirs = uuid.UUID(bytes=instance_id)
+            return f"ClientInstanceId {theirs} differs from this connection's {self.client_instance_id}"
+        return None
+
+    def _for_client_version(
+        self, decision: RequestDecision, info: ApiInfo, version: int, frame: bytes | memoryview | None
+    ) -> RequestDecision:
+        """A decision about the translated request, made to answer in the client's (header v3) version."""
+        decision.frame = frame
+        if decision.action is Action.FORWARD and decision.pieces is None:
+            assert frame is not None
+            decision.pieces = [frame]
+        pending = decision.pending
+        if pending is not None:
+            pending.client_version = version
+            if pending.reply is not None and info.key in kip1313.CONVERTED_RESPONSES:
+                pending.reply = kip1313.upgrade_response(info.key, pending.reply)
+        return decision
+
+    def _learn_from_telemetry(self, frame: memoryview | bytes) -> None:
+        """KIP-714 v0 requests carry the client instance id in their body (zero on the very first)."""
+        if self.client_instance_id_source == "header":
+            return
+        try:
+            offset = parse_request_header(frame, 2).body_offset
+        except ValueError:
+            return
+        self._learn_instance_id(bytes(frame[offset : offset + 16]))
+
+    def _learn_instance_id(self, raw: bytes) -> None:
+        if len(raw) == 16 and raw != kip1313.ZERO and self.client_instance_id_source != "header":
+            self.client_instance_id = str(uuid.UUID(bytes=raw))
+            self.client_instance_id_source = "telemetry"
+
+    def _header(self, frame: memoryview | bytes, info: ApiInfo, version: int) -> RequestHeader:
+        try:
+            return parse_request_header(frame, info.request_header_version(version))
+        except ValueError as exc:
+            raise ProtocolViolation(f"malformed {info.name} request header: {exc}") from exc
+
+    def _dispatch(self, frame: memoryview, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
+        api_key = info.key
+        rule = api_rules()[api_key]
         if api_key == API_VERSIONS_KEY:
             return self._api_versions_request(info, version, correlation_id)
         if self.authenticator is not None:
@@ -275,7 +368,8 @@ class ProxySession:
         if version > info.max_version:
             # Too new for us: answer as a broker would (v0 body), so the client retries lower.
             # Like a broker, name only ApiVersions' own range: enough to retry, nothing more before login.
-            body = apiversions.unsupported_version_body({API_VERSIONS_KEY: self.supported[API_VERSIONS_KEY]})
+            advertised = kip1313.advertised(self.supported, known_apis())
+            body = apiversions.unsupported_version_body({API_VERSIONS_KEY: advertised[API_VERSIONS_KEY]})
             return self._local(Pending(API_VERSIONS_KEY, version, correlation_id, 0), body)
         pending = Pending(API_VERSIONS_KEY, version, correlation_id, 0)
         self.in_flight.append(pending)
@@ -314,6 +408,17 @@ class ProxySession:
                 f"broker answered correlation id {response_correlation_id(frame) if len(frame) >= 8 else None}, "
                 f"expected {pending.correlation_id}"
             )
+        if pending.api_key == kip1313.GET_TELEMETRY_SUBSCRIPTIONS_KEY and pending.api_version == 0:
+            self._learn_instance_id(_telemetry_assigned_id(frame))  # the broker's, if the client sent zero
+        result = self._response(pending, frame)
+        if pending.client_version >= 0 and pending.api_key in kip1313.CONVERTED_RESPONSES:
+            try:
+                result.pieces = [kip1313.upgrade_response(pending.api_key, b"".join(map(bytes, result.pieces)))]
+            except ValueError as exc:
+                raise ProtocolViolation(f"cannot convert response to api {pending.api_key}: {exc}") from exc
+        return result
+
+    def _response(self, pending: Pending, frame: memoryview) -> ResponseResult:
         try:
             if pending.api_key == API_VERSIONS_KEY:
                 return ResponseResult(self._api_versions_response(pending, frame))
@@ -335,10 +440,20 @@ class ProxySession:
         response = apiversions.decode_response(pending.api_version, frame[body_offset:])
         upstream = apiversions.table_of(response)
         self.versions = apiversions.intersect(upstream, self.supported)
-        body = codec.encode(apiversions.with_table(response, self.versions))
+        advertised = kip1313.advertised(self.versions, known_apis())
+        body = codec.encode(apiversions.with_table(response, advertised))
         if int(response.error_code) == UNSUPPORTED_VERSION:
             pending.api_version = 0
         return [codec.response_frame(pending.correlation_id, 0, body)]
+
+
+def _telemetry_assigned_id(frame: memoryview | bytes) -> bytes:
+    """GetTelemetrySubscriptions v0 response: header v1, throttle, error, then ClientInstanceId."""
+    try:
+        offset = response_body_offset(frame, 1) + 6
+    except ValueError:
+        return b""
+    return bytes(frame[offset : offset + 16])
 
 
 def _produce_acks(frame: memoryview, info: ApiInfo, version: int) -> int:

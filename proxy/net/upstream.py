@@ -15,6 +15,7 @@ from kio.schema.metadata.v12.response import MetadataResponse
 
 from ..auth.upstream import SaslLogin, authenticate
 from ..core.endpoints import BrokerEndpoint
+from ..identity import CLIENT_ID
 from ..protocol import codec
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLIENT_ID = "vcproxy"
 _correlation = itertools.count(1)
 
 

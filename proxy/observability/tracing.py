@@ -93,7 +93,9 @@ class Tracing:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-        self.instance_id = instance_id or str(uuid.uuid4())
+        from ..identity import INSTANCE_ID
+
+        self.instance_id = instance_id or str(INSTANCE_ID)  # also in the client id of its own connections
         self.resource = Resource.create(
             {"service.name": SERVICE_NAME, "service.instance.id": self.instance_id, "service.version": __version__}
         )
@@ -324,6 +326,9 @@ class ConnectionTelemetry:
             api_key, version, correlation_id = peek_request(frame)  # acks=0 Produce: no response will come
         else:
             api_key, version, correlation_id = pending.api_key, pending.api_version, pending.correlation_id
+        wire_frame, wire_version = frame, version
+        if decision.frame is not None:  # KIP-1313 header v3: the proxy sent the version before
+            wire_frame, version = decision.frame, pending.version_seen_by_client if pending is not None else version
         if not self.requests:
             self._read_client_id(frame)
         self.requests += 1
@@ -336,7 +341,7 @@ class ConnectionTelemetry:
         if trace_id and api_key not in RECORDS_IN_RESPONSE:
             session = self.session
             if api_key == PRODUCE_KEY or session is None or session.engine is None:
-                trace.request_topics = self._scan_request(frame, api_key, version)
+                trace.request_topics = self._scan_request(wire_frame, api_key, wire_version)
         if pending is not None:
             self.outstanding.append(trace)
         return trace
@@ -350,7 +355,10 @@ class ConnectionTelemetry:
             self._finish(trace, pieces, upstream_frame)
 
     def _read_client_id(self, frame: memoryview) -> None:
-        try:  # at offset 12 in request header v1 and v2 alike
+        if self.session is not None:  # the session parsed it (any header version; KIP-1313 clients may omit it later)
+            self.client_id = self.session.client_id
+            return
+        try:  # at offset 12 in request header v1, v2 and v3 alike
             self.client_id = read_nullable_string(frame, 12)[0]
         except ValueError:
             self.client_id = None
@@ -456,11 +464,14 @@ class ConnectionTelemetry:
             attributes["vcproxy.client_id"] = self.client_id
         if session is not None:
             attributes["vcproxy.client_instance_id"] = session.client_instance_id
+            attributes["vcproxy.client_instance_id.source"] = session.client_instance_id_source
         attributes["client.address"] = self.address
         attributes["client.port"] = self.port
         attributes["vcproxy.api.name"] = api_name
         attributes["vcproxy.api.key"] = api_key
         attributes["vcproxy.api.version"] = trace.api_version
+        if trace.pending is not None and trace.pending.api_version != trace.api_version:
+            attributes["vcproxy.api.upstream_version"] = trace.pending.api_version
         attributes["vcproxy.correlation_id"] = trace.correlation_id
         topics, topic_bytes = self._topics(trace, facts, vc)
         if topics:
@@ -589,6 +600,7 @@ class ConnectionTelemetry:
             attributes["vcproxy.client_id"] = self.client_id
         if session is not None:
             attributes["vcproxy.client_instance_id"] = session.client_instance_id
+            attributes["vcproxy.client_instance_id.source"] = session.client_instance_id_source
         span.set_attributes(attributes)
         span.end()
         self.span = None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..identity import CLIENT_ID
 from ..tenancy.model import TenancyImage, vc_record
 from .seed import VirtualClusterSeed, seed_records
 from .store import Record, StateStore, StateStoreError
@@ -34,7 +35,7 @@ def client_config(config: ProxyConfig) -> dict[str, Any]:
     """librdkafka settings for the state topic's clients: the upstream cluster, reached and logged
     into the way the proxy itself does (upstream.security_protocol, SASL and TLS settings)."""
     up = config.upstream
-    conf: dict[str, Any] = {"bootstrap.servers": ",".join(up.bootstrap_servers)}
+    conf: dict[str, Any] = {"bootstrap.servers": ",".join(up.bootstrap_servers), "client.id": f"{CLIENT_ID}-state"}
     protocol = getattr(up, "security_protocol", "PLAINTEXT")
     conf["security.protocol"] = protocol.lower()
     if protocol.startswith("SASL_"):

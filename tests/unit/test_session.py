@@ -216,12 +216,13 @@ def api_versions_response(keys):
 
 def test_api_versions_intersection_drops_internal_and_unknown_and_clamps():
     s = ProxySession(LAYOUT)
-    upstream = {0: (0, 99), 3: (0, 13), 18: (0, 4), 27: (0, 1), 52: (0, 2), 999: (0, 1)}
+    upstream = {0: (0, 99), 1: (4, 17), 3: (0, 13), 18: (0, 4), 27: (0, 1), 52: (0, 2), 999: (0, 1)}
     req = request_frame(18, 3, 5, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     out = joined(roundtrip(s, req, response_frame(18, 3, 5, api_versions_response(upstream))).pieces)
     body, _ = codec.decode(ApiVersionsResponse, out, response_body_offset(out, 0))
     advertised = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
-    assert advertised == {0: (3, 13), 3: (0, 13), 18: (0, 4)}
+    # KIP-1313: one more version (header v3) where the broker has the proxy's newest; Fetch 18 is missing.
+    assert advertised == {0: (3, 14), 1: (4, 17), 3: (0, 14), 18: (0, 5)}
 
 
 def test_requests_above_advertised_version_refused_locally():

@@ -186,10 +186,16 @@ def test_service_queues_a_repair_when_a_vc_is_created_twice(caplog):
 
 
 def test_state_clients_connect_like_the_proxy(tmp_path):
+    from proxy.identity import INSTANCE_ID
     from proxy.state.service import client_config
 
+    own = f"vcproxy-{INSTANCE_ID}-state"  # the proxy's instance id travels in its client id (KIP-1313)
     plain = parse_config({"upstream": {"bootstrap_servers": ["k1:9092", "k2:9092"]}})
-    assert client_config(plain) == {"bootstrap.servers": "k1:9092,k2:9092", "security.protocol": "plaintext"}
+    assert client_config(plain) == {
+        "bootstrap.servers": "k1:9092,k2:9092",
+        "client.id": own,
+        "security.protocol": "plaintext",
+    }
     secret = tmp_path / "pw"
     secret.write_text("s3cret\n")
     sasl = parse_config(
@@ -205,6 +211,7 @@ def test_state_clients_connect_like_the_proxy(tmp_path):
     )
     assert client_config(sasl) == {
         "bootstrap.servers": "k:9093",
+        "client.id": own,
         "security.protocol": "sasl_ssl",
         "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "vcproxy",
