@@ -120,8 +120,10 @@ class ProxySession:
         authenticator: Authenticator | None = None,
         tenancy: Tenancy | None = None,
         principal: str | None = None,
+        header_v3: bool = True,
     ):
         self.rewriter = EndpointRewriter(layout)
+        self.header_v3 = header_v3  # KIP-1313 versions advertised and translated
         self.authenticator = authenticator
         self.tenancy = tenancy
         self._principal = principal  # for listeners without SASL (PLAINTEXT: User:ANONYMOUS, mTLS: mapped)
@@ -181,7 +183,7 @@ class ProxySession:
         rule = api_rules().get(api_key)
         if info is None or rule is None:
             return RequestDecision(Action.CLOSE, reason=f"unknown API key {api_key}")
-        if not kip1313.uses_header_v3(info, version):
+        if not (self.header_v3 and kip1313.uses_header_v3(info, version)):
             if info.min_version <= version <= info.max_version:
                 if self._first_request:
                     self._first_request = False
@@ -368,7 +370,7 @@ class ProxySession:
         if version > info.max_version:
             # Too new for us: answer as a broker would (v0 body), so the client retries lower.
             # Like a broker, name only ApiVersions' own range: enough to retry, nothing more before login.
-            advertised = kip1313.advertised(self.supported, known_apis())
+            advertised = kip1313.advertised(self.supported, known_apis()) if self.header_v3 else self.supported
             body = apiversions.unsupported_version_body({API_VERSIONS_KEY: advertised[API_VERSIONS_KEY]})
             return self._local(Pending(API_VERSIONS_KEY, version, correlation_id, 0), body)
         pending = Pending(API_VERSIONS_KEY, version, correlation_id, 0)
@@ -440,7 +442,7 @@ class ProxySession:
         response = apiversions.decode_response(pending.api_version, frame[body_offset:])
         upstream = apiversions.table_of(response)
         self.versions = apiversions.intersect(upstream, self.supported)
-        advertised = kip1313.advertised(self.versions, known_apis())
+        advertised = kip1313.advertised(self.versions, known_apis(), upstream) if self.header_v3 else self.versions
         body = codec.encode(apiversions.with_table(response, advertised))
         if int(response.error_code) == UNSUPPORTED_VERSION:
             pending.api_version = 0

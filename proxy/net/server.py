@@ -327,7 +327,9 @@ class ProxyServer:
                 ),
                 lc.refuse_unbound_principals,
             )
-        return ProxySession(self.layout, authenticator, tenancy=tenancy, principal=principal)
+        return ProxySession(
+            self.layout, authenticator, tenancy=tenancy, principal=principal, header_v3=lc.request_header_v3
+        )
 
 
 @dataclass

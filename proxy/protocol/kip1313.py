@@ -50,13 +50,19 @@ def uses_header_v3(info: ApiInfo, version: int) -> bool:
     return info.key != SASL_HANDSHAKE_KEY and version == info.max_version + 1
 
 
-def advertised(table: dict[int, tuple[int, int]], known: dict[int, ApiInfo]) -> dict[int, tuple[int, int]]:
+def advertised(
+    table: dict[int, tuple[int, int]],
+    known: dict[int, ApiInfo],
+    upstream: dict[int, tuple[int, int]] | None = None,
+) -> dict[int, tuple[int, int]]:
     """Add the header-v3 version to every API whose previous version both sides support: the proxy
-    can then translate it (a broker without that previous version gets no header-v3 version)."""
+    can then translate it. Not where the broker lacks that version, nor where it has newer ones than
+    the proxy's schemas: there the next number is a real version the proxy cannot read."""
     out = {}
     for key, (low, high) in table.items():
         info = known.get(key)
-        if info is not None and high == info.max_version and key != SASL_HANDSHAKE_KEY:
+        broker_newer = upstream is not None and upstream.get(key, (0, -1))[1] > high
+        if info is not None and high == info.max_version and key != SASL_HANDSHAKE_KEY and not broker_newer:
             high += 1
         out[key] = (low, high)
     return out

@@ -8,6 +8,8 @@ import datetime
 import io
 import json
 import time
+import types
+import typing
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,7 +116,7 @@ def api_versions_body() -> Any:
 
 
 def broker_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
-    with RawClient(bootstrap) as direct:
+    with RawClient(bootstrap.split(",")[0]) as direct:
         _, body = direct.request(18, 3, 1, request_type(18, 3)(client_software_name="t", client_software_version="1"))
     return apiversions.table_of(body)
 
@@ -159,35 +161,42 @@ def test_a_kip1313_client_works_against_a_broker_without_it(kafka_cluster, kip_p
             ),
         )
         assert [(t.name, int(t.error_code)) for t in created.topics] == [(TOPIC, 0)]
-        topic_id = _wait_for_leader(client, TOPIC)
+        topic_id, leader = _wait_for_leader(client, TOPIC)
+        coordinator = _find_coordinator(client, "kip-group")
 
-        value = f"through header v3 {uuid.uuid4()}".encode()
-        produce = _produce_body(topic_id, record_batch([value]))
-        produced = decoded(0, client.ask(0, produce))
+    value = f"through header v3 {uuid.uuid4()}".encode()
+    with V3Client(leader, APP) as client:  # the same instance, another connection (to the leader)
+        assert int(decoded(18, client.ask(18, api_versions_body())).error_code) == 0
+        produced = decoded(0, client.ask(0, _produce_body(topic_id, record_batch([value]))))
         assert [int(p.error_code) for t in produced.responses for p in t.partition_responses] == [0]
-
         fetched = decoded(1, client.ask(1, _fetch_body(topic_id)))
         records = b"".join(p.records or b"" for t in fetched.responses for p in t.partitions)
         assert value in records
-
-        # The broker saw the connection's client id on a request whose header left it null.
+    with V3Client(coordinator, APP) as client:
+        assert int(decoded(18, client.ask(18, api_versions_body())).error_code) == 0
+        # The broker saw the connection's client id on requests whose header left it null.
         _join_and_check_client_id(client)
     # ... and the physical topic exists under the VC's prefix only.
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
     assert [t for t in admin.list_topics(timeout=20).topics if t.endswith("." + TOPIC)]
 
 
-def _creatable(name: str) -> Any:
-    import typing
+def _item(cls: type, name: str) -> Any:
+    """The element type of an array field (nullable arrays included)."""
+    hint = typing.get_type_hints(cls)[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return typing.get_args(hint)[0]
 
-    item = typing.get_args(typing.get_type_hints(request_type(19, top(19)))["topics"])[0]
+
+def _creatable(name: str) -> Any:
+    item = _item(request_type(19, top(19)), "topics")
     return item(name=name, num_partitions=i32(1), replication_factor=i16(3), assignments=(), configs=())
 
 
-def _wait_for_leader(client: V3Client, name: str) -> uuid.UUID:
-    import typing
-
-    item = typing.get_args(typing.get_type_hints(request_type(3, top(3)))["topics"])[0]
+def _wait_for_leader(client: V3Client, name: str) -> tuple[uuid.UUID, str]:
+    """The topic's id and its partition 0 leader's address (a proxy port)."""
+    item = _item(request_type(3, top(3)), "topics")
     deadline = time.monotonic() + 30
     while True:
         body = entity(
@@ -199,17 +208,28 @@ def _wait_for_leader(client: V3Client, name: str) -> uuid.UUID:
         metadata = decoded(3, client.ask(3, body))
         (topic,) = metadata.topics
         if int(topic.error_code) == 0 and topic.partitions and topic.partitions[0].leader_id >= 0:
-            return topic.topic_id
+            (leader,) = [b for b in metadata.brokers if b.node_id == topic.partitions[0].leader_id]
+            return topic.topic_id, f"{leader.host}:{leader.port}"
         assert time.monotonic() < deadline, f"no leader for {name}: {topic}"
         time.sleep(0.3)
 
 
-def _produce_body(topic_id: uuid.UUID, records: bytes) -> Any:
-    import typing
+def _find_coordinator(client: V3Client, group: str) -> str:
+    cls = request_type(10, top(10))
+    deadline = time.monotonic() + 30
+    while True:
+        found = decoded(10, client.ask(10, cls(key_type=i8(0), coordinator_keys=(group,))))
+        (coordinator,) = found.coordinators
+        if int(coordinator.error_code) == 0:
+            return f"{coordinator.host}:{coordinator.port}"
+        assert time.monotonic() < deadline, coordinator
+        time.sleep(0.3)
 
+
+def _produce_body(topic_id: uuid.UUID, records: bytes) -> Any:
     cls = request_type(0, top(0))
-    topic_cls = typing.get_args(typing.get_type_hints(cls)["topic_data"])[0]
-    part_cls = typing.get_args(typing.get_type_hints(topic_cls)["partition_data"])[0]
+    topic_cls = _item(cls, "topic_data")
+    part_cls = _item(topic_cls, "partition_data")
     return cls(
         transactional_id=None,
         acks=i16(-1),
@@ -219,24 +239,22 @@ def _produce_body(topic_id: uuid.UUID, records: bytes) -> Any:
 
 
 def _fetch_body(topic_id: uuid.UUID) -> Any:
-    import typing
-
     cls = request_type(1, top(1))
-    topic_cls = typing.get_args(typing.get_type_hints(cls)["topics"])[0]
-    part_cls = typing.get_args(typing.get_type_hints(topic_cls)["partitions"])[0]
+    topic_cls = _item(cls, "topics")
+    part_cls = _item(topic_cls, "partitions")
     partition = part_cls(partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20))
     return cls(
         max_wait=datetime.timedelta(milliseconds=500),
         min_bytes=i32(1),
         topics=(topic_cls(topic_id=topic_id, partitions=(partition,)),),
+        forgotten_topics_data=(),
+        rack_id="",
     )
 
 
 def _join_and_check_client_id(client: V3Client) -> None:
-    import typing
-
     cls = request_type(11, top(11))
-    protocol_cls = typing.get_args(typing.get_type_hints(cls)["protocols"])[0]
+    protocol_cls = _item(cls, "protocols")
 
     def join(member_id: str) -> Any:
         return decoded(
@@ -297,14 +315,17 @@ def test_spans_carry_the_instance_ids(kip_proxy, workdir):
     producer = Producer({"bootstrap.servers": kip_proxy.bootstrap, "client.id": VC_CLIENT})
     producer.list_topics(timeout=20)
     del producer
-    spans = _spans(workdir / "traces", lambda a: a.get("vcproxy.api.name") in ("list_groups", "metadata"))
+    spans = _spans(workdir / "traces", lambda a: a.get("vcproxy.api.name") in ("ListGroups", "Metadata"))
     header = [a for a in spans if a.get("vcproxy.client_instance_id") == str(APP)]
     assert header and all(a["vcproxy.client_instance_id.source"] == "header" for a in header)
-    assert {
-        (a["vcproxy.api.version"], a.get("vcproxy.api.upstream_version"))
+    # Served: the client's version, and the one the broker got. Refused (old header after v3): 42.
+    versions = {
+        (a["vcproxy.api.version"], a.get("vcproxy.api.upstream_version"), tuple(a.get("vcproxy.error_codes", ())))
         for a in header
-        if a["vcproxy.api.name"] == "list_groups"
-    } == {(top(16) + 1, top(16))}
+        if a["vcproxy.api.name"] == "ListGroups"
+    }
+    assert (top(16) + 1, top(16), ()) in versions
+    assert versions <= {(top(16) + 1, top(16), ()), (top(16) + 1, top(16), (42,)), (top(16), None, (42,))}
     assert all(a["vcproxy.client_id"] == VC_CLIENT for a in header)
     others = [a for a in spans if a.get("vcproxy.client_instance_id.source") == "proxy"]
     assert others, "librdkafka's Metadata span, with an instance id from the proxy"

@@ -28,7 +28,7 @@ from kio.static.primitive import i8, i16, i32
 
 from proxy.core.session import Action, ProxySession
 from proxy.protocol import codec, kip1313
-from proxy.protocol.apis import api_info
+from proxy.protocol.apis import api_info, response_type
 from proxy.protocol.framing import frame
 from proxy.protocol.headers import parse_request_header, response_body_offset
 from proxy.protocol.primitives import read_int16, read_int32, read_uvarint
@@ -318,3 +318,22 @@ def test_advertised_adds_the_header_v3_version_only_above_the_proxys_newest():
     known = {k: api_info(k) for k in (0, 1, 17)}
     table = {0: (3, top(0)), 1: (4, top(1) - 1), 17: (0, top(17))}
     assert kip1313.advertised(table, known) == {0: (3, top(0) + 1), 1: (4, top(1) - 1), 17: (0, top(17))}
+
+
+def test_no_header_v3_version_where_the_broker_has_newer_versions_than_the_proxy():
+    known = {k: api_info(k) for k in (0, 3)}
+    table = {0: (3, top(0)), 3: (0, top(3))}
+    upstream = {0: (3, top(0) + 1), 3: (0, top(3))}  # the broker's Produce top+1 is a real version
+    assert kip1313.advertised(table, known, upstream) == {0: (3, top(0)), 3: (0, top(3) + 1)}
+
+
+def test_header_v3_can_be_switched_off():
+    s = ProxySession(LAYOUT, header_v3=False)
+    req = v3_frame(18, 5, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"), "a", APP)
+    decision = s.on_request(memoryview(bytearray(req)))
+    assert decision.action is Action.LOCAL  # ApiVersions v5 is too new: the v0 fallback
+    body, _ = codec.decode(
+        response_type(18, 0), decision.pending.reply, response_body_offset(decision.pending.reply, 0)
+    )
+    assert int(body.error_code) == codec.UNSUPPORTED_VERSION
+    assert [(int(k.api_key), int(k.max_version)) for k in body.api_keys] == [(18, 4)]
