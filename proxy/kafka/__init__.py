@@ -9,7 +9,7 @@ from proxy.kafka.cluster import (
     stop_broker,
     stop_cluster,
 )
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs
 from proxy.kafka.errors import KafkaLauncherError
 from proxy.kafka.tools import TOOLS, run_tool, tool_argv
 
@@ -20,6 +20,7 @@ __all__ = [
     "ClusterInfo",
     "KafkaLauncherError",
     "ensure_dist",
+    "ensure_streams_libs",
     "load_cluster",
     "run_tool",
     "start_broker",

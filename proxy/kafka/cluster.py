@@ -213,6 +213,11 @@ def node_properties(node: NodeSpec, *, brokers: int, controller_port: int, data_
         "group.consumer.heartbeat.interval.ms": "500",
         "group.consumer.min.session.timeout.ms": "6000",
         "group.consumer.session.timeout.ms": "6000",
+        # KIP-1071 streams groups: the same (defaults 5 s / 45 s). The streams protocol is on by default in 4.2.
+        "group.streams.min.heartbeat.interval.ms": "500",
+        "group.streams.heartbeat.interval.ms": "500",
+        "group.streams.min.session.timeout.ms": "6000",
+        "group.streams.session.timeout.ms": "6000",
         # The 128 MiB default is allocated on the heap; too much for a 512m broker.
         "log.cleaner.dedupe.buffer.size": "33554432",
         "num.network.threads": "2",

@@ -33,6 +33,7 @@ LOG4J_BY_MINOR = {"4.1": "2.24.3", "4.2": "2.25.3"}
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 POM_TEMPLATE = _PACKAGE_DIR / "pom.xml.in"
+STREAMS_POM_TEMPLATE = _PACKAGE_DIR / "streams-pom.xml.in"
 TOOLS_LOG4J = _PACKAGE_DIR / "tools-log4j2.properties"
 BROKER_LOG4J = _PACKAGE_DIR / "broker-log4j2.properties"
 
@@ -180,9 +181,28 @@ def ensure_dist(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = N
     parse_version(version)
     java_executable()  # fail early: nothing in the dist is usable without it
     vdir = cache_root(cache_dir) / version
+    required = (f"kafka_2.13-{version}.jar", f"kafka-tools-{version}.jar", "log4j-slf4j-impl-")
+    return _resolve(version, vdir, render_pom(version), required, vdir.parent / f"{version}.lock")
+
+
+def ensure_streams_libs(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = None) -> Path:
+    """The ``libs`` directory of Kafka Streams (and RocksDB) for ``version``, without what
+    ``ensure_dist`` already has: a Streams application runs with ``-cp '<dist>/*:<this>/*'``.
+
+    A separate resolution (``<cache>/<version>/streams/libs``) so that it never changes the broker's
+    jars: a checkout whose pom lacks Streams leaves it alone, and the other way round.
+    """
+    parse_version(version)
+    java_executable()
+    vdir = cache_root(cache_dir) / version / "streams"
+    pom = STREAMS_POM_TEMPLATE.read_text(encoding="utf-8").replace("@KAFKA_VERSION@", version)
+    return _resolve(version, vdir, pom, (f"kafka-streams-{version}.jar",), vdir.parent / "streams.lock")
+
+
+def _resolve(version: str, vdir: Path, pom: str, required: tuple[str, ...], lock: Path) -> Path:
+    """``mvn copy-dependencies`` of ``pom`` into ``vdir/libs``, once per pom (its hash is the marker)."""
     libs = vdir / "libs"
     marker = vdir / _MARKER
-    pom = render_pom(version)
     stamp = hashlib.sha256(pom.encode()).hexdigest()
 
     def complete() -> bool:
@@ -191,15 +211,16 @@ def ensure_dist(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = N
 
     if complete():
         return libs
-    with _locked(vdir.parent / f"{version}.lock"):
+    with _locked(lock):
         if complete():
             return libs
         mvn = _maven_executable()
         vdir.mkdir(parents=True, exist_ok=True)
         marker.unlink(missing_ok=True)
         staging = vdir / "libs.partial"
-        for d in (libs, staging):
-            shutil.rmtree(d, ignore_errors=True)
+        # The old libs stay until the new ones are complete: brokers and tools of another session
+        # may be running from them.
+        shutil.rmtree(staging, ignore_errors=True)
         (vdir / "pom.xml").write_text(pom, encoding="utf-8")
         argv = [
             mvn,
@@ -229,14 +250,24 @@ def ensure_dist(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = N
             ) from exc
         if proc.returncode != 0:
             raise _maven_error(version, proc.returncode, proc.stdout + proc.stderr)
-        for jar in (f"kafka_2.13-{version}.jar", f"kafka-tools-{version}.jar", "log4j-slf4j-impl-"):
+        for jar in required:
             if not any(p.name.startswith(jar) for p in staging.glob("*.jar")):
                 raise KafkaLauncherError(
                     f"mvn finished but {staging} lacks {jar}*; delete {vdir} and retry.\n"
                     + _ANSI_RE.sub("", proc.stdout + proc.stderr)[-2000:]
                 )
-        staging.rename(libs)
+        _swap_in(staging, libs)
         tmp = vdir / (_MARKER + ".tmp")
         tmp.write_text(stamp + "\n")
         tmp.replace(marker)
     return libs
+
+
+def _swap_in(staging: Path, libs: Path) -> None:
+    """Replace ``libs`` by ``staging`` with two renames, so ``libs`` is missing only for an instant."""
+    old = libs.with_name("libs.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if libs.exists():
+        libs.rename(old)
+    staging.rename(libs)
+    shutil.rmtree(old, ignore_errors=True)

@@ -19,7 +19,10 @@ from kio.static.primitive import i8, i32
 
 from ..protocol import codec
 from .engine import Exchange, LocalAnswer, TenantEngine
-from .model import TenancyError, link_record, physical_topic_for, topic_record
+from .model import TenancyError, derived_topic_for, link_record, physical_topic_for, topic_record
+
+# Kafka Streams groups (KIP-1071) live in a module of their own; the engine looks handlers up here.
+from .streams import streams_group_heartbeat_request, streams_group_heartbeat_response  # noqa: F401
 from .translate import HIDDEN, ZERO_UUID
 
 TOPIC, GROUP, BROKER, BROKER_LOGGER = 2, 32, 4, 8
@@ -85,10 +88,7 @@ def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
 def auto_physical_name(vc_id: str, link: str) -> str:
     """`UUID.link` like every VC topic, but the same UUID for the same VC and link, so two clients
     auto-creating one topic at once end up with one physical topic and one link."""
-    from .model import validate_link_name
-
-    validate_link_name(link)
-    return f"{uuid.uuid5(uuid.UUID(vc_id), link)}.{link}"
+    return derived_topic_for(vc_id, link)
 
 
 LEADER_NOT_AVAILABLE = 5  # what a freshly auto-created topic reports first

@@ -61,6 +61,14 @@ def physical_topic_for(link: str) -> str:
     return f"{uuid.uuid4()}.{link}"
 
 
+def derived_topic_for(vc_id: str, link: str) -> str:
+    """`uuid5(vc id, link).link`: the physical name of a topic the broker creates on the VC's behalf
+    (Metadata auto-creation, Kafka Streams internal topics). The same for every proxy replica and
+    request, so concurrent creators agree on one topic; no other VC can derive it."""
+    validate_link_name(link)
+    return f"{uuid.uuid5(uuid.UUID(vc_id), link)}.{link}"
+
+
 @dataclass
 class VirtualCluster:
     name: str
@@ -76,6 +84,14 @@ class VirtualCluster:
     def link_for(self, physical: str) -> str | None:
         names = self.physical_links.get(physical)
         return names[0] if names else None
+
+    def derived_link(self, physical: str) -> str | None:
+        """The name behind this VC's `derived_topic_for` name, linked or not (e.g. a source topic a
+        Streams topology names before it exists); None for any other name."""
+        head, dot, name = physical.partition(".")
+        if not dot or len(head) != 36 or not name:
+            return None
+        return name if head == str(uuid.uuid5(uuid.UUID(self.id), name)) else None
 
     # -- groups and transactional ids ----------------------------------------------------------------
     @property

@@ -77,7 +77,7 @@ class Translation:
     def virtual_topic(self, physical: str) -> str:
         if physical in self.topics:
             return self.topics[physical]
-        link = self.vc.link_for(physical)
+        link = self.vc.link_for(physical) or self.vc.derived_link(physical)
         return HIDDEN if link is None else link
 
     def virtual_topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
