@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 
 # Resolve the Apache Kafka jars from Maven Central into the cache (~/.cache/vcproxy/kafka).
 kafka-dist: $(VENV)/.installed
-	$(PY) -c "from proxy.kafka.dist import ensure_dist; print(ensure_dist())"
+	$(PY) -c "from proxy.kafka.dist import ensure_dist, ensure_streams_libs; print(ensure_dist()); print(ensure_streams_libs())"
 
 # A local 3-broker Kafka plus the proxy on 127.0.0.1:9192 with config/demo.yaml; Ctrl-C stops both.
 run: kafka-dist

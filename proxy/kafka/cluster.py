@@ -268,7 +268,8 @@ def new_cluster_id() -> str:
             return cid
 
 
-def broker_argv(java: str, libs: Path, node_dir: Path, heap: str) -> list[str]:
+def broker_argv(java: str, libs: Path, node_dir: Path, heap: str, extra_classpath: Sequence[Path] = ()) -> list[str]:
+    classpath = ":".join([f"{libs}/*", *(str(Path(p).resolve()) for p in extra_classpath)])
     return [
         java,
         f"-Xms{heap}",
@@ -277,7 +278,7 @@ def broker_argv(java: str, libs: Path, node_dir: Path, heap: str) -> list[str]:
         f"-Dlog4j2.configurationFile={BROKER_LOG4J}",
         f"-Dkafka.logs.dir={node_dir / 'logs'}",
         "-cp",
-        f"{libs}/*",
+        classpath,
         "kafka.Kafka",
         str(node_dir / "server.properties"),
     ]
@@ -649,8 +650,13 @@ def start_cluster(
     heap: str = "512m",
     sasl: bool = False,
     timeout: float = 120,
+    extra_classpath: Sequence[Path] = (),
+    extra_properties: dict[str, str] | None = None,
 ) -> ClusterInfo:
     """Format and start a fresh cluster in ``dir`` and return once it serves requests.
+
+    ``extra_classpath`` and ``extra_properties`` go to every broker: plugins such as a metrics
+    reporter (tests use one to make Kafka offer KIP-714 telemetry).
 
     Anything left in ``dir`` by an earlier (stopped) cluster is wiped. On failure every process this
     call started is killed and the logs stay in ``dir/nN/server.log``.
@@ -687,6 +693,7 @@ def start_cluster(
         node_dir = dir / f"n{spec.node_id}"
         (node_dir / "data").mkdir(parents=True, exist_ok=True)
         props = node_properties(spec, brokers=brokers, controller_port=controller_port, data_dir=node_dir / "data")
+        props.update(extra_properties or {})
         (node_dir / "server.properties").write_text(render_properties(props), encoding="utf-8")
         node_states.append(
             {
@@ -698,7 +705,7 @@ def start_cluster(
                 "controller_port": spec.controller_port,
                 "rack": spec.rack,
                 "dir": str(node_dir),
-                "argv": broker_argv(java, libs, node_dir, heap),
+                "argv": broker_argv(java, libs, node_dir, heap, extra_classpath),
                 "pid": None,
             }
         )
