@@ -65,3 +65,40 @@ def test_FrameDecoder_rejects_negative_and_oversized(prefix):
     d.receive_data(prefix + b"xx")
     with pytest.raises(FrameError):
         d.next_frame()
+
+
+def feed(d: FrameDecoder, data: bytes, chunk: int = 100) -> list[memoryview]:
+    """recv_into-style feeding; returns the frame views as they come (valid until the next call)."""
+    out = []
+    view = memoryview(data)
+    while view:
+        target = d.write_buffer()
+        n = min(len(target), len(view), chunk)
+        target[:n] = view[:n]
+        del target
+        d.commit(n)
+        view = view[n:]
+        while (f := d.next_frame()) is not None:
+            out.append(bytes(f))
+    return out
+
+
+def test_big_frame_buffer_reused_for_the_next_big_frame():
+    d = FrameDecoder(buffer_size=64)
+    first, second, small = frame(b"x" * 3000), frame(b"y" * 2000), frame(b"z")
+    assert feed(d, first) == [first]
+    spare = d._spare
+    assert spare is not None and len(spare) == len(first)
+    assert feed(d, small + second) == [small, second]  # shorter: fits the spare, no stale bytes leak
+    assert d._spare is spare
+    assert feed(d, frame(b"w" * 4000)) == [frame(b"w" * 4000)]  # longer: a new, larger spare
+    assert len(d._spare) == 4004
+
+
+def test_huge_frames_are_not_kept(monkeypatch):
+    import proxy.protocol.framing as framing
+
+    monkeypatch.setattr(framing, "SPARE_LIMIT", 1000)
+    d = FrameDecoder(buffer_size=64)
+    assert feed(d, frame(b"h" * 5000)) == [frame(b"h" * 5000)]
+    assert d._spare is None
