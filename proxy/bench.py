@@ -1,10 +1,13 @@
 """`vcproxy bench`: Kafka's own perf tools run directly against a broker and through the proxy.
 
-One broker (started here unless ``--bootstrap`` is given), one proxy in front of it, and per round the
-same suite in both modes, alternating which mode goes first. The suite is: producer perf (acks=all,
-unthrottled), consumer perf reading back exactly those records, a fixed-rate producer run (for produce
-latency that is not just queueing in the producer's buffer), and the end-to-end latency tool. The proxy's
-CPU time is read from /proc around each tool run. Parsing and reporting live in ``bench_results``.
+One broker (started here unless ``--bootstrap`` is given) and, in front of it, one proxy process per
+proxied variant: ``proxy`` (tracing off, the default configuration) and ``proxy-traced`` (tracing on,
+sample ratio 1.0, JSON Lines exporter), or ``proxy-traced-R`` (ratio R). Per round, the same suite runs
+once per variant (``direct`` included), the order rotating from round to round. The suite is: producer
+perf (acks=all, unthrottled), consumer perf reading back exactly those records, a fixed-rate producer run
+(for produce latency that is not just queueing in the producer's buffer), and the end-to-end latency
+tool. The proxies' CPU time is read from /proc around each tool run. Parsing and reporting live in
+``bench_results``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -26,9 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from proxy.bench_results import (
+    DEFAULT_VARIANTS,
+    DIRECT,
+    MIB,
+    PROXY,
     ParseError,
+    Variant,
+    count_spans,
     cpu_seconds_per_gb,
-    format_table,
+    format_variant_table,
     format_verdicts,
     mode_order,
     parse_consumer_perf,
@@ -37,13 +47,17 @@ from proxy.bench_results import (
     parse_proc_status_kib,
     parse_producer_perf,
     parse_system_busy_ticks,
-    summarize,
+    parse_variants,
+    rows_from_doc,
+    summarize_variants,
+    summary_json,
     verdicts,
 )
 
 TOOL_TIMEOUT = 1800.0
 TOPIC_PARTITIONS = 6
 QUICK = {"records": 20_000, "latency_records": 300, "rounds": 1}
+PROXY_PORT_STEP = 10  # proxied variant i listens on --proxy-port + 10 i (its broker N on +1+N)
 
 # What bin/kafka-run-class.sh gives a perf tool (kafka-*-perf-test.sh set -Xmx512M). The launcher's
 # default tool flags (C1 only, serial GC) suit short admin calls, but would cap the client here.
@@ -69,16 +83,24 @@ class Options:
     proxy_port: int
     output: Path | None
     quick: bool
+    variants: tuple[Variant, ...] = (Variant(DIRECT), Variant(PROXY))
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmark the proxy against direct access with Kafka's perf tools",
-        description="Run Kafka's producer/consumer/e2e perf tools directly and through the proxy, alternating.",
+        description="Run Kafka's producer/consumer/e2e perf tools directly and through the proxy (tracing off "
+        "and on), in rotating order.",
     )
     p.add_argument("--dir", type=Path, default=Path(".vcproxy/bench"), help="work dir (default: .vcproxy/bench)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds of direct+proxied runs (default 3)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds; each runs every variant once (default 3)")
+    p.add_argument(
+        "--variants",
+        default=DEFAULT_VARIANTS,
+        help=f"comma-separated, from direct, proxy (tracing off), proxy-traced (tracing on, sample ratio 1.0), "
+        f"proxy-traced-RATIO (e.g. proxy-traced-0.1), proxy-metrics (metrics on); default {DEFAULT_VARIANTS}",
+    )
     p.add_argument("--records", type=int, default=None, help="producer/consumer records per run (default 500000)")
     p.add_argument("--record-size", type=int, default=1024, help="record size in bytes (default 1024)")
     p.add_argument("--latency-records", type=int, default=None, help="records for the latency runs (default 5000)")
@@ -87,8 +109,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="use this cluster instead of starting one")
     p.add_argument("--base-port", type=int, default=19500, help="first port of the bench's own cluster")
-    p.add_argument("--proxy-port", type=int, default=19600, help="proxy bootstrap port (broker N on +1+N)")
+    p.add_argument(
+        "--proxy-port",
+        type=int,
+        default=19600,
+        help=f"bootstrap port of the first proxy (broker N on +1+N); the next proxies at +{PROXY_PORT_STEP} each "
+        f"(a metrics port at +{PROXY_PORT_STEP - 1})",
+    )
     p.add_argument("--output", type=Path, help="also write the results as JSON to this file")
+    p.add_argument(
+        "--report", type=Path, metavar="JSON", help="run nothing: print the table of a results file (--output)"
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test")
     p.set_defaults(func=_main)
 
@@ -103,6 +134,10 @@ def _options(args: argparse.Namespace) -> Options:
             raise SystemExit(f"vcproxy bench: --{name.replace('_', '-')} must be at least 1")
         return value
 
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as exc:
+        raise SystemExit(f"vcproxy bench: --variants: {exc}") from None
     return Options(
         dir=args.dir.expanduser().resolve(),
         rounds=pick("rounds", 3),
@@ -115,6 +150,7 @@ def _options(args: argparse.Namespace) -> Options:
         proxy_port=args.proxy_port,
         output=args.output,
         quick=args.quick,
+        variants=variants,
     )
 
 
@@ -163,8 +199,9 @@ class Bench:
         self.logs = opts.dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.prefix = f"vcbench-{int(time.time()):x}"
-        self.proxy: Any = None  # ProxyProcess
-        self.proxy_cpu: CpuProbe | None = None
+        self.proxies: dict[str, Any] = {}  # variant -> ProxyProcess
+        self.proxy_cpu: dict[str, CpuProbe] = {}
+        self.trace_dirs: dict[str, Path] = {}
         self.broker_cpu: CpuProbe | None = None
         self.direct_bootstrap = ""
 
@@ -195,11 +232,15 @@ class Bench:
         return proc.stdout
 
     def check_proxy(self, label: str) -> None:
-        if self.proxy is not None and self.proxy.proc.poll() is not None:
-            raise BenchError(
-                f"{label}: the proxy exited with {self.proxy.proc.returncode}; log {self.proxy.log_path}:\n"
-                f"{self.proxy.log_tail()}"
-            )
+        for name, proxy in self.proxies.items():
+            if proxy.proc.poll() is not None:
+                raise BenchError(
+                    f"{label}: the {name} proxy exited with {proxy.proc.returncode}; log {proxy.log_path}:\n"
+                    f"{proxy.log_tail()}"
+                )
+
+    def bootstrap(self, variant: str) -> str:
+        return self.direct_bootstrap if variant == DIRECT else self.proxies[variant].bootstrap
 
     def create_topics(self, topics: Sequence[tuple[str, int]]) -> None:
         """Create topics directly on the broker, a few JVMs at a time (each costs seconds to start)."""
@@ -251,10 +292,13 @@ class Bench:
     # -- measurements -------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def cpu(self) -> Iterator[dict[str, float]]:
-        """CPU seconds spent inside the block by the proxy, the broker (if ours), the tool (our child
-        processes) and the whole machine, plus the wall time; ``<who>_kernel`` is the system part."""
-        probes = {k: p for k, p in (("proxy", self.proxy_cpu), ("broker", self.broker_cpu)) if p is not None}
+    def cpu(self, variant: str) -> Iterator[dict[str, float]]:
+        """CPU seconds spent inside the block by the variant's proxy (``proxy``), all proxies
+        (``proxies``), the broker (if ours), the tool (our child processes) and the whole machine, plus
+        the wall time; ``<who>_kernel`` is the system part."""
+        probes = {f"proxy:{v}": p for v, p in self.proxy_cpu.items()}
+        if self.broker_cpu is not None:
+            probes["broker"] = self.broker_cpu
         start = {k: p.times() for k, p in probes.items()}
         children0 = _children_cpu()
         system0 = _system_cpu()
@@ -268,14 +312,18 @@ class Bench:
             (user0, sys0), (user1, sys1) = start[k], probe.times()
             used[k] = (user1 - user0) + (sys1 - sys0)
             used[f"{k}_kernel"] = sys1 - sys0
+        used["proxies"] = sum(used[f"proxy:{v}"] for v in self.proxy_cpu)
+        if f"proxy:{variant}" in used:
+            used["proxy"] = used[f"proxy:{variant}"]
+            used["proxy_kernel"] = used[f"proxy:{variant}_kernel"]
 
     def suite(self, round_no: int, mode: str, topic: str, e2e_topic: str) -> dict[str, float]:
         o = self.opts
-        bootstrap = self.proxy.bootstrap if mode == "proxy" else self.direct_bootstrap
+        bootstrap = self.bootstrap(mode)
         tag = f"r{round_no}-{mode}"
         res: dict[str, float] = {}
 
-        with self.cpu() as used:
+        with self.cpu(mode) as used:
             out = self.tool(
                 f"{tag}-producer",
                 "kafka-producer-perf-test",
@@ -297,7 +345,7 @@ class Bench:
         self._cpu_metrics(res, used, mode, "produce", p.records * o.record_size, p.records / p.records_per_sec)
         _say(f"  {tag} producer: {p.mb_per_sec:.1f} MB/s, {p.records_per_sec:,.0f} rec/s, p99 {p.p99_ms:g} ms")
 
-        with self.cpu() as used:
+        with self.cpu(mode) as used:
             out = self.tool(
                 f"{tag}-consumer",
                 "kafka-consumer-perf-test",
@@ -334,8 +382,8 @@ class Bench:
         f = parse_producer_perf(out)
         if not f.steady_state:
             raise BenchError(f"{tag}: fixed-rate producer printed no steady-state summary")
-        res |= {"fixed_avg_ms": f.avg_ms, "fixed_p99_ms": f.p99_ms}
-        _say(f"  {tag} fixed-rate producer: avg {f.avg_ms:g} ms, p99 {f.p99_ms:g} ms")
+        res |= {"fixed_avg_ms": f.avg_ms, "fixed_p50_ms": f.p50_ms, "fixed_p99_ms": f.p99_ms}
+        _say(f"  {tag} fixed-rate producer: avg {f.avg_ms:g} ms, p50 {f.p50_ms:g} ms, p99 {f.p99_ms:g} ms")
 
         out = self.tool(
             f"{tag}-e2e",
@@ -360,9 +408,9 @@ class Bench:
         res[f"machine_cores_{what}"] = used["system"] / used["wall"]
         if "broker" in used:
             res[f"broker_cpu_s_per_gb_{what}"] = cpu_seconds_per_gb(used["broker"], nbytes)
-            ours = used["broker"] + used["proxy"] + used["tool"]
+            ours = used["broker"] + used["proxies"] + used["tool"]
             res[f"background_cores_{what}"] = max(0.0, used["system"] - ours) / used["wall"]
-        if mode == "proxy":
+        if mode != DIRECT:
             res[f"proxy_cpu_s_per_gb_{what}"] = cpu_seconds_per_gb(used["proxy"], nbytes)
             if seconds > 0:
                 res[f"proxy_core_util_{what}"] = 100 * used["proxy"] / seconds
@@ -370,11 +418,11 @@ class Bench:
                 res[f"proxy_kernel_pct_{what}"] = 100 * used["proxy_kernel"] / used["proxy"]
 
     def warm_up(self, topics: dict[str, str]) -> None:
-        """One unmeasured produce+consume per mode: JIT and page cache warm-up for the broker and the proxy."""
+        """One unmeasured produce+consume per variant: JIT and page cache warm-up for the broker and the proxies."""
         # A full-size run: the broker JIT needs that long (a tenth was not enough; round 1 ran slow).
         n = self.opts.records
         for mode, topic in topics.items():
-            bootstrap = self.proxy.bootstrap if mode == "proxy" else self.direct_bootstrap
+            bootstrap = self.bootstrap(mode)
             self.tool(
                 f"warmup-{mode}-producer",
                 "kafka-producer-perf-test",
@@ -414,16 +462,30 @@ class Bench:
             self.direct_bootstrap = info.bootstrap
             self.broker_cpu = self._broker_probe(cluster_dir)
 
-        self.proxy = ProxyProcess(proxy_config(self.direct_bootstrap, o.proxy_port), o.dir / "proxy", name="proxy")
-        self.proxy.start()
-        self.proxy_cpu = CpuProbe(self.proxy.pid)
-        _say(f"direct {self.direct_bootstrap}, proxy {self.proxy.bootstrap} (pid {self.proxy.pid})")
+        _say(f"direct {self.direct_bootstrap}")
+        proxied = [v for v in o.variants if v.proxied]
+        for i, v in enumerate(proxied):
+            sections: dict[str, Any] = {}
+            port = o.proxy_port + PROXY_PORT_STEP * i
+            if v.sample_ratio is not None:
+                self.trace_dirs[v.name] = Path(tempfile.mkdtemp(prefix=f"traces-{v.name}-", dir=o.dir))
+                sections["tracing"] = tracing_section(v, self.trace_dirs[v.name])
+            if v.metrics:
+                sections["metrics"] = {"enabled": True, "port": port + PROXY_PORT_STEP - 1}
+            config = proxy_config(self.direct_bootstrap, port, **sections)
+            proxy = self.proxies[v.name] = ProxyProcess(config, o.dir / "proxy", name=v.name)
+            proxy.start()
+            self.proxy_cpu[v.name] = CpuProbe(proxy.pid)
+            tracing = f"tracing on, sample ratio {v.sample_ratio:g}" if v.sample_ratio is not None else "tracing off"
+            metrics = f", metrics on :{sections['metrics']['port']}" if v.metrics else ""
+            _say(f"{v.name}: {proxy.bootstrap} (pid {proxy.pid}, {tracing}{metrics})")
 
-        plan = [(r, m) for r in range(1, o.rounds + 1) for m in mode_order(r)]
-        warm = {m: f"{self.prefix}-warmup-{m}" for m in ("direct", "proxy")}
+        names = [v.name for v in o.variants]
+        plan = [(r, m) for r in range(1, o.rounds + 1) for m in mode_order(r, names)]
+        warm = {m: f"{self.prefix}-warmup-{m}" for m in names}
         topics = {(r, m): f"{self.prefix}-r{r}-{m}" for r, m in plan}
         e2e = {(r, m): f"{self.prefix}-e2e-r{r}-{m}" for r, m in plan}
-        _say(f"creating {2 * len(plan) + 2} topics ...")
+        _say(f"creating {2 * len(plan) + len(warm)} topics ...")
         self.create_topics(
             [(t, TOPIC_PARTITIONS) for t in [*warm.values(), *topics.values()]]
             # one partition, as the e2e tool would create for itself
@@ -437,16 +499,29 @@ class Bench:
             _say(f"round {r}/{o.rounds}, {m}:")
             runs.append({"round": r, "mode": m, **self.suite(r, m, topics[r, m], e2e[r, m])})
 
-        rows = summarize([x for x in runs if x["mode"] == "direct"], [x for x in runs if x["mode"] == "proxy"])
-        peak = self.proxy_cpu.peak_rss_kib()
+        rows = summarize_variants(runs, names)
+        peaks = {v: p.peak_rss_kib() for v, p in self.proxy_cpu.items()}
+        self.stop_proxies()  # a drain flushes the span exporters
         return {
+            "variants": names,
             "rows": rows,
-            "verdicts": verdicts(rows),
+            "verdicts": verdicts([r.pair() for r in rows]) if {DIRECT, PROXY} <= set(names) else [],
             "runs": runs,
-            "proxy_peak_rss_kib": peak,
+            "proxy_peak_rss_kib": peaks.get(PROXY),
+            "proxy_peak_rss_kib_by_variant": peaks,
+            "tracing": {
+                v.name: {"sample_ratio": v.sample_ratio, **trace_output(self.trace_dirs[v.name])}
+                for v in proxied
+                if v.name in self.trace_dirs
+            },
             "kafka_version": DEFAULT_KAFKA_VERSION,
             "load_average": [load_start, _loadavg()],
         }
+
+    def stop_proxies(self) -> None:
+        while self.proxies:
+            _, proxy = self.proxies.popitem()
+            proxy.stop()
 
     def _stop_stale_cluster(self, cluster_dir: Path) -> None:
         """A bench killed hard may leave its own cluster running in its own dir; stop that one only."""
@@ -465,9 +540,10 @@ class Bench:
 
     def close(self) -> None:
         try:
-            if self.proxy is not None:
-                self.proxy.stop()
+            self.stop_proxies()
         finally:
+            for d in self.trace_dirs.values():
+                shutil.rmtree(d, ignore_errors=True)
             self._close_cluster()
 
     def _close_cluster(self) -> None:
@@ -483,6 +559,28 @@ class Bench:
                 # The records are gigabytes and worthless now; the broker log stays for inspection.
                 for data in cluster_dir.glob("n*/data"):
                     shutil.rmtree(data, ignore_errors=True)
+
+
+def tracing_section(variant: Variant, jsonl_dir: Path) -> dict[str, Any]:
+    """The proxy's ``tracing`` section for a traced variant: JSON Lines only, and files large and many
+    enough that rotation never deletes spans before they are counted."""
+    return {
+        "enabled": True,
+        "sample_ratio": variant.sample_ratio,
+        "jsonl_dir": str(jsonl_dir),
+        "jsonl_max_bytes": 256 * 1024 * 1024,
+        "jsonl_keep": 1000,
+    }
+
+
+def trace_output(jsonl_dir: Path) -> dict[str, int]:
+    """Spans and bytes the exporter wrote (read after the proxy drained)."""
+    files = sorted(jsonl_dir.glob("traces.jsonl*"))
+    spans = 0
+    for f in files:
+        with f.open(encoding="utf-8", errors="replace") as fh:
+            spans += sum(count_spans(line) for line in fh)
+    return {"spans": spans, "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
 
 
 def _loadavg() -> float:
@@ -508,25 +606,45 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 def _report(opts: Options, result: dict[str, Any], seconds: float) -> str:
     o = opts
-    peak = result["proxy_peak_rss_kib"]
+    names = result["variants"]
     lines = [
-        f"vcproxy bench: {o.rounds} round(s), {o.records:,} x {o.record_size} B records per producer/consumer run, "
-        f"{o.latency_records:,} latency records (fixed rate {o.latency_rate}/s), Kafka {result['kafka_version']}, "
-        f"{os.cpu_count()} CPUs, {seconds / 60:.1f} min",
+        f"vcproxy bench: {o.rounds} round(s) of {', '.join(names)}; {o.records:,} x {o.record_size} B records per "
+        f"producer/consumer run, {o.latency_records:,} latency records (fixed rate {o.latency_rate}/s), "
+        f"Kafka {result['kafka_version']}, {os.cpu_count()} CPUs, {seconds / 60:.1f} min",
         "",
-        format_table(result["rows"]),
-        "",
-        format_verdicts(result["verdicts"]),
+        format_variant_table(result["rows"], names),
         "",
     ]
-    if peak is not None:
-        lines.append(f"proxy peak RSS: {peak / 1024:.0f} MiB")
+    if result["verdicts"]:
+        lines += [format_verdicts(result["verdicts"]), ""]
+    for v, peak in result["proxy_peak_rss_kib_by_variant"].items():
+        if peak is not None:
+            lines.append(f"{v} peak RSS: {peak / 1024:.0f} MiB")
+    for v, t in result["tracing"].items():
+        lines.append(f"{v} exported {t['spans']:,} spans, {t['bytes'] / MIB:.1f} MiB of JSON Lines")
     start, end = result["load_average"]
     lines.append(f"1-min load average: {start:.2f} at start, {end:.2f} at end")
     return "\n".join(lines)
 
 
+def report_file(path: Path) -> str:
+    """The table of a results JSON written by ``--output`` (also by versions without variants)."""
+    doc = json.loads(path.read_text())
+    names, rows = rows_from_doc(doc)
+    parts = [format_variant_table(rows, names)]
+    if {DIRECT, PROXY} <= set(names):
+        parts.append(format_verdicts(verdicts([r.pair() for r in rows])))
+    return "\n\n".join(parts)
+
+
 def _main(args: argparse.Namespace) -> int:
+    if args.report is not None:
+        try:
+            print(report_file(args.report))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # ParseError and JSON errors are ValueErrors
+            _say(f"vcproxy bench: {args.report}: {exc}")
+            return 1
+        return 0
     opts = _options(args)
     bench = Bench(opts)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -553,23 +671,16 @@ def _main(args: argparse.Namespace) -> int:
         opts.output.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "command": sys.argv,
-            "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+            "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items() if k != "variants"},
+            "variants": [asdict(v) for v in opts.variants],
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "kafka_version": result["kafka_version"],
             "seconds": round(elapsed, 1),
             "proxy_peak_rss_kib": result["proxy_peak_rss_kib"],
+            "proxy_peak_rss_kib_by_variant": result["proxy_peak_rss_kib_by_variant"],
+            "tracing": result["tracing"],
             "load_average": result["load_average"],
-            "summary": [
-                {
-                    "metric": r.metric.key,
-                    "label": r.metric.label,
-                    "direct": r.direct,
-                    "proxy": r.proxy,
-                    "ratio": r.ratio,
-                    "round_ratios": list(r.round_ratios),
-                }
-                for r in result["rows"]
-            ],
+            "summary": summary_json(result["rows"]),
             "verdicts": [asdict(v) for v in result["verdicts"]],
             "runs": result["runs"],
         }

@@ -1,4 +1,5 @@
-"""Pure parts of `vcproxy bench`: parsing Kafka 4.2 perf-tool output, medians, verdicts, the table.
+"""Pure parts of `vcproxy bench`: parsing Kafka 4.2 perf-tool output, the variants, medians, ratios,
+verdicts, the table, and reading a results JSON back (including files written before variants existed).
 
 Nothing here does I/O, so all of it is unit-tested with captured tool output.
 """
@@ -10,6 +11,7 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MIB = 1024 * 1024
 GB = 1_000_000_000  # CPU cost is quoted per 10^9 record bytes
@@ -190,13 +192,95 @@ def parse_proc_status_kib(status: str, key: str) -> int | None:
     return None
 
 
+def count_spans(jsonl_text: str) -> int:
+    """Spans in OTLP JSON Lines text (each span has one ``"spanId"``; parents are ``parentSpanId``)."""
+    return jsonl_text.count('"spanId":')
+
+
 def cpu_seconds_per_gb(cpu_seconds: float, nbytes: int) -> float:
     return cpu_seconds / (nbytes / GB) if nbytes > 0 else math.nan
 
 
-def mode_order(round_no: int) -> tuple[str, str]:
-    """Direct first on odd rounds, proxy first on even ones, so drift (page cache, JIT, other load) hits both."""
-    return ("direct", "proxy") if round_no % 2 == 1 else ("proxy", "direct")
+# --------------------------------------------------------------------------------------------------
+# Variants: what one round measures
+
+DIRECT = "direct"
+PROXY = "proxy"
+TRACED = "proxy-traced"
+METRICS_ON = "proxy-metrics"
+DEFAULT_VARIANTS = f"{DIRECT},{PROXY},{TRACED}"
+_TRACED_NAME = re.compile(rf"^{TRACED}(?:-(?P<ratio>\d*\.?\d+))?$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """``direct``: the broker itself. ``proxy``: the proxy, tracing off (its default configuration).
+    ``proxy-traced``: tracing on at sample ratio 1.0, JSON Lines exporter; ``proxy-traced-R``: ratio R.
+    ``proxy-metrics``: the Prometheus metrics on, tracing off."""
+
+    name: str
+    sample_ratio: float | None = None  # tracing on at this ratio; None: off (or direct)
+    metrics: bool = False
+
+    @property
+    def proxied(self) -> bool:
+        return self.name != DIRECT
+
+
+def parse_variants(text: str) -> tuple[Variant, ...]:
+    """``direct,proxy,proxy-traced,proxy-traced-0.1`` -> variants, in the given order."""
+    out: list[Variant] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name in (DIRECT, PROXY):
+            variant = Variant(name)
+        elif name == METRICS_ON:
+            variant = Variant(name, metrics=True)
+        elif m := _TRACED_NAME.match(name):
+            ratio = float(m["ratio"]) if m["ratio"] is not None else 1.0
+            if not 0 < ratio <= 1:
+                raise ValueError(f"{name}: the sample ratio must be in (0, 1]")
+            variant = Variant(name, ratio)
+        else:
+            raise ValueError(
+                f"unknown variant {name!r}: use {DIRECT}, {PROXY}, {TRACED}, {TRACED}-RATIO or {METRICS_ON}"
+            )
+        if any(v.name == name for v in out):
+            raise ValueError(f"variant {name} given twice")
+        out.append(variant)
+    if not out:
+        raise ValueError("no variants")
+    return tuple(out)
+
+
+def mode_order(round_no: int, variants: Sequence[str] = (DIRECT, PROXY)) -> tuple[str, ...]:
+    """The variants rotated by one place per round (round 1 in the given order), so drift (page cache,
+    JIT, other load) hits all of them: over N rounds, each of N variants runs once in each position.
+    With two variants: direct first on odd rounds, proxy first on even ones."""
+    k = (round_no - 1) % len(variants)
+    return (*variants[k:], *variants[:k])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A ratio column: numerator/denominator, both variant names."""
+
+    numerator: str
+    denominator: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.numerator}/{self.denominator}"
+
+
+def comparisons(variants: Sequence[str]) -> list[Comparison]:
+    """Every proxied variant against direct, then every instrumented variant (traced, metrics) against
+    the plain proxy."""
+    out = [Comparison(v, DIRECT) for v in variants if v != DIRECT and DIRECT in variants]
+    out += [Comparison(v, PROXY) for v in variants if v not in (DIRECT, PROXY) and PROXY in variants]
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,6 +302,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("producer_avg_ms", "producer avg latency ms (saturated)", False),
     Metric("producer_p99_ms", "producer p99 latency ms (saturated)", False),
     Metric("fixed_avg_ms", "produce avg latency ms (fixed rate)", False, 2),
+    Metric("fixed_p50_ms", "produce p50 latency ms (fixed rate)", False),
     Metric("fixed_p99_ms", "produce p99 latency ms (fixed rate)", False),
     Metric("consumer_mb_s", "consumer MB/s (fetch)", True),
     Metric("consumer_rec_s", "consumer records/s (fetch)", True, 0),
@@ -357,3 +442,131 @@ def format_table(rows: Sequence[Row]) -> str:
 def format_verdicts(items: Sequence[Verdict]) -> str:
     word = {True: "PASS", False: "MISS", None: "n/a "}
     return "\n".join(f"{word[v.passed]}  {v.target}: {v.detail}" for v in items)
+
+
+# --------------------------------------------------------------------------------------------------
+# Several variants
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float | None  # median(numerator) / median(denominator)
+    round_ratios: tuple[float, ...]  # numerator/denominator within each round
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    metric: Metric
+    values: Mapping[str, float | None]  # variant -> median over rounds
+    ratios: Mapping[str, Ratio]  # Comparison.label -> ratio
+
+    def pair(self, numerator: str = PROXY, denominator: str = DIRECT) -> Row:
+        """The two-variant row (for the verdicts, and the old JSON fields)."""
+        return Row(
+            self.metric,
+            self.values.get(denominator),
+            self.values.get(numerator),
+            self.ratios[f"{numerator}/{denominator}"].round_ratios
+            if f"{numerator}/{denominator}" in self.ratios
+            else (),
+        )
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+def summarize_variants(runs: Sequence[Mapping[str, Any]], variants: Sequence[str]) -> list[VariantRow]:
+    """Per metric, the median over rounds of each variant (``run["mode"]``) and the ratios of
+    ``comparisons(variants)``; metrics no variant measured are dropped."""
+    by_variant = {v: [r for r in runs if r.get("mode") == v] for v in variants}
+    cmps = comparisons(variants)
+    rows = []
+    for m in METRICS:
+        values = {v: median_of(by_variant[v], m.key) for v in variants}
+        if all(x is None for x in values.values()):
+            continue
+        ratios = {
+            c.label: Ratio(
+                _ratio(values[c.numerator], values[c.denominator]),
+                round_ratios(by_variant[c.denominator], by_variant[c.numerator], m.key),
+            )
+            for c in cmps
+        }
+        rows.append(VariantRow(m, values, ratios))
+    return rows
+
+
+def _fmt_ratio(r: Ratio) -> str:
+    if r.value is None:
+        return "-"
+    if len(r.round_ratios) > 1:
+        return f"{r.value:.2f} ({min(r.round_ratios):.2f}-{max(r.round_ratios):.2f})"
+    return f"{r.value:.2f}"
+
+
+def format_variant_table(rows: Sequence[VariantRow], variants: Sequence[str]) -> str:
+    """Medians per variant, then each ratio with, in parentheses, its range over the rounds."""
+    cmps = comparisons(variants)
+    header = ("metric (median of rounds)", *variants, *(c.label for c in cmps))
+    body = [
+        (
+            r.metric.label,
+            *(_fmt(r.values.get(v), r.metric.decimals) for v in variants),
+            *(_fmt_ratio(r.ratios[c.label]) for c in cmps),
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            [cells[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))]
+        ).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), sep, *(line(b) for b in body)])
+
+
+def summary_json(rows: Sequence[VariantRow]) -> list[dict[str, Any]]:
+    """The ``summary`` of the results JSON. ``direct``, ``proxy``, ``ratio`` and ``round_ratios`` keep
+    their old meaning (proxy with tracing off against direct); ``values`` and ``ratios`` hold all."""
+    out = []
+    for r in rows:
+        pair = r.pair()
+        out.append(
+            {
+                "metric": r.metric.key,
+                "label": r.metric.label,
+                "direct": pair.direct,
+                "proxy": pair.proxy,
+                "ratio": pair.ratio,
+                "round_ratios": list(pair.round_ratios),
+                "values": dict(r.values),
+                "ratios": {k: {"ratio": v.value, "round_ratios": list(v.round_ratios)} for k, v in r.ratios.items()},
+            }
+        )
+    return out
+
+
+def variants_of(doc: Mapping[str, Any]) -> list[str]:
+    """The variants of a results JSON: its ``variants``, or (files from before variants existed, whose
+    runs are ``direct`` and ``proxy``) the modes of its runs, direct first."""
+    if doc.get("variants"):
+        return [v if isinstance(v, str) else v["name"] for v in doc["variants"]]
+    seen: list[str] = []
+    for run in doc.get("runs", []):
+        if run.get("mode") not in seen:
+            seen.append(run["mode"])
+    return sorted(seen, key=lambda v: (v != DIRECT, v != PROXY))
+
+
+def rows_from_doc(doc: Mapping[str, Any]) -> tuple[list[str], list[VariantRow]]:
+    """Recompute the table from the per-run figures of a results JSON (old or new)."""
+    if not isinstance(doc.get("runs"), list) or not doc["runs"]:
+        raise ParseError("results JSON without runs")
+    runs = [{k: (math.nan if v is None else v) for k, v in run.items()} for run in doc["runs"]]
+    variants = variants_of(doc)
+    return variants, summarize_variants(runs, variants)
