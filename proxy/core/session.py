@@ -158,7 +158,8 @@ class ProxySession:
         self.vc = self.tenancy.image.vc_for(self.principal, client_id)
         if self.vc is None:
             if self.tenancy.refuse_unbound:
-                return RequestDecision(Action.CLOSE, reason=f"{self.principal} is bound to no virtual cluster")
+                why = f"{self.principal} (client id {client_id!r}) is bound to no virtual cluster"
+                return RequestDecision(Action.CLOSE, reason=why)
             return None
         from ..tenancy.engine import TenantEngine
 
