@@ -210,7 +210,10 @@ class ProxySession:
             decision = self._refuse(info, wire_version, correlation_id, INVALID_REQUEST, f"{info.name}: {problem}")
             return self._for_client_version(decision, info, version, None)
         client_id = header.client_id if header.client_id is not None else self.client_id
-        frame = kip1313.downgrade(frame, info, header, client_id)
+        try:
+            frame = kip1313.downgrade(frame, info, header, client_id)
+        except ValueError as exc:  # a body the proxy converts (OffsetDelete v1) that does not parse
+            raise ProtocolViolation(f"malformed {info.name} v{version} request: {exc}") from exc
         return self._for_client_version(self._dispatch(frame, info, wire_version, correlation_id), info, version, frame)
 
     def _check_instance_id(self, instance_id: bytes) -> str | None:

@@ -3,6 +3,7 @@
 import datetime
 import uuid
 
+import pytest
 from kio.schema.api_versions.v4.request import ApiVersionsRequest
 from kio.schema.api_versions.v4.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
@@ -26,7 +27,7 @@ from kio.schema.push_telemetry.v0.request import PushTelemetryRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.static.primitive import i8, i16, i32
 
-from proxy.core.session import Action, ProxySession
+from proxy.core.session import Action, ProtocolViolation, ProxySession
 from proxy.protocol import codec, kip1313
 from proxy.protocol.apis import api_info, response_type
 from proxy.protocol.framing import frame
@@ -337,3 +338,22 @@ def test_header_v3_can_be_switched_off():
     )
     assert int(body.error_code) == codec.UNSUPPORTED_VERSION
     assert [(int(k.api_key), int(k.max_version)) for k in body.api_keys] == [(18, 4)]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(lambda: v3_frame(16, top(16) + 1, 2, b"", "app", APP)[:20], id="instance id cut short"),
+        pytest.param(
+            lambda: frame(kip1313.encode_header_v3(16, top(16) + 1, 2, "app", APP)[:-1]), id="no tagged fields"
+        ),
+        pytest.param(lambda: v3_frame(47, 1, 2, b"\x05g", None, APP), id="offset delete body cut short"),
+        pytest.param(lambda: v3_frame(47, 1, 2, b"\x03\xff\xfe\x01\x00", None, APP), id="offset delete bad utf-8"),
+    ],
+)
+def test_malformed_header_v3_requests_are_protocol_violations(raw):
+    s = negotiated(ProxySession(LAYOUT))
+    data = raw()
+    data = len(data[4:]).to_bytes(4, "big") + data[4:]  # a consistent size prefix: only the content is bad
+    with pytest.raises(ProtocolViolation):
+        s.on_request(memoryview(bytearray(data)))
