@@ -138,6 +138,7 @@ class ProxySession:
         self.client_id: str | None = None
         self._first_request = True
         self.header_instance_id: bytes | None = None  # set by the first request with header v3
+        self._v3_keys: set[int] | None = None  # APIs whose header-v3 version ApiVersions offered
         # The client instance: the client's own id from request header v3, else the one its KIP-714
         # telemetry requests carry (or the broker assigned), else one the proxy gives the connection.
         self.client_instance_id = str(uuid.uuid4())
@@ -189,7 +190,7 @@ class ProxySession:
                 if self._first_request:
                     self._first_request = False
                     self.client_id = self._header(frame, info, version).client_id
-                if self.header_instance_id is not None and api_key != SASL_HANDSHAKE_KEY:
+                if self.header_instance_id is not None and self._offers_header_v3(info):
                     why = f"{info.name} v{version} without the ClientInstanceId this connection started with"
                     return self._refuse(info, version, correlation_id, INVALID_REQUEST, why)
             decision = self._dispatch(frame, info, version, correlation_id)
@@ -215,6 +216,13 @@ class ProxySession:
         except ValueError as exc:  # a body the proxy converts (OffsetDelete v1) that does not parse
             raise ProtocolViolation(f"malformed {info.name} v{version} request: {exc}") from exc
         return self._for_client_version(self._dispatch(frame, info, wire_version, correlation_id), info, version, frame)
+
+    def _offers_header_v3(self, info: ApiInfo) -> bool:
+        """Whether this connection was offered a header-v3 version of the API (the KIP's rule that
+        later requests carry the id can only hold there; SaslHandshake never has one)."""
+        if self._v3_keys is not None:
+            return info.key in self._v3_keys
+        return kip1313.header_v3_version(info) is not None
 
     def _check_instance_id(self, instance_id: bytes) -> str | None:
         if instance_id == kip1313.ZERO:
@@ -447,6 +455,7 @@ class ProxySession:
         upstream = apiversions.table_of(response)
         self.versions = apiversions.intersect(upstream, self.supported)
         advertised = kip1313.advertised(self.versions, known_apis(), upstream) if self.header_v3 else self.versions
+        self._v3_keys = {k for k, (_, high) in advertised.items() if high > self.versions[k][1]}
         body = codec.encode(apiversions.with_table(response, advertised))
         if int(response.error_code) == UNSUPPORTED_VERSION:
             pending.api_version = 0

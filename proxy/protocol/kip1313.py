@@ -38,16 +38,26 @@ OFFSET_DELETE_KEY = 47
 GET_TELEMETRY_SUBSCRIPTIONS_KEY = 71
 PUSH_TELEMETRY_KEY = 72
 CONVERTED_RESPONSES = frozenset({OFFSET_DELETE_KEY, GET_TELEMETRY_SUBSCRIPTIONS_KEY})
+# Kafka after 4.2 already uses the version after the proxy's newest for real (different bodies,
+# header v2) on these APIs, and clients send them (franz-go 1.22: ApiVersions v5, TxnOffsetCommit
+# v6, DeleteGroups v3, StreamsGroupHeartbeat/Describe v1). Offering header v3 there would misread
+# those clients, so these APIs get no header-v3 version.
+TAKEN_BY_NEWER_KAFKA = frozenset({18, 28, 42, 88, 89})
+# franz-go 1.22 sends SaslAuthenticate at the broker's advertised maximum, not clamped to its own.
+CLIENTS_USE_ADVERTISED = frozenset({36})
 ZERO = bytes(16)
 
 
 def header_v3_version(info: ApiInfo) -> int | None:
-    """The version of this API that carries request header v3, or None (SaslHandshake)."""
-    return None if info.key == SASL_HANDSHAKE_KEY else info.max_version + 1
+    """The version of this API that carries request header v3, or None (SaslHandshake, and APIs
+    whose next version newer Kafka already uses)."""
+    if info.key == SASL_HANDSHAKE_KEY or info.key in TAKEN_BY_NEWER_KAFKA or info.key in CLIENTS_USE_ADVERTISED:
+        return None
+    return info.max_version + 1
 
 
 def uses_header_v3(info: ApiInfo, version: int) -> bool:
-    return info.key != SASL_HANDSHAKE_KEY and version == info.max_version + 1
+    return version == info.max_version + 1 and header_v3_version(info) is not None
 
 
 def advertised(
@@ -62,7 +72,7 @@ def advertised(
     for key, (low, high) in table.items():
         info = known.get(key)
         broker_newer = upstream is not None and upstream.get(key, (0, -1))[1] > high
-        if info is not None and high == info.max_version and key != SASL_HANDSHAKE_KEY and not broker_newer:
+        if info is not None and high == info.max_version and header_v3_version(info) is not None and not broker_newer:
             high += 1
         out[key] = (low, high)
     return out

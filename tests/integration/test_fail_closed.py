@@ -297,9 +297,9 @@ def test_too_new_api_versions_gets_a_v0_answer_listing_nothing_a_tenant_cannot_u
     offer a VC client an API or version that the real table does not advertise."""
     tenant = Tenant(vc_proxy.bootstrap)
     try:
-        # max + 1 is the KIP-1313 version (header v3, advertised); the one after is unknown.
-        assert tenant.advertised[API_VERSIONS][1] == api_info(API_VERSIONS).max_version + 1  # type: ignore[union-attr]
-        too_new = api_info(API_VERSIONS).max_version + 2  # type: ignore[union-attr]
+        # No KIP-1313 version for ApiVersions: newer Kafka's v5 is a real one (franz-go sends it).
+        assert tenant.advertised[API_VERSIONS][1] == api_info(API_VERSIONS).max_version  # type: ignore[union-attr]
+        too_new = api_info(API_VERSIONS).max_version + 1  # type: ignore[union-attr]
         response = tenant.ask(API_VERSIONS, too_new, b"")
     finally:
         tenant.close()

@@ -29,9 +29,9 @@ from kio.static.primitive import i8, i16, i32
 
 from proxy.core.session import Action, ProtocolViolation, ProxySession
 from proxy.protocol import codec, kip1313
-from proxy.protocol.apis import api_info, response_type
+from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.framing import frame
-from proxy.protocol.headers import parse_request_header, response_body_offset
+from proxy.protocol.headers import response_body_offset
 from proxy.protocol.primitives import read_int16, read_int32, read_uvarint
 
 from .test_session import LAYOUT, joined
@@ -55,16 +55,11 @@ def top(key: int) -> int:
 
 
 def negotiated(s: ProxySession, instance: bytes = APP, client_id: str | None = "app") -> ProxySession:
-    """ApiVersions v5 (header v3) first, as a KIP-1313 client starts; the broker supports the proxy's newest."""
-    req = v3_frame(
-        18, 5, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"), client_id, instance
-    )
-    decision = s.on_request(memoryview(bytearray(req)))
-    assert decision.action is Action.FORWARD
-    sent = joined(decision.pieces)
-    header = parse_request_header(sent, 2)
-    assert (header.api_version, header.client_id) == (4, client_id)  # v4 with header v2 upstream
-    table = {k: (0, top(k)) for k in (0, 3, 8, 16, 17, 18, 42, 47, 71, 72)}
+    """ApiVersions v4 with header v2 (its v5 is newer Kafka's, not KIP-1313's), as clients start; the
+    broker has the proxy's newest versions; then the first header-v3 request sets the instance id."""
+    req = request_frame(18, 4, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"), client_id)
+    assert s.on_request(memoryview(bytearray(req))).action is Action.FORWARD
+    table = {k: (0, top(k)) for k in (0, 3, 8, 16, 17, 18, 28, 36, 42, 47, 71, 72)}
     upstream = ApiVersionsResponse(
         error_code=ErrorCode.none,
         api_keys=tuple(
@@ -75,8 +70,14 @@ def negotiated(s: ProxySession, instance: bytes = APP, client_id: str | None = "
     out = joined(s.on_response(memoryview(bytearray(response_frame(18, 4, 1, upstream)))).pieces)
     body, _ = codec.decode(ApiVersionsResponse, out, response_body_offset(out, 0))
     advertised = {int(k.api_key): int(k.max_version) for k in body.api_keys}
-    assert advertised[17] == top(17)  # SaslHandshake is never bumped
-    assert all(advertised[k] == top(k) + 1 for k in table if k != 17)
+    # SaslHandshake, next versions newer Kafka uses, SaslAuthenticate (clients take the advertised max)
+    plain = {17} | kip1313.TAKEN_BY_NEWER_KAFKA | kip1313.CLIENTS_USE_ADVERTISED
+    assert {k: v for k, v in advertised.items() if k in plain} == {k: top(k) for k in table if k in plain}
+    assert all(advertised[k] == top(k) + 1 for k in table if k not in plain)
+    decision = s.on_request(memoryview(bytearray(list_groups_v3(100, instance))))
+    assert decision.action is Action.FORWARD
+    answer = ListGroupsResponse(throttle_time=T0, error_code=ErrorCode.none, groups=())
+    s.on_response(memoryview(bytearray(response_frame(16, top(16), 100, answer))))
     return s
 
 
@@ -144,10 +145,10 @@ def test_response_of_a_translated_request_passes_unchanged():
 
 def test_first_v3_request_with_zero_instance_id_is_invalid():
     s = ProxySession(LAYOUT)
-    req = v3_frame(18, 5, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"), "a", bytes(16))
-    decision = s.on_request(memoryview(bytearray(req)))
+    decision = s.on_request(memoryview(bytearray(list_groups_v3(1, bytes(16)))))
     assert decision.action is Action.LOCAL
-    assert error_of(decision.pending.reply, 18, 4, ApiVersionsResponse) == codec.INVALID_REQUEST
+    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == codec.INVALID_REQUEST
+    assert s.client_instance_id_source == "proxy"
 
 
 def test_later_request_with_another_instance_id_is_invalid():
@@ -330,14 +331,30 @@ def test_no_header_v3_version_where_the_broker_has_newer_versions_than_the_proxy
 
 def test_header_v3_can_be_switched_off():
     s = ProxySession(LAYOUT, header_v3=False)
-    req = v3_frame(18, 5, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"), "a", APP)
-    decision = s.on_request(memoryview(bytearray(req)))
-    assert decision.action is Action.LOCAL  # ApiVersions v5 is too new: the v0 fallback
-    body, _ = codec.decode(
-        response_type(18, 0), decision.pending.reply, response_body_offset(decision.pending.reply, 0)
+    req = request_frame(18, 4, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    s.on_request(memoryview(bytearray(req)))
+    upstream = ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(ApiVersion(api_key=i16(16), min_version=i16(0), max_version=i16(top(16))),),
+        throttle_time=T0,
     )
+    out = joined(s.on_response(memoryview(bytearray(response_frame(18, 4, 1, upstream)))).pieces)
+    body, _ = codec.decode(ApiVersionsResponse, out, response_body_offset(out, 0))
+    assert [(int(k.api_key), int(k.max_version)) for k in body.api_keys] == [(16, top(16))]
+    # A header-v3 version is then just a version the proxy does not know: the connection closes.
+    assert s.on_request(memoryview(bytearray(list_groups_v3(2, APP)))).action is Action.CLOSE
+
+
+def test_next_versions_of_newer_kafka_are_not_read_as_header_v3():
+    """franz-go 1.22 opens with ApiVersions v5 (newer Kafka's, header v2): the v0 fallback, not a misread."""
+    s = ProxySession(LAYOUT)
+    req = request_frame(18, 5, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    decision = s.on_request(memoryview(bytearray(req)))
+    assert decision.action is Action.LOCAL
+    reply = decision.pending.reply
+    body, _ = codec.decode(response_type(18, 0), reply, response_body_offset(reply, 0))
     assert int(body.error_code) == codec.UNSUPPORTED_VERSION
-    assert [(int(k.api_key), int(k.max_version)) for k in body.api_keys] == [(18, 4)]
+    assert [(int(k.api_key), int(k.max_version)) for k in body.api_keys] == [(18, top(18))]
 
 
 @pytest.mark.parametrize(
@@ -357,3 +374,19 @@ def test_malformed_header_v3_requests_are_protocol_violations(raw):
     data = len(data[4:]).to_bytes(4, "big") + data[4:]  # a consistent size prefix: only the content is bad
     with pytest.raises(ProtocolViolation):
         s.on_request(memoryview(bytearray(data)))
+
+
+def test_apis_without_a_header_v3_version_stay_usable_after_it():
+    """SaslAuthenticate, DeleteGroups, ... have no header-v3 version here: header v2 is all a client has."""
+    s = negotiated(ProxySession(LAYOUT))
+    for key in (42, 36):
+        body = codec._empty(request_type(key, top(key)))
+        decision = s.on_request(memoryview(bytearray(request_frame(key, top(key), 7, body))))
+        assert decision.action is Action.FORWARD, key
+        s.in_flight.clear()
+
+
+def test_api_the_broker_lacks_keeps_header_v2_after_it():
+    s = negotiated(ProxySession(LAYOUT))  # the broker's table there lacks Fetch (1)
+    assert not s._offers_header_v3(api_info(1))
+    assert s._offers_header_v3(api_info(16))
