@@ -24,13 +24,14 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
 from proxy.core import apiversions
-from proxy.process import ProxyProcess, proxy_config
+from proxy.process import ProxyProcess
 from proxy.protocol import codec, kip1313
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.framing import frame
 from proxy.protocol.headers import encode_request_header, response_body_offset
 
 from .rawclient import RawClient
+from .tenants import tenancy_config
 
 PORT = 31400
 VC_CLIENT = "kip-app"
@@ -46,15 +47,11 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def kip_proxy(kafka_cluster, workdir) -> Iterator[ProxyProcess]:
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
+        [{"name": "kip", "client_ids": [VC_CLIENT]}],
         listeners={"request_header_v3": True},
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": "kip", "client_ids": [VC_CLIENT]}],
-        },
         tracing={"enabled": True, "jsonl_dir": str(workdir / "traces")},
     )
     process = ProxyProcess(config, workdir, name="kip1313").start(timeout=60)

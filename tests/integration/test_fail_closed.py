@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from proxy.core import apiversions
-from proxy.process import ProxyProcess, proxy_config
+from proxy.process import ProxyProcess
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.framing import frame
@@ -32,6 +32,8 @@ from proxy.protocol.headers import encode_request_header, response_body_offset
 from proxy.rules import api_rules
 from proxy.tenancy.engine import tenant_rules
 from tests.integration.rawclient import RawClient
+
+from .tenants import by_client_id, replayed, tenancy_config
 
 PORT = 29960
 CLIENT_ID = "team-a-app"
@@ -45,14 +47,10 @@ TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16
 @pytest.fixture(scope="module")
 def vc_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("fail-closed")
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": t, "client_ids": [f"{t}-app"]} for t in ("team-a", "team-b")],
-        },
+        by_client_id(("team-a", "team-b")),
     )
     process = ProxyProcess(config, workdir, name="fail-closed").start(timeout=60)
     yield process
@@ -248,14 +246,10 @@ def physical_snapshot(kafka_cluster, physical_topic: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def team_a_topic(kafka_cluster, vc_proxy) -> str:
     """team-a's "orders" (created through the proxy); returns its physical name."""
-    from proxy.state.store import StateStore
-    from proxy.tenancy.model import TenancyImage
 
     admin = AdminClient({"bootstrap.servers": vc_proxy.bootstrap, "client.id": CLIENT_ID})
     admin.create_topics([NewTopic("orders", 3, 3)], operation_timeout=30)["orders"].result(60)
-    image = TenancyImage()
-    StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, vc_proxy.config["tenancy"]["state_topic"]).replay(image)
-    return image.vcs["team-a"].links["orders"]
+    return replayed(kafka_cluster, vc_proxy).vcs["team-a"].links["orders"]
 
 
 # -- every unadvertised API version ------------------------------------------------------------------

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from proxy.auth.credentials import make_entry
-from proxy.process import ProxyProcess, proxy_config
+from proxy.process import ProxyProcess
+
+from .tenants import tenancy_config
 
 SOURCE = Path(__file__).parent / "go"
 PORT = 31600
@@ -42,17 +44,13 @@ def go_client(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def go_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("go-proxy")
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
+        [{"name": vc, "principals": [f"User:{user}"]} for user, vc in TENANTS.items()],
         # KIP-1313 on (off by default): the versions it adds must not trip a client that knows newer Kafka.
         listeners={"security_protocol": "SASL_PLAINTEXT", "request_header_v3": True},
         credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_go_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": vc, "principals": [f"User:{user}"]} for user, vc in TENANTS.items()],
-        },
     )
     process = ProxyProcess(config, workdir, name="go").start(timeout=60)
     yield process

@@ -38,6 +38,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess, proxy_config
 
+from .tenants import by_client_id, tenancy_config
+
 PORT, METRICS_PORT = 29970, 29975  # brokers on 29971 + node id
 SASL_PORT, SASL_METRICS_PORT, COLLECTOR_PORT = 29976, 29981, 29982  # brokers on 29977 + node id
 DOWN_PORT, DOWN_METRICS_PORT, NOTHING_LISTENS = 29983, 29984, 29985
@@ -143,14 +145,10 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tenant_proxy(kafka_cluster, workdir) -> Iterator[ProxyProcess]:
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": t, "client_ids": [f"{t}-app", f"{t}-admin"]} for t in TENANTS],
-        },
+        by_client_id(TENANTS, "app", "admin"),
         tracing={"enabled": True, "jsonl_dir": str(workdir / "traces"), "jsonl_max_bytes": 200_000, "jsonl_keep": 1000},
         metrics={"enabled": True, "port": METRICS_PORT},
     )

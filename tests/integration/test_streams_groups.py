@@ -27,10 +27,10 @@ from confluent_kafka.admin import AdminClient
 
 from proxy.kafka.dist import ensure_dist, ensure_streams_libs, java_executable
 from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
-from proxy.state.store import StateStore
+from proxy.process import ProxyProcess
 from proxy.tenancy.model import TenancyImage, derived_topic_for
 
+from .tenants import replayed, tenancy_config
 from .test_tenancy import create, produce
 
 PORT = 29800
@@ -64,15 +64,11 @@ def client_ids(tenant: str) -> list[str]:
 @pytest.fixture(scope="module")
 def streams_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("streams-proxy")
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
+        [{"name": t, "client_ids": client_ids(t)} for t in TENANTS],
         listeners={"refuse_unbound_principals": True},
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": t, "client_ids": client_ids(t)} for t in TENANTS],
-        },
         debug={"tap_dir": str(workdir / "tap")},
     )
     process = ProxyProcess(config, workdir, name="streams").start(timeout=60)
@@ -178,9 +174,7 @@ def latest_counts(config: dict, expected: dict[str, int], timeout: float = 150) 
 
 
 def replay(kafka_cluster, proxy: ProxyProcess) -> TenancyImage:
-    image = TenancyImage()
-    StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, proxy.config["tenancy"]["state_topic"]).replay(image)
-    return image
+    return replayed(kafka_cluster, proxy)
 
 
 def streams_groups_tool(proxy: ProxyProcess, tenant: str, workdir: Path, *args: str) -> str:

@@ -7,7 +7,6 @@ test needs no SASL; tests/integration/test_tenancy_sasl.py does the same by prin
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,9 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from proxy.process import ProxyProcess, proxy_config
+from proxy.process import ProxyProcess
+
+from .tenants import by_client_id, replayed, tenancy_config
 
 PORT = 29700
 TENANTS = ("team-a", "team-b")
@@ -24,14 +25,10 @@ TENANTS = ("team-a", "team-b")
 @pytest.fixture(scope="module")
 def tenant_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("tenancy")
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": t, "client_ids": [f"{t}-app", f"{t}-admin"]} for t in TENANTS],
-        },
+        by_client_id(TENANTS, "app", "admin"),
         debug={"tap_dir": str(workdir / "tap")},
     )
     process = ProxyProcess(config, workdir, name="tenancy").start(timeout=60)
@@ -148,16 +145,11 @@ def test_kip848_consumer_group_protocol(tenant_proxy):
 
 def test_leak_oracle_tenant_a_never_receives_tenant_b_identifiers(kafka_cluster, tenant_proxy):
     """Every byte the proxy sent to team-a's connections, searched for anything of team-b's."""
-    from proxy.state.store import StateStore
-    from proxy.tenancy.model import TenancyImage
 
     produce(conf(tenant_proxy, "team-b"), "orders", ["b-extra"])
     consume(conf(tenant_proxy, "team-a"), "orders", "oracle", 1)
     consume(conf(tenant_proxy, "team-b"), "orders", "oracle", 1)
-    image = TenancyImage()
-    StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, tenant_proxy.config["tenancy"]["state_topic"]).replay(
-        image
-    )
+    image = replayed(kafka_cluster, tenant_proxy)
     vc_b = image.vcs["team-b"]
     b_topics = list(vc_b.physical_links)
     b_ids = [image.topic_ids[t].bytes for t in b_topics if t in image.topic_ids]

@@ -22,13 +22,14 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kio.schema.errors import ErrorCode
 
 from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
+from proxy.process import ProxyProcess
 from proxy.protocol.apis import request_type
-from proxy.state.store import StateStore
 from proxy.tenancy.model import TenancyImage
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
+
+from .tenants import by_client_id, replayed, tenancy_config
 
 PORT = 29900
 TENANTS = ("team-a", "team-b")
@@ -40,14 +41,10 @@ UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 @pytest.fixture(scope="module")
 def admin_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("tenancy-admin")
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": t, "client_ids": [f"{t}-app"]} for t in TENANTS],
-        },
+        by_client_id(TENANTS),
     )
     for tenant in TENANTS:  # --command-config files for the Java tools
         (workdir / f"{tenant}.properties").write_text(f"client.id={tenant}-app\n")
@@ -91,9 +88,7 @@ def physical_admin(kafka_cluster) -> AdminClient:
 
 
 def state(kafka_cluster, proxy: ProxyProcess) -> TenancyImage:
-    image = TenancyImage()
-    StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, proxy.config["tenancy"]["state_topic"]).replay(image)
-    return image
+    return replayed(kafka_cluster, proxy)
 
 
 def physical_topic(kafka_cluster, proxy: ProxyProcess, tenant: str, link: str) -> str:

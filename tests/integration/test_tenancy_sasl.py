@@ -31,8 +31,9 @@ from proxy.auth.credentials import make_entry
 from proxy.demo import java_client_properties
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
-from proxy.state.store import StateStore
 from proxy.tenancy.model import TenancyImage, VirtualCluster
+
+from .tenants import replayed
 
 PORT = 29750
 REFUSING_PORT = 29760
@@ -110,10 +111,7 @@ def client(process: ProxyProcess, user: str, mechanism: str = "SCRAM-SHA-512", *
 
 
 def state(kafka_cluster, process: ProxyProcess) -> TenancyImage:
-    """The state topic replayed independently of the proxy: the oracle for what each VC owns."""
-    image = TenancyImage()
-    StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, process.config["tenancy"]["state_topic"]).replay(image)
-    return image
+    return replayed(kafka_cluster, process)
 
 
 def vc_of(image: TenancyImage, user: str) -> VirtualCluster:

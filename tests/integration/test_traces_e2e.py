@@ -7,13 +7,14 @@ import csv
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from proxy.process import ProxyProcess, proxy_config
+from proxy.process import ProxyProcess
+
+from .tenants import by_client_id, tenancy_config
 
 PORT = 29880
 SIZE = 1000
@@ -28,14 +29,10 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def test_spark_aggregates_match_the_workload(kafka_cluster, tmp_path):
     traces = tmp_path / "traces"
-    config = proxy_config(
-        kafka_cluster.bootstrap,
+    config = tenancy_config(
+        kafka_cluster,
         PORT,
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [{"name": t, "client_ids": [f"{t}-app"]} for t in PRODUCED],
-        },
+        by_client_id(PRODUCED),
         tracing={"enabled": True, "sample_ratio": 1.0, "jsonl_dir": str(traces)},
     )
     proxy = ProxyProcess(config, tmp_path, name="traced").start(timeout=60)

@@ -1,0 +1,34 @@
+"""What the tenancy tests share: a proxy config with virtual clusters on a fresh state topic, and
+the state topic replayed independently of the proxy (the oracle for what each VC owns)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.process import ProxyProcess, proxy_config
+from proxy.state.store import StateStore
+from proxy.tenancy.model import TenancyImage
+
+
+def by_client_id(tenants: Iterable[str], *suffixes: str) -> list[dict[str, Any]]:
+    """VCs bound by client id: tenant T owns client ids `T-<suffix>` (default `T-app`)."""
+    return [{"name": t, "client_ids": [f"{t}-{s}" for s in suffixes or ("app",)]} for t in tenants]
+
+
+def tenancy_config(kafka_cluster: Any, port: int, virtual_clusters: list[dict[str, Any]], **sections: Any) -> dict:
+    """A proxy config with tenancy on, these VCs, and a state topic of its own."""
+    tenancy = {"enabled": True, "state_topic": f"__vcproxy_state_{uuid.uuid4().hex[:6]}"}
+    return proxy_config(
+        kafka_cluster.bootstrap,
+        port,
+        tenancy={**tenancy, "virtual_clusters": virtual_clusters, **sections.pop("tenancy", {})},
+        **sections,
+    )
+
+
+def replayed(kafka_cluster: Any, proxy: ProxyProcess) -> TenancyImage:
+    image = TenancyImage()
+    StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, proxy.config["tenancy"]["state_topic"]).replay(image)
+    return image
