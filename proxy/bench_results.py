@@ -428,7 +428,12 @@ def format_table(rows: Sequence[Row]) -> str:
     ]
     if not any(b[-1] for b in body):
         header, body = header[:-1], [b[:-1] for b in body]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    return _table(header, body)
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """Plain-text columns: the first left-aligned, the rest right-aligned, a dashed rule under the header."""
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -519,15 +524,7 @@ def format_variant_table(rows: Sequence[VariantRow], variants: Sequence[str]) ->
         )
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            [cells[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))]
-        ).rstrip()
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), sep, *(line(b) for b in body)])
+    return _table(header, body)
 
 
 def summary_json(rows: Sequence[VariantRow]) -> list[dict[str, Any]]:
