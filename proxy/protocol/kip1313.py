@@ -25,6 +25,7 @@ from .primitives import (
     INT16,
     INT32,
     TruncatedError,
+    encode_nullable_string,
     encode_uvarint,
     read_int16,
     read_int32,
@@ -157,12 +158,12 @@ def _offset_delete_request(body: memoryview | bytes, _instance_id: bytes) -> byt
     """OffsetDelete v1 (flexible) -> v0: group id, then topics of (name, partitions of index)."""
     out = bytearray()
     group, offset = _compact_string(body, 0)
-    out += _classic_string(group)
+    out += encode_nullable_string(group)
     topics, offset = _compact_length(body, offset)
     out += INT32.pack(topics)
     for _ in range(max(topics, 0)):
         name, offset = _compact_string(body, offset)
-        out += _classic_string(name)
+        out += encode_nullable_string(name)
         partitions, offset = _compact_length(body, offset)
         out += INT32.pack(partitions)
         for _ in range(max(partitions, 0)):
@@ -215,13 +216,6 @@ def _compact_string(buf: memoryview | bytes, offset: int) -> tuple[str | None, i
     if offset + n > len(buf):
         raise TruncatedError("compact string past end of buffer")
     return bytes(buf[offset : offset + n]).decode("utf-8"), offset + n
-
-
-def _classic_string(value: str | None) -> bytes:
-    if value is None:
-        return INT16.pack(-1)
-    raw = value.encode("utf-8")
-    return INT16.pack(len(raw)) + raw
 
 
 def _compact(value: str | None) -> bytes:
