@@ -7,6 +7,7 @@ translation (so they see physical names).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib
 import re
@@ -19,7 +20,7 @@ from kio.static.primitive import i8, i32
 
 from ..protocol import codec
 from .engine import Exchange, LocalAnswer, TenantEngine
-from .model import TenancyError, derived_topic_for, link_record, physical_topic_for, topic_record
+from .model import TenancyError, created_topic_for, derived_topic_for, gen_record, link_record, topic_record
 
 # Kafka Streams groups (KIP-1071) live in a module of their own; the engine looks handlers up here.
 from .streams import streams_group_heartbeat_request, streams_group_heartbeat_response  # noqa: F401
@@ -338,23 +339,64 @@ SPECIAL_KINDS = {
 
 
 def create_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    """Links are created exactly once (docs/state.md, "Creating topics").
+
+    The physical name is derived from (VC id, link, generation), so concurrent creators on any
+    replica ask the broker for the same name and the broker picks one winner; the others get
+    TOPIC_ALREADY_EXISTS, as they would from Kafka. A name twice in one request is INVALID_REQUEST
+    for that name, as Kafka answers it; while the state topic cannot take changes, every topic is
+    refused with POLICY_VIOLATION and the reason.
+    """
+    counts = collections.Counter(t.name for t in body.topics)
+    local: list[tuple[str, int, str]] = []  # (link, error, message) answered by the proxy
+    for name in dict.fromkeys(t.name for t in body.topics):  # first-seen order, once per name
+        if counts[name] > 1:
+            local.append((name, int(ErrorCode.invalid_request), "Duplicate topic name."))
+    problem = engine.image.state_problem
     created: dict[str, str] = {}
     topics = []
     for topic in body.topics:
         link = topic.name
+        if counts[link] > 1:
+            continue
+        if problem is not None:
+            local.append((link, int(ErrorCode.policy_violation), f"topic changes are refused: {problem}"))
+            continue
         physical = engine.vc.physical_topic(link)
         if physical is None:
             try:
-                physical = physical_topic_for(link)
+                physical = created_topic_for(engine.vc.id, link, engine.image.generation(engine.vc.name, link))
             except TenancyError:
                 physical = f"{link}!"  # not a legal topic name: the broker answers INVALID_TOPIC_EXCEPTION
             created[physical] = link
         ex.tx.topics[physical] = link
         topics.append(dataclasses.replace(topic, name=physical))
     ex.state["created"] = created
+    ex.state["create_local"] = local
     ex.state["validate_only"] = bool(getattr(body, "validate_only", False))
     ex.state["skip_generic"] = True  # names are physical now: the generic pass must not translate again
+    if local and not topics:
+        cls = _response_cls(ex)
+        raise LocalAnswer(codec._empty(cls, topics=_create_topics_local(cls, local)))
     return dataclasses.replace(body, topics=tuple(topics))
+
+
+def _create_topics_local(cls: type, local: list[tuple[str, int, str]]) -> tuple[Any, ...]:
+    item = _item_type(cls, "topics")
+    fields = {f.name for f in dataclasses.fields(item)}
+    results = []
+    for link, error, message in local:
+        kwargs: dict[str, Any] = {"name": link, "error_code": ErrorCode(error)}
+        if "error_message" in fields:
+            kwargs["error_message"] = message
+        for name in ("num_partitions", "replication_factor"):
+            if name in fields:
+                kwargs[name] = type(getattr(codec._empty(item, name=link), name))(-1)
+        results.append(codec._empty(item, **kwargs))
+    return tuple(results)
+
+
+TOPIC_ALREADY_EXISTS = 36
 
 
 def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
@@ -362,7 +404,15 @@ def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any
         return body
     for topic in body.topics:
         link = ex.state["created"].get(topic.name)
-        if link is None or int(topic.error_code) != 0:
+        if link is None:
+            continue
+        error = int(topic.error_code)
+        if error == TOPIC_ALREADY_EXISTS and not topic.name.endswith("!"):
+            # The derived name exists but no link points to it: a racing creator whose link is on its
+            # way (writing it again changes nothing), or one whose link write failed (this repairs it).
+            ex.writes.append(link_record(engine.vc.name, link, topic.name))
+            continue
+        if error != 0:
             continue
         ex.writes.append(link_record(engine.vc.name, link, topic.name))
         if getattr(topic, "topic_id", None) not in (None, ZERO_UUID):
@@ -371,9 +421,19 @@ def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any
     return body
 
 
+def create_topics_finish(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+    local = ex.state.get("create_local")
+    if not local:
+        return body
+    return dataclasses.replace(body, topics=body.topics + _create_topics_local(type(body), local))
+
+
 def delete_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     """Deleting a topic in a VC deletes the link; the physical topic goes only with its last link
     (and only if policy.delete_physical_topic), as KIP-1134 describes."""
+    problem = engine.image.state_problem
+    if problem is not None:
+        raise LocalAnswer(_delete_topics_refused(ex, body, f"topic changes are refused: {problem}"))
     local: list[tuple[str, str, Any]] = []  # (link, physical, topic id) removed without the broker
     forward_links: dict[str, str] = {}  # physical -> link for those the broker deletes
 
@@ -398,11 +458,38 @@ def delete_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     ex.state["local"] = local
     ex.state["forward"] = forward_links
     for link, _physical, _ in local:
-        ex.writes.append(link_record(engine.vc.name, link, None))
+        ex.writes.extend(_unlink(engine, link))
     remaining = body.topics if hasattr(body, "topics") else body.topic_names
     if local and not remaining:
         raise LocalAnswer(_delete_topics_local(ex, _response_cls(ex)))
     return body
+
+
+def _unlink(engine: TenantEngine, link: str) -> list[Any]:
+    """A deleted link's records: the next generation first, so that no replica ever sees the link
+    gone while the old generation's name (a topic that may still exist) is current."""
+    generation = engine.image.generation(engine.vc.name, link) + 1
+    return [gen_record(engine.vc.name, link, generation), link_record(engine.vc.name, link, None)]
+
+
+def _delete_topics_refused(ex: Exchange, body: Any, message: str) -> Any:
+    cls = _response_cls(ex)
+    item = _item_type(cls, "responses")
+    fields = {f.name for f in dataclasses.fields(item)}
+    asked = (
+        [(t.name, t.topic_id) for t in body.topics]
+        if getattr(body, "topics", None)
+        else [(n, None) for n in getattr(body, "topic_names", ())]
+    )
+    results = []
+    for name, topic_id in asked:
+        kwargs: dict[str, Any] = {"name": name, "error_code": ErrorCode.policy_violation}
+        if "topic_id" in fields:
+            kwargs["topic_id"] = topic_id or ZERO_UUID
+        if "error_message" in fields:
+            kwargs["error_message"] = message
+        results.append(codec._empty(item, **kwargs))
+    return codec._empty(cls, responses=tuple(results))
 
 
 def _delete_topics_local(ex: Exchange, cls: type) -> Any:
@@ -424,7 +511,7 @@ def delete_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any
         )
         link = ex.state["forward"].get(physical) if physical else None
         if link is not None and int(result.error_code) == 0:
-            ex.writes.append(link_record(engine.vc.name, link, None))
+            ex.writes.extend(_unlink(engine, link))
             ex.writes.append(topic_record(physical, None))
     if ex.state["local"]:
         extra = _delete_topics_local(ex, type(body)).responses

@@ -69,6 +69,17 @@ def derived_topic_for(vc_id: str, link: str) -> str:
     return f"{uuid.uuid5(uuid.UUID(vc_id), link)}.{link}"
 
 
+def created_topic_for(vc_id: str, link: str, generation: int) -> str:
+    """The physical name CreateTopics uses for incarnation `generation` of a link: deterministic, so
+    concurrent creators (on any replica) ask the broker for one name and it picks one winner; a new
+    generation after each delete, so a re-created link never lands on an old topic still being deleted
+    (or kept). Generation 0 is `derived_topic_for`, the name Metadata auto-creation uses."""
+    if generation == 0:
+        return derived_topic_for(vc_id, link)
+    validate_link_name(link)
+    return f"{uuid.uuid5(uuid.UUID(vc_id), f'{link}#{generation}')}.{link}"
+
+
 @dataclass
 class VirtualCluster:
     name: str
@@ -76,6 +87,7 @@ class VirtualCluster:
     cluster_id: str  # KIP-78, immutable, shown to clients as the cluster id
     links: dict[str, str] = field(default_factory=dict)  # link name -> physical topic
     physical_links: dict[str, list[str]] = field(default_factory=dict)  # physical -> link names, in order
+    links_version: int = 0  # bumped whenever `links` changes: keys caches of what was computed from them
 
     # -- topics ----------------------------------------------------------------------------------
     def physical_topic(self, link: str) -> str | None:
@@ -115,7 +127,9 @@ class TenancyImage:
     client_ids: dict[str, str] = field(default_factory=dict)  # client id -> vc name
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # physical topic -> topic id
     topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    generations: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, link) -> incarnation
     version: int = 0  # bumped on every applied record
+    state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
 
     # -- lookups -----------------------------------------------------------------------------------
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
@@ -182,6 +196,16 @@ class TenancyImage:
             physical = value["physical"]
             vc.links[link] = physical
             vc.physical_links.setdefault(physical, []).append(link)
+        vc.links_version += 1
+
+    def _apply_gen(self, vc_name: str, link: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.generations.pop((vc_name, link), None)
+        else:
+            self.generations[(vc_name, link)] = int(value["gen"])
+
+    def generation(self, vc_name: str, link: str) -> int:
+        return self.generations.get((vc_name, link), 0)
 
     def _apply_topic(self, physical: str, *, value: dict[str, Any] | None) -> None:
         if value is None:
@@ -221,6 +245,11 @@ def client_record(client_id: str, vc: str | None) -> tuple[str, dict[str, Any] |
 def link_record(vc: str, link: str, physical: str | None) -> tuple[str, dict[str, Any] | None]:
     validate_link_name(link)
     return _key("link", vc, link), (None if physical is None else {"physical": physical})
+
+
+def gen_record(vc: str, link: str, generation: int) -> tuple[str, dict[str, Any]]:
+    """The incarnation the next CreateTopics of `link` uses (written when the link is deleted)."""
+    return _key("gen", vc, link), {"gen": generation}
 
 
 def topic_record(physical: str, topic_id: uuid.UUID | None) -> tuple[str, dict[str, Any] | None]:

@@ -26,7 +26,7 @@ from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header, response_body_offset
 from proxy.tenancy.engine import Policy, tenant_rules
 from proxy.tenancy.fields import identifier_paths
-from proxy.tenancy.model import TenancyImage, link_record, principal_record, topic_record, vc_record
+from proxy.tenancy.model import TenancyImage, gen_record, link_record, principal_record, topic_record, vc_record
 
 from .wire import request_frame, response_frame
 
@@ -383,7 +383,8 @@ def test_shared_topic_delete_only_unlinks_without_touching_the_broker():
     )
     assert decision.action is Action.LOCAL
     pending = session.next_local_reply()
-    assert pending.writes == [link_record("team-a", "orders", None)]
+    # The next CreateTopics of "orders" must not land on the kept topic: a new generation first.
+    assert pending.writes == [gen_record("team-a", "orders", 1), link_record("team-a", "orders", None)]
 
 
 def test_regex_subscription_is_confined_to_the_vcs_topics():
