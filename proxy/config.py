@@ -222,9 +222,36 @@ class UpstreamConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
+    """What one peer may cost the proxy (docs/security.md). Kafka's broker setting of the same name, where
+    one exists, has the same meaning and default."""
+
     max_frame_bytes: int = Field(100 * 1024 * 1024, ge=1024)
+    """Kafka's socket.request.max.bytes: the largest request once a client has logged in."""
+    sasl_server_max_receive_size: int = Field(512 * 1024, ge=1024)
+    """Kafka's sasl.server.max.receive.size: the largest frame before authentication."""
     receive_buffer_bytes: int = Field(1024 * 1024, ge=4096)
+    """The most a connection's receive buffer grows to; it starts small and grows with traffic."""
+    initial_buffer_bytes: int = Field(16 * 1024, ge=1024)
+    """A new connection's receive buffer (per direction)."""
     drain_timeout_seconds: float = Field(10.0, ge=0)
+    authentication_timeout_ms: int = Field(10_000, ge=1)
+    """A connection that has not logged in this long after it opened is closed (SASL listeners)."""
+    connections_max_idle_ms: int = Field(600_000, ge=1)
+    """Kafka's connections.max.idle.ms: a connection with nothing in flight for this long is closed."""
+    max_connections: int = Field(10_000, ge=1)
+    """Kafka's max.connections: more connections than this are refused at accept."""
+    max_connections_per_ip: int = Field(1_000, ge=1)
+    """Kafka's max.connections.per.ip."""
+    max_connection_creation_rate: float = Field(500.0, gt=0)
+    """Kafka's max.connection.creation.rate, per second over all listeners: accepting waits beyond it."""
+    max_in_flight_requests_per_connection: int = Field(100, ge=1)
+    """Requests read from one client and not yet answered; the proxy stops reading that client beyond it."""
+    connection_failed_authentication_delay_ms: int = Field(100, ge=0)
+    """Kafka's connection.failed.authentication.delay.ms: a failed login is answered after this delay."""
+    max_failed_authentications: int = Field(60, ge=1)
+    """Failed logins per client address, and PLAIN password checks failed per user, allowed in
+    `failed_authentication_window_seconds`; beyond it logins fail at once without checking (docs/security.md)."""
+    failed_authentication_window_seconds: float = Field(60.0, gt=0)
 
 
 class LoggingConfig(_Strict):

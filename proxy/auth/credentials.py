@@ -13,6 +13,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from . import SCRAM_MECHANISMS
 
 DEFAULT_ITERATIONS = 8192
 MIN_ITERATIONS = 4096  # Kafka's clients refuse fewer for SCRAM-SHA-256/512 (and so does scramp)
-MAX_ITERATIONS = 1_000_000  # a PLAIN login costs one derivation of this many rounds on the event loop
+MAX_ITERATIONS = 1_000_000  # a PLAIN login costs one derivation of this many rounds (in a worker thread)
 MIN_SALT_BYTES = 12  # scramp's minimum
 
 _HASH = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -143,6 +144,10 @@ _DECOY = ScramCredential("SCRAM-SHA-512", b"vcproxy-decoy-salt", DEFAULT_ITERATI
 class CredentialStore:
     def __init__(self, users: Mapping[str, UserCredentials] | None = None):
         self.users: dict[str, UserCredentials] = dict(users or {})
+        # PLAIN: a keyed digest of the password last verified per user, so a returning client is checked
+        # without the key derivation (the costly part of a login, and what a guesser makes us pay for).
+        self._verified: dict[str, bytes] = {}
+        self._verified_key = secrets.token_bytes(32)
 
     def __repr__(self) -> str:
         return f"CredentialStore({len(self.users)} users)"
@@ -163,8 +168,25 @@ class CredentialStore:
         return None if user is None else user.scram.get(mechanism)
 
     def verify_plain(self, username: str, password: str) -> bool:
+        """Runs the key derivation (milliseconds of CPU): the shell calls it off the event loop."""
         user = self.users.get(username)
         if user is None:
             _DECOY.matches_password(password)
             return False
         return user.for_plain().matches_password(password)
+
+    def _digest(self, username: str, password: str) -> bytes:
+        return hmac.new(self._verified_key, f"{username}\0{password}".encode(), "sha256").digest()
+
+    def verified_before(self, username: str, password: str) -> bool:
+        """Whether `password` is the one last verified for `username` (no key derivation)."""
+        known = self._verified.get(username)
+        return (
+            known is not None
+            and username in self.users
+            and hmac.compare_digest(known, self._digest(username, password))
+        )
+
+    def remember_verified(self, username: str, password: str) -> None:
+        if username in self.users:
+            self._verified[username] = self._digest(username, password)

@@ -13,6 +13,12 @@ answers SaslHandshake v1 and SaslAuthenticate v0-2 the way a Kafka broker does:
 
 Sessions never expire (session lifetime 0), so clients do not re-authenticate (KIP-368).
 Passwords and SASL tokens are never logged; user names are, quoted.
+
+A PLAIN password check runs a key derivation, milliseconds of CPU: the server hands it to the shell
+as a ``PasswordCheck`` to run off the event loop, then finishes the login with the result. Failed
+logins count against the client address, failed PLAIN checks also against the user, in a
+``LoginGuard`` shared by the proxy (docs/security.md): beyond the budget, PLAIN passwords not
+verified before fail without a derivation, and every failure from that address is answered slowly.
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ import enum
 import hmac
 import logging
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from scramp import ScramMechanism
 from scramp.utils import ScramException
 
-from ..core.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, ProtocolViolation, SaslReply
+from ..core.admission import LoginGuard
+from ..core.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, PasswordCheck, ProtocolViolation, SaslReply
 from ..protocol import codec
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader
@@ -51,11 +59,23 @@ class _State(enum.Enum):
 class SaslServer:
     """The SASL exchange of one client connection (implements ``proxy.core.session.Authenticator``)."""
 
-    def __init__(self, store: CredentialStore, mechanisms: Sequence[str] = SASL_MECHANISMS, name: str = ""):
+    def __init__(
+        self,
+        store: CredentialStore,
+        mechanisms: Sequence[str] = SASL_MECHANISMS,
+        name: str = "",
+        *,
+        guard: LoginGuard | None = None,
+        address: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ):
         unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
         if unknown or not mechanisms:
             raise ValueError(f"unsupported SASL mechanisms {unknown or 'none'}")
         self.store = store
+        self.guard = guard
+        self.address = address  # the client's address, the key of the per-address failure budget
+        self.clock = clock
         self.mechanisms = tuple(mechanisms)
         self.name = name  # connection name for log lines
         self.principal: str | None = None
@@ -125,9 +145,20 @@ class SaslServer:
         if authzid and authzid != username:
             message = "Authentication failed: Client requested an authorization id that is different from username"
             return self._denied(version, username, message)
-        if not self.store.verify_plain(username, password):
-            return self._denied(version, username, _invalid_credentials("PLAIN"))
-        return self._succeeded(version, username, b"")
+        if self.store.verified_before(username, password):
+            return self._succeeded(version, username, b"")
+        if self.guard is not None and (spent := self.guard.spent(self.address, username, self.clock())):
+            return self._denied(version, username, _TOO_MANY, detail=f"budget of {spent} spent", count=False)
+
+        def finish(ok: bool) -> SaslReply:
+            if not ok:
+                if self.guard is not None:
+                    self.guard.by_user.record(username, self.clock())
+                return self._denied(version, username, _invalid_credentials("PLAIN"))
+            self.store.remember_verified(username, password)
+            return self._succeeded(version, username, b"")
+
+        return SaslReply(b"", check=PasswordCheck(lambda: self.store.verify_plain(username, password), finish))
 
     def _scram_step(self, version: int, token: bytes) -> SaslReply:
         assert self.mechanism in SCRAM_MECHANISMS
@@ -181,12 +212,21 @@ class SaslServer:
         log.info("%s: authenticated %s with %s", self.name, self.principal, self.mechanism)
         return SaslReply(_authenticate_body(version, ErrorCode.none, None, token))
 
-    def _denied(self, version: int, username: str | None, message: str, detail: str = "") -> SaslReply:
+    def _denied(
+        self, version: int, username: str | None, message: str, detail: str = "", count: bool = True
+    ) -> SaslReply:
         self._state = _State.FAILED
         self._scram = None
+        slow = False
+        if self.guard is not None:
+            now = self.clock()
+            slow = self.guard.by_address.exhausted(self.address, now)
+            if count:
+                self.guard.by_address.record(self.address, now)
         who = "unknown user" if username is None else f"user {username!r}"
         # The client gets Kafka's generic message; the log keeps the reason (scramp's, if any) for operators.
-        log.warning(
+        log.log(
+            logging.WARNING if count else logging.INFO,
             "%s: authentication failed for %s with %s: %s%s",
             self.name,
             who,
@@ -194,7 +234,8 @@ class SaslServer:
             message,
             f" ({detail})" if detail else "",
         )
-        return SaslReply(_authenticate_body(version, ErrorCode.sasl_authentication_failed, message), close=True)
+        body = _authenticate_body(version, ErrorCode.sasl_authentication_failed, message)
+        return SaslReply(body, close=True, slow=slow)
 
     def _fail(self, why: str) -> None:
         self._state = _State.FAILED
@@ -228,6 +269,9 @@ def _decoy(mechanism: str, username: str) -> tuple[bytes, bytes, bytes, int]:
     salt = hmac.new(_DECOY_KEY, f"{mechanism}\0{username}".encode(), "sha256").digest()
     size = 64 if mechanism == "SCRAM-SHA-512" else 32
     return salt, secrets.token_bytes(size), secrets.token_bytes(size), DEFAULT_ITERATIONS
+
+
+_TOO_MANY = "Authentication failed: too many failed authentications, try again later"
 
 
 def _invalid_credentials(mechanism: str | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -93,3 +94,24 @@ def unsupported_version_body(table: VersionTable) -> bytes:
     cls = response_type(API_VERSIONS_KEY, 0)
     body = codec._empty(cls, error_code=ErrorCode(UNSUPPORTED_VERSION))
     return codec.encode(with_table(body, table))
+
+
+class UpstreamVersions:
+    """One broker's last ApiVersions answers by request version, so that a client that has not logged in
+    can be answered without the proxy opening a broker connection for it. Entries are kept for `ttl`
+    seconds; after that the next client's request goes upstream and refreshes them (broker upgrades)."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float]):
+        self.ttl = ttl
+        self.clock = clock
+        self._answers: dict[int, tuple[float, Any]] = {}
+
+    def get(self, version: int) -> Any | None:
+        entry = self._answers.get(version)
+        if entry is None or self.clock() - entry[0] > self.ttl:
+            return None
+        return entry[1]
+
+    def put(self, version: int, response: Any) -> None:
+        if int(response.error_code) == 0:
+            self._answers[version] = (self.clock(), response)

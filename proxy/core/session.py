@@ -12,6 +12,7 @@ import enum
 import logging
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ from ..protocol.headers import (
 from ..protocol.primitives import INT16, TruncatedError, read_int16, read_uvarint
 from ..rules import EndpointRule, api_rules
 from . import apiversions
+from .admission import SLOW_DOWN
 from .endpoints import BrokerEndpoint, EndpointRewriter, ListenerLayout, rules_for
 
 log = logging.getLogger(__name__)
@@ -42,9 +44,20 @@ SASL_AUTHENTICATE_KEY = 36
 
 
 @dataclass(slots=True)
+class PasswordCheck:
+    """Work too slow for the event loop (a PLAIN key derivation): the shell runs `run` in a worker thread,
+    then `finish` with its result on the loop, which gives the reply."""
+
+    run: Callable[[], bool]
+    finish: Callable[[bool], SaslReply]
+
+
+@dataclass(slots=True)
 class SaslReply:
     body: bytes  # the response body (header added by the session)
     close: bool = False  # failed authentication: close the connection once this is sent
+    check: PasswordCheck | None = None  # the reply is not known yet: run this first
+    slow: bool = False  # a failure from an address whose failure budget is spent: answer it slowly
 
 
 class Authenticator(Protocol):
@@ -66,6 +79,7 @@ class Action(enum.Enum):
     FORWARD = "forward"  # send the frame upstream; a response will follow unless expects_response is False
     LOCAL = "local"  # answer with `reply` in the response stream, in request order
     CLOSE = "close"  # close the connection (what a broker does with a request it cannot parse)
+    CHECK = "check"  # run `check.run` off the event loop, then `resume(result)` gives the real decision
 
 
 @dataclass(slots=True)
@@ -79,6 +93,7 @@ class Pending:
     endpoint_rule: EndpointRule | None = None
     reply: bytes | None = None  # set for LOCAL answers
     close_after: bool = False  # close the connection once the reply is written
+    delay_factor: int = 1  # failed logins: times the failed-authentication delay before the reply
     exchange: Any = None  # the tenant engine's state for this request (virtual-cluster principals)
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
     client_version: int = -1  # the client's version when the proxy sent the one before (KIP-1313)
@@ -95,6 +110,8 @@ class RequestDecision:
     reason: str = ""
     pieces: list[bytes | memoryview] | None = None  # rewritten request to forward (None: the frame as is)
     frame: bytes | memoryview | None = None  # the request in the version sent upstream, if the proxy changed it
+    check: PasswordCheck | None = None  # CHECK: the slow work
+    resume: Callable[[bool], RequestDecision] | None = None  # CHECK: the decision once the work is done
 
 
 @dataclass(slots=True)
@@ -121,8 +138,11 @@ class ProxySession:
         tenancy: Tenancy | None = None,
         principal: str | None = None,
         header_v3: bool = True,
+        upstream_versions: apiversions.UpstreamVersions | None = None,
     ):
         self.rewriter = EndpointRewriter(layout)
+        self.upstream_versions = upstream_versions  # the broker's ApiVersions answers, for clients not logged in
+        self._too_new_reply: bytes | None = None  # the body for ApiVersions versions above ours, built once
         self.header_v3 = header_v3  # KIP-1313 versions advertised and translated
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -353,6 +373,19 @@ class ProxySession:
         except (TruncatedError, ValueError) as exc:
             raise ProtocolViolation(f"malformed {info.name} request: {exc}") from exc
         reply = self.authenticator.on_sasl_request(info.key, version, frame, header)
+        check = reply.check
+        if check is not None:
+            return RequestDecision(
+                Action.CHECK,
+                check=check,
+                resume=lambda ok: self._sasl_reply(info, version, correlation_id, header, check.finish(ok)),
+            )
+        return self._sasl_reply(info, version, correlation_id, header, reply)
+
+    def _sasl_reply(
+        self, info: ApiInfo, version: int, correlation_id: int, header: RequestHeader, reply: SaslReply
+    ) -> RequestDecision:
+        assert self.authenticator is not None
         if (
             self.authenticator.complete
             and self.tenancy is not None
@@ -376,16 +409,24 @@ class ProxySession:
         )
         assert decision.pending is not None
         decision.pending.close_after = reply.close
+        decision.pending.delay_factor = SLOW_DOWN if reply.slow else 1
         return decision
 
     def _api_versions_request(self, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
         if version > info.max_version:
             # Too new for us: answer as a broker would (v0 body), so the client retries lower.
             # Like a broker, name only ApiVersions' own range: enough to retry, nothing more before login.
-            advertised = kip1313.advertised(self.supported, known_apis()) if self.header_v3 else self.supported
-            body = apiversions.unsupported_version_body({API_VERSIONS_KEY: advertised[API_VERSIONS_KEY]})
-            return self._local(Pending(API_VERSIONS_KEY, version, correlation_id, 0), body)
+            if self._too_new_reply is None:
+                advertised = kip1313.advertised(self.supported, known_apis()) if self.header_v3 else self.supported
+                table = {API_VERSIONS_KEY: advertised[API_VERSIONS_KEY]}
+                self._too_new_reply = apiversions.unsupported_version_body(table)
+            return self._local(Pending(API_VERSIONS_KEY, version, correlation_id, 0), self._too_new_reply)
         pending = Pending(API_VERSIONS_KEY, version, correlation_id, 0)
+        if self.authenticator is not None and not self.authenticator.complete and self.upstream_versions is not None:
+            # Before login the broker's answer comes from the cache: no broker connection for a stranger.
+            cached = self.upstream_versions.get(version)
+            if cached is not None:
+                return self._local(pending, self._api_versions_body(pending, cached))
         self.in_flight.append(pending)
         return RequestDecision(Action.FORWARD, pending)
 
@@ -452,14 +493,19 @@ class ProxySession:
     def _api_versions_response(self, pending: Pending, frame: memoryview) -> list[bytes | memoryview]:
         body_offset = response_body_offset(frame, 0)
         response = apiversions.decode_response(pending.api_version, frame[body_offset:])
+        if self.upstream_versions is not None:
+            self.upstream_versions.put(pending.api_version, response)
+        return [codec.response_frame(pending.correlation_id, 0, self._api_versions_body(pending, response))]
+
+    def _api_versions_body(self, pending: Pending, response: Any) -> bytes:
+        """The broker's ApiVersions answer cut down to what this proxy and session can handle."""
         upstream = apiversions.table_of(response)
         self.versions = apiversions.intersect(upstream, self.supported)
         advertised = kip1313.advertised(self.versions, known_apis(), upstream) if self.header_v3 else self.versions
         self._v3_keys = {k for k, (_, high) in advertised.items() if high > self.versions[k][1]}
-        body = codec.encode(apiversions.with_table(response, advertised))
         if int(response.error_code) == UNSUPPORTED_VERSION:
             pending.api_version = 0
-        return [codec.response_frame(pending.correlation_id, 0, body)]
+        return codec.encode(apiversions.with_table(response, advertised))
 
 
 def _telemetry_assigned_id(frame: memoryview | bytes) -> bytes:

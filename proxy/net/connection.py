@@ -4,6 +4,11 @@ The request pump reads client frames and forwards them upstream (or queues a loc
 the response pump writes answers back in request order, reading the upstream only when the
 oldest outstanding request went upstream. Either side failing ends the whole connection, so a
 client whose broker disappears is disconnected cleanly and re-bootstraps.
+
+What one peer may cost is bounded here (docs/security.md): the broker connection is opened only
+when the first request must go upstream (after login on SASL listeners), frames before login are
+small, a login has a deadline, an idle connection is closed, at most `max_in_flight` requests are
+read ahead of their answers, and password checks run in a worker thread.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,6 +34,39 @@ log = logging.getLogger(__name__)
 
 BrokersSeen = Callable[[list[BrokerEndpoint], bool], Awaitable[None]]
 StateWriter = Callable[[list[Any]], Awaitable[None]]
+UpstreamConnector = Callable[[], Awaitable[trio.abc.Stream]]
+
+# Password checks (PLAIN key derivations) share one worker thread per proxy: a flood of guesses costs at
+# most one core and queues behind itself, never the event loop.
+PASSWORD_CHECKS = trio.CapacityLimiter(1)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """limits.* of the config, as one connection needs them (seconds, not ms)."""
+
+    max_frame_bytes: int
+    buffer_size: int
+    initial_buffer_size: int = 16 * 1024
+    pre_auth_max_frame_bytes: int = 512 * 1024
+    authentication_timeout: float = 10.0
+    idle_timeout: float = 600.0
+    max_in_flight: int = 100
+    failed_authentication_delay: float = 0.1
+
+    @classmethod
+    def from_config(cls, limits: Any) -> ConnectionLimits:
+        return cls(
+            max_frame_bytes=limits.max_frame_bytes,
+            buffer_size=limits.receive_buffer_bytes,
+            initial_buffer_size=min(limits.initial_buffer_bytes, limits.receive_buffer_bytes),
+            pre_auth_max_frame_bytes=min(limits.sasl_server_max_receive_size, limits.max_frame_bytes),
+            authentication_timeout=limits.authentication_timeout_ms / 1000,
+            idle_timeout=limits.connections_max_idle_ms / 1000,
+            max_in_flight=limits.max_in_flight_requests_per_connection,
+            failed_authentication_delay=limits.connection_failed_authentication_delay_ms / 1000,
+        )
+
 
 # Errors that end one connection and nothing else.
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, FrameError, ProtocolViolation)
@@ -36,12 +75,11 @@ CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError
 class ClientConnection:
     def __init__(
         self,
-        client: trio.SocketStream,
-        upstream: trio.SocketStream,
+        client: trio.abc.Stream,
+        connect_upstream: UpstreamConnector,
         session: ProxySession,
         *,
-        max_frame_bytes: int,
-        buffer_size: int,
+        limits: ConnectionLimits,
         on_brokers: BrokersSeen,
         name: str,
         write_state: StateWriter | None = None,
@@ -49,10 +87,19 @@ class ClientConnection:
         telemetry: ConnectionTelemetry | None = None,
     ):
         self.client = client
-        self.upstream = upstream
+        self.connect_upstream = connect_upstream
+        self.upstream: trio.abc.Stream | None = None  # opened by the first request that goes upstream
+        self.upstream_reader: FrameReader | None = None
+        self._upstream_open = trio.Event()
         self.session = session
-        self.client_reader = FrameReader(client, max_frame_bytes, buffer_size)
-        self.upstream_reader = FrameReader(upstream, max_frame_bytes, buffer_size)
+        self.limits = limits
+        self.client_reader = FrameReader(client, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size)
+        self._logged_in = session.authenticator is None or session.authenticator.complete
+        if not self._logged_in:
+            # Kafka's sasl.server.max.receive.size: a stranger's frames are small, and so is its buffer.
+            self.client_reader.decoder.set_limits(
+                limits.pre_auth_max_frame_bytes, limits.initial_buffer_size, keep_spare=False
+            )
         self.on_brokers = on_brokers
         self.write_state = write_state
         self.name = name
@@ -65,8 +112,10 @@ class ClientConnection:
             self._tap_path = tap_dir / f"{name.split()[0]}.open"
             self._tap = self._tap_path.open("wb")
         self._work = trio.Event()  # set when a request is queued, so the response pump looks again
+        self._room = trio.Event()  # set when an answer left, so a request pump at max_in_flight reads on
         self._requests_done = False
         self._request_scope: trio.CancelScope | None = None
+        self._last_active = trio.current_time()
         self.requests = 0
         self.telemetry = telemetry  # spans and metrics; None when both are off (no cost)
         self.close_reason = "client closed the connection"
@@ -78,6 +127,7 @@ class ClientConnection:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._request_pump, nursery.cancel_scope)
                 nursery.start_soon(self._response_pump, nursery.cancel_scope)
+                nursery.start_soon(self._watchdog, nursery.cancel_scope)
         except* CONNECTION_ERRORS as group:
             for exc in group.exceptions:
                 level = logging.INFO if isinstance(exc, FrameError | ProtocolViolation) else logging.DEBUG
@@ -93,7 +143,8 @@ class ClientConnection:
                 self.telemetry.on_close(self.close_reason)
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.client)
-                await trio.aclose_forcefully(self.upstream)
+                if self.upstream is not None:
+                    await trio.aclose_forcefully(self.upstream)
             if self._tap is not None:
                 self._tap.close()
                 vc = getattr(self.session.vc, "name", None) or "physical"
@@ -109,6 +160,59 @@ class ClientConnection:
         self._work.set()
         self._work = trio.Event()
 
+    def _answered(self) -> None:
+        self._last_active = trio.current_time()
+        self._room.set()
+        self._room = trio.Event()
+
+    def _close(self, scope: trio.CancelScope, reason: str) -> None:
+        log.info("%s: closing: %s", self.name, reason)
+        self.close_reason = reason
+        scope.cancel()
+
+    async def _watchdog(self, connection_scope: trio.CancelScope) -> None:
+        """The login deadline, then connections.max.idle.ms: nothing in flight for that long closes it."""
+        if not self._logged_in:
+            await trio.sleep(self.limits.authentication_timeout)
+            if not self._logged_in:
+                self._close(connection_scope, f"not authenticated within {self.limits.authentication_timeout:g} s")
+                return
+        while True:
+            idle_until = self._last_active + self.limits.idle_timeout
+            if trio.current_time() < idle_until:
+                await trio.sleep_until(idle_until)
+            elif not self.session.in_flight:
+                self._close(connection_scope, f"idle for {self.limits.idle_timeout:g} s (connections_max_idle_ms)")
+                return
+            else:  # a request is waiting upstream (a long poll, a rebalance): not idle until it is answered
+                await self._room.wait()
+
+    async def _open_upstream(self) -> trio.abc.Stream:
+        """The broker connection, opened by the first request that needs it."""
+        if self.upstream is None:
+            try:
+                self.upstream = await self.connect_upstream()
+            except OSError as exc:
+                if self.telemetry is not None:
+                    self.telemetry.upstream(False, str(exc))
+                log.warning("%s: upstream unavailable: %s", self.name, exc)
+                self.close_reason = f"upstream unavailable: {exc}"
+                raise trio.BrokenResourceError(self.close_reason) from exc
+            if self.telemetry is not None:
+                self.telemetry.upstream(True)
+            limits = self.limits
+            self.upstream_reader = FrameReader(
+                self.upstream, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size
+            )
+            self._upstream_open.set()
+        return self.upstream
+
+    def _check_login(self) -> None:
+        authenticator = self.session.authenticator
+        if not self._logged_in and authenticator is not None and authenticator.complete:
+            self._logged_in = True
+            self.client_reader.decoder.set_limits(self.limits.max_frame_bytes, self.limits.buffer_size)
+
     async def _send(self, data: bytes | memoryview) -> None:
         if self._tap is not None:
             self._tap.write(data)
@@ -122,29 +226,42 @@ class ClientConnection:
             await self.write_state(records)
 
     async def _request_pump(self, connection_scope: trio.CancelScope) -> None:
+        session = self.session
         with trio.CancelScope() as self._request_scope:
             while True:
+                # Like a broker muting a channel with a response pending: read no further ahead than this.
+                while len(session.in_flight) >= self.limits.max_in_flight:
+                    await self._room.wait()
                 frame = await self.client_reader.next_frame()
                 if frame is None:
                     break
+                self._last_active = trio.current_time()
                 telemetry = self.telemetry
                 started = time.time_ns() if telemetry is not None else 0
-                decision = self.session.on_request(frame)
+                decision = session.on_request(frame)
+                if decision.action is Action.CHECK:
+                    assert decision.check is not None and decision.resume is not None
+                    ok = await trio.to_thread.run_sync(decision.check.run, limiter=PASSWORD_CHECKS)
+                    decision = decision.resume(ok)
                 trace = telemetry.on_request(frame, decision, started) if telemetry is not None else None
                 self.requests += 1
                 if decision.action is Action.FORWARD:
+                    upstream = self.upstream or await self._open_upstream()
                     if decision.pieces is None:
-                        await self.upstream.send_all(frame)
+                        await upstream.send_all(frame)
                     else:
                         for piece in decision.pieces:
-                            await self.upstream.send_all(piece)
+                            await upstream.send_all(piece)
                     if trace is not None and telemetry is not None and decision.pending is None:
                         telemetry.on_forwarded(trace)  # acks=0: done once forwarded
                 elif decision.action is Action.CLOSE:
-                    log.info("%s: closing: %s", self.name, decision.reason)
-                    self.close_reason = decision.reason
-                    connection_scope.cancel()
+                    self._close(connection_scope, decision.reason)
                     return
+                else:
+                    self._check_login()
+                    # A local answer does no I/O: without this, one client pipelining requests the proxy
+                    # answers itself would hold the event loop for as long as its buffer lasts.
+                    await trio.lowlevel.checkpoint()
                 self._wake()
         # Client finished sending (EOF or drain): the response pump ends once everything is answered.
         self._requests_done = True
@@ -157,11 +274,15 @@ class ClientConnection:
             if local is not None:
                 assert local.reply is not None
                 await self._persist(local.writes)
+                if local.close_after and self.limits.failed_authentication_delay > 0:
+                    # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
+                    await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
                 await self._send(local.reply)
                 if self.telemetry is not None:
                     self.telemetry.on_reply([local.reply], None)
+                self._answered()
                 if local.close_after:
-                    log.info("%s: closing after %s", self.name, "failed authentication")
+                    log.info("%s: closing after failed authentication", self.name)
                     self.close_reason = "failed authentication"
                     connection_scope.cancel()
                     return
@@ -172,6 +293,9 @@ class ClientConnection:
                     return
                 await self._work.wait()
                 continue
+            if self.upstream_reader is None:
+                await self._upstream_open.wait()
+            assert self.upstream_reader is not None
             frame = await self.upstream_reader.next_frame()
             if frame is None:
                 self.close_reason = "upstream broker closed the connection"
@@ -184,3 +308,4 @@ class ClientConnection:
                 await self._send(piece)
             if self.telemetry is not None:
                 self.telemetry.on_reply(result.pieces, frame)
+            self._answered()

@@ -12,11 +12,12 @@ from ..protocol.framing import FrameDecoder, FrameError
 
 
 class FrameReader:
-    def __init__(self, stream: trio.abc.ReceiveStream, max_frame_bytes: int, buffer_size: int):
+    def __init__(
+        self, stream: trio.abc.ReceiveStream, max_frame_bytes: int, buffer_size: int, initial_size: int | None = None
+    ):
         self.stream = stream
-        self.decoder = FrameDecoder(max_frame_bytes, buffer_size)
+        self.decoder = FrameDecoder(max_frame_bytes, buffer_size, initial_size)
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._receive_size = buffer_size
         self.bytes_read = 0
 
     async def next_frame(self) -> memoryview | None:
@@ -36,7 +37,7 @@ class FrameReader:
                 if n:
                     self.decoder.commit(n)
             else:
-                data = await self.stream.receive_some(self._receive_size)
+                data = await self.stream.receive_some(self.decoder.buffer_limit)
                 n = len(data)
                 if n:
                     self.decoder.receive_data(data)

@@ -16,12 +16,13 @@ from ..auth.sasl import Preauthenticated, SaslServer
 from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
 from ..config import ProxyConfig
 from ..core import apiversions
+from ..core.admission import ConnectionLimiter, LoginGuard
 from ..core.endpoints import BrokerEndpoint, ListenerLayout
 from ..core.session import Authenticator, ProxySession
 from ..tenancy.engine import Policy
 from ..tenancy.model import TenancyImage
 from . import upstream as up
-from .connection import ClientConnection
+from .connection import ClientConnection, ConnectionLimits
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry, Telemetry
@@ -73,6 +74,17 @@ class ProxyServer:
         self._handler_nursery: trio.Nursery | None = None
         self._listener_scope = trio.CancelScope()
         self._connection_id = 0
+        limits = config.limits
+        self.connection_limits = ConnectionLimits.from_config(limits)
+        self.admission = ConnectionLimiter(
+            limits.max_connections, limits.max_connections_per_ip, limits.max_connection_creation_rate
+        )
+        self.login_guard = LoginGuard.create(
+            limits.max_failed_authentications, limits.failed_authentication_window_seconds
+        )
+        self._refusals_logged: dict[str, float] = {}  # client address -> when a refusal was last logged
+        # Each broker's ApiVersions answers, for clients that have not logged in (no broker connection for them).
+        self.upstream_versions: dict[int | None, apiversions.UpstreamVersions] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -202,7 +214,10 @@ class ProxyServer:
 
     async def _accept_loop(self, listener: trio.SocketListener, node_id: int | None) -> None:
         async with listener:
+            delay = 0.0
             while True:
+                if delay > 0:  # max.connection.creation.rate: like the broker, stop accepting for a while
+                    await trio.sleep(delay)
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
@@ -211,8 +226,31 @@ class ProxyServer:
                         await trio.sleep(0.1)
                         continue
                     raise
+                delay = self.admission.accept_delay(trio.current_time())
+                address = _peer_address(stream)
+                ip = address[0] if address is not None else "?"
+                refusal = self.admission.admit(ip)
+                if refusal is not None:
+                    self._log_refusal(ip, refusal)
+                    await trio.aclose_forcefully(stream)
+                    continue
                 assert self._handler_nursery is not None
-                self._handler_nursery.start_soon(self._handle, stream, node_id)
+                self._handler_nursery.start_soon(self._handle_admitted, stream, node_id, ip)
+
+    def _log_refusal(self, ip: str, why: str) -> None:
+        """One line per client address and second at most: a flood must not become a flood of log lines."""
+        now = trio.current_time()
+        if now - self._refusals_logged.get(ip, -1.0) >= 1.0:
+            if len(self._refusals_logged) > 10_000:
+                self._refusals_logged.clear()
+            self._refusals_logged[ip] = now
+            log.warning("refusing a connection from %s: %s", ip, why)
+
+    async def _handle_admitted(self, client: trio.SocketStream, node_id: int | None, ip: str) -> None:
+        try:
+            await self._handle(client, node_id)
+        finally:
+            self.admission.release(ip)
 
     def _upstream_for(self, node_id: int | None) -> list[tuple[str, int]]:
         if node_id is None:
@@ -232,28 +270,19 @@ class ProxyServer:
                 telemetry.on_close("TLS handshake failed")
             return
         downstream, tls_principal = secured
-        targets = self._upstream_for(node_id)
-        try:
+        timeout = self.config.upstream.connect_timeout_seconds
+
+        async def connect_upstream() -> trio.abc.Stream:
+            targets = self._upstream_for(node_id)
             if not targets:
                 raise OSError(f"broker {node_id} is not in the upstream metadata")
-            timeout = self.config.upstream.connect_timeout_seconds
-            upstream = await up.connect_any(targets, timeout, self.upstream_security)
-        except OSError as exc:
-            log.warning("%s: upstream unavailable: %s", name, exc)
-            if telemetry is not None:
-                telemetry.upstream(False, str(exc))
-                telemetry.on_close(f"upstream unavailable: {exc}")
-            await trio.aclose_forcefully(downstream)
-            return
-        if telemetry is not None:
-            telemetry.upstream(True)
-        limits = self.config.limits
+            return await up.connect_any(targets, timeout, self.upstream_security)
+
         connection = ClientConnection(
-            downstream,  # type: ignore[arg-type]  # a TLS stream on SSL listeners; FrameReader handles both
-            upstream,  # type: ignore[arg-type]
-            self._new_session(name, tls_principal),
-            max_frame_bytes=limits.max_frame_bytes,
-            buffer_size=limits.receive_buffer_bytes,
+            downstream,  # a TLS stream on SSL listeners; FrameReader handles both
+            connect_upstream,
+            self._new_session(name, tls_principal, node_id, _peer_address(client)),
+            limits=self.connection_limits,
             on_brokers=self.on_brokers,
             name=name,
             write_state=self.tenancy.write if self.tenancy is not None else None,
@@ -304,14 +333,23 @@ class ProxyServer:
         await trio.aclose_forcefully(stream)
         return None
 
-    def _new_session(self, name: str, tls_principal: str | None) -> ProxySession:
+    def _new_session(
+        self, name: str, tls_principal: str | None, node_id: int | None = None, peer: tuple[str, int] | None = None
+    ) -> ProxySession:
         """The one place sessions are made. The principal comes from SASL (SASL_PLAINTEXT, SASL_SSL), from
         the TLS handshake (SSL: mapped certificate subject or User:ANONYMOUS), or is User:ANONYMOUS."""
         lc = self.config.listeners
         authenticator: Authenticator | None = None
         principal: str | None = ANONYMOUS
         if lc.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            authenticator = SaslServer(self.credentials, lc.sasl_mechanisms, name=name)
+            authenticator = SaslServer(
+                self.credentials,
+                lc.sasl_mechanisms,
+                name=name,
+                guard=self.login_guard,
+                address=peer[0] if peer is not None else "?",
+                clock=trio.current_time,
+            )
             principal = None  # known once the client has logged in
         elif lc.security_protocol == "SSL":
             principal = tls_principal or ANONYMOUS
@@ -327,8 +365,17 @@ class ProxyServer:
                 ),
                 lc.refuse_unbound_principals,
             )
+        versions = self.upstream_versions.get(node_id)
+        if versions is None:
+            ttl = self.config.upstream.metadata_refresh_seconds
+            versions = self.upstream_versions[node_id] = apiversions.UpstreamVersions(ttl, trio.current_time)
         return ProxySession(
-            self.layout, authenticator, tenancy=tenancy, principal=principal, header_v3=lc.request_header_v3
+            self.layout,
+            authenticator,
+            tenancy=tenancy,
+            principal=principal,
+            header_v3=lc.request_header_v3,
+            upstream_versions=versions,
         )
 
 

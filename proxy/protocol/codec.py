@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
+from . import walker
 from .apis import response_type
 from .headers import encode_response_header
 
@@ -33,10 +34,15 @@ def _writer(cls: type) -> Callable[[io.BytesIO, Any], None]:
 
 
 def decode(cls: type, buf: memoryview | bytes, offset: int = 0) -> tuple[Any, int]:
-    """(entity, offset after it). kio raises on unknown tagged fields; that is a CodecError here."""
+    """(entity, offset after it). kio raises on unknown tagged fields; that is a CodecError here.
+
+    The body is validated first (walker.validate): kio's native reader trusts length prefixes, and a
+    hostile count makes it abort the process; validation bounds each by the bytes left.
+    """
     if isinstance(buf, memoryview) and not buf.readonly:
         buf = buf.toreadonly()  # kio's native reader insists on read-only buffers (no copy made)
     try:
+        walker.validate(cls, buf, offset)
         entity, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises several types; the caller only needs "cannot decode"
         raise CodecError(f"cannot decode {cls.__qualname__} v{cls.__version__}: {exc}") from exc  # type: ignore[attr-defined]
@@ -82,8 +88,11 @@ def _zero(tp: Any) -> Any:
     raise CodecError(f"no zero value for {tp!r}")
 
 
+_hints = functools.cache(typing.get_type_hints)  # introspection cost ~100 µs per class: once per process
+
+
 def _empty(cls: type, **overrides: Any) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in overrides:
@@ -93,6 +102,7 @@ def _empty(cls: type, **overrides: Any) -> Any:
     return cls(**kwargs)
 
 
+@functools.lru_cache(maxsize=4096)  # refusals are answered locally, often by the thousand: build each once
 def error_response_body(api_key: int, version: int, error_code: int) -> bytes | None:
     """An empty response for this API with ``error_code`` in its top-level error field.
 

@@ -22,18 +22,47 @@ class FrameError(Exception):
 
 
 class FrameDecoder:
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, buffer_size: int = DEFAULT_BUFFER_SIZE):
-        if buffer_size < 16:
+    def __init__(
+        self,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        initial_size: int | None = None,
+    ):
+        if buffer_size < 16 or (initial_size is not None and initial_size < 16):
             raise ValueError("buffer_size too small")
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray(buffer_size)
+        # The buffer starts small and grows towards buffer_limit with traffic: an idle or unauthenticated
+        # connection must cost kilobytes, a bulk consumer needs the large buffer (see docs/architecture.md).
+        self.buffer_limit = buffer_size
+        self._buf = bytearray(min(initial_size or buffer_size, buffer_size))
         self._start = 0  # first unconsumed byte
         self._end = 0  # one past the last received byte
+        self._filled = False  # the last receive filled all the room it was given: grow before the next one
         self._big: memoryview | None = None  # dedicated buffer for a frame larger than _buf
         self._big_filled = 0
         # The last big-frame buffer, reused: a consumer's multi-MB Fetch responses come one after the
         # other, and zero-filling a fresh bytearray for each cost ~6% of the proxy's CPU (profiled).
         self._spare: bytearray | None = None
+        self.keep_spare = True
+
+    def set_limits(self, max_frame_bytes: int, buffer_limit: int, keep_spare: bool = True) -> None:
+        """Change what the peer may send (e.g. once it has logged in)."""
+        self.max_frame_bytes = max_frame_bytes
+        self.buffer_limit = max(buffer_limit, 16)
+        self.keep_spare = keep_spare
+        if not keep_spare:
+            self._spare = None
+
+    @property
+    def buffer_size(self) -> int:
+        return len(self._buf)
+
+    def _resize(self, size: int) -> None:
+        """A new main buffer of `size` bytes holding the unconsumed bytes; no frame view is alive by contract."""
+        pending = self._end - self._start
+        new = bytearray(max(size, pending))
+        new[:pending] = self._buf[self._start : self._end]
+        self._buf, self._start, self._end = new, 0, pending
 
     @property
     def buffered(self) -> int:
@@ -46,6 +75,10 @@ class FrameDecoder:
         """Where the next received bytes go; call ``commit(n)`` after writing n bytes into it."""
         if self._big is not None:
             return self._big[self._big_filled :]
+        if self._filled:
+            self._filled = False
+            if len(self._buf) < self.buffer_limit:
+                self._resize(min(self.buffer_limit, len(self._buf) * 4))
         if self._start == self._end:
             self._start = self._end = 0
         elif self._start and len(self._buf) - self._end < len(self._buf) // 4:
@@ -60,6 +93,7 @@ class FrameDecoder:
             self._big_filled += n
         else:
             self._end += n
+            self._filled = self._end == len(self._buf)
 
     def receive_data(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -75,11 +109,7 @@ class FrameDecoder:
 
     def _grow_for(self, extra: int) -> None:
         # Only reachable through receive_data with more data than fits; keep it simple and safe.
-        new = bytearray(max(len(self._buf) * 2, self._end - self._start + extra))
-        new[: self._end - self._start] = self._buf[self._start : self._end]
-        self._end -= self._start
-        self._start = 0
-        self._buf = new
+        self._resize(max(len(self._buf) * 2, self._end - self._start + extra))
 
     def next_frame(self) -> memoryview | None:
         """The next complete frame (size prefix included), or None if more bytes are needed."""
@@ -103,11 +133,13 @@ class FrameDecoder:
             frame = memoryview(self._buf)[self._start : self._start + total]
             self._start += total
             return frame
-        if total > len(self._buf):
+        if total > len(self._buf) and total <= self.buffer_limit:
+            self._resize(min(self.buffer_limit, max(total, len(self._buf) * 4)))
+        elif total > len(self._buf):
             spare = self._spare
             if spare is None or len(spare) < total:
                 spare = bytearray(total)
-                self._spare = spare if total <= SPARE_LIMIT else None
+                self._spare = spare if total <= SPARE_LIMIT and self.keep_spare else None
             big = memoryview(spare)[:total]
             big[:available] = self._buf[self._start : self._end]
             self._big, self._big_filled = big, available

@@ -12,9 +12,12 @@ from proxy.protocol.headers import encode_request_header, response_body_offset
 
 
 class RawClient:
-    def __init__(self, bootstrap: str, timeout: float = 10):
+    def __init__(self, bootstrap: str, timeout: float = 10, source: str | None = None):
+        """`source`: the local address to connect from (127.0.0.2 ... stand for other hosts on loopback)."""
         host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection(
+            (host, int(port)), timeout=timeout, source_address=(source, 0) if source else None
+        )
 
     def close(self) -> None:
         self.sock.close()

@@ -102,3 +102,56 @@ def test_huge_frames_are_not_kept(monkeypatch):
     d = FrameDecoder(buffer_size=64)
     assert feed(d, frame(b"h" * 5000)) == [frame(b"h" * 5000)]
     assert d._spare is None
+
+
+def _recv_into(decoder: FrameDecoder, data: bytes) -> int:
+    """What the shell's recv_into does: fill as much of the offered room as there is data."""
+    target = decoder.write_buffer()
+    n = min(len(target), len(data))
+    target[:n] = data[:n]
+    del target
+    decoder.commit(n)
+    return n
+
+
+def test_buffer_starts_small_and_grows_with_traffic_up_to_the_limit():
+    d = FrameDecoder(max_frame_bytes=1 << 20, buffer_size=256 * 1024, initial_size=1024)
+    assert d.buffer_size == 1024
+    stream = b"".join(frame(b"x" * 100) for _ in range(5000))  # pipelined small frames, 520 kB
+    got, offset = 0, 0
+    while offset < len(stream):
+        offset += _recv_into(d, stream[offset:])
+        got += len(drain(d))
+    assert got == 5000
+    assert d.buffer_size == 256 * 1024  # each full receive quadrupled it, up to buffer_size
+
+
+def test_a_frame_larger_than_the_buffer_grows_it_when_within_the_limit():
+    d = FrameDecoder(max_frame_bytes=1 << 20, buffer_size=64 * 1024, initial_size=1024)
+    big = frame(b"y" * 10_000)
+    offset = 0
+    frames: list[bytes] = []
+    while offset < len(big):
+        offset += _recv_into(d, big[offset:])
+        frames += drain(d)
+    assert frames == [big] and 10_004 <= d.buffer_size <= 64 * 1024
+
+
+def test_limits_before_login_are_small_and_change_after():
+    d = FrameDecoder(max_frame_bytes=100 << 20, buffer_size=1 << 20, initial_size=4096)
+    d.set_limits(512 * 1024, 4096, keep_spare=False)
+    d.receive_data((600 * 1024).to_bytes(4, "big"))
+    with pytest.raises(FrameError, match="exceeds the limit of 524288"):
+        d.next_frame()
+    d = FrameDecoder(max_frame_bytes=100 << 20, buffer_size=1 << 20, initial_size=4096)
+    d.set_limits(512 * 1024, 4096, keep_spare=False)
+    payload = frame(b"z" * 200_000)  # allowed, but read into a buffer of its own that is not kept
+    offset, got = 0, []
+    while offset < len(payload):
+        offset += _recv_into(d, payload[offset:])
+        got += drain(d)
+    assert got == [payload]
+    assert d.buffer_size <= 4096 * 4 and d._spare is None
+    d.set_limits(100 << 20, 1 << 20)
+    d.receive_data(frame(b"w" * 2_000_000))
+    assert len(drain(d)) == 1
