@@ -305,6 +305,24 @@ class TenancyConfig(_Strict):
     delete_physical_topic_with_last_link: bool = True
     """DeleteTopics in a VC removes the link; this also deletes the physical topic when no VC links it any
     more. False keeps such topics (orphaned, for an operator to inspect or delete)."""
+    state_topic_readers: list[str] = []
+    """Principals bound to no VC that may read and describe the state topic through the proxy (operators,
+    e.g. "User:ops"). Nobody may write, delete or reconfigure it through the proxy."""
+    create_state_topic: bool = True
+    """Create the state topic at start when it is missing (a first start). False: a missing state topic is
+    an error until an operator restores it (`vcproxy state import`). A running proxy never re-creates it."""
+    state_check_interval_seconds: float = Field(5.0, gt=0, le=3600)
+    """How often a running proxy checks that its state topic still exists, is compacted and is the one it
+    replayed; when not, /readyz says why and topic changes in VCs are refused."""
+
+    @field_validator("state_topic_readers")
+    @classmethod
+    def _readers(cls, principals: list[str]) -> list[str]:
+        for principal in principals:
+            kind, sep, name = principal.partition(":")
+            if not sep or not kind or not name:
+                raise ValueError(f"principal {principal!r} must be TYPE:NAME, e.g. User:ops")
+        return principals
 
     @model_validator(mode="after")
     def _bound_once(self) -> TenancyConfig:

@@ -34,6 +34,8 @@ def server_readiness(server: Any) -> tuple[bool, str]:
     tenancy = getattr(server, "tenancy", None)
     if server.config.tenancy.enabled and (tenancy is None or not tenancy.ready.is_set()):
         return False, f"virtual-cluster state topic {server.config.tenancy.state_topic} not replayed yet"
+    if tenancy is not None and getattr(tenancy, "problem", None) is not None:
+        return False, f"virtual-cluster state unusable: {tenancy.problem}"
     error = getattr(server, "discovery_error", None)
     if not server.ready.is_set():
         return False, f"upstream not reachable yet: {error}" if error else "upstream discovery in progress"

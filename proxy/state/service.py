@@ -62,8 +62,12 @@ class TenancyService:
         *,
         replay_timeout: float = 30,
         write_timeout: float = 30,
+        create_topic: bool = True,
+        check_interval: float = 5.0,
     ):
         self.store = store
+        self.create_topic = create_topic  # at start only: a running proxy never re-creates its state topic
+        self.check_interval = check_interval
         self.seed = list(seed)
         self.replay_timeout = replay_timeout
         self.write_timeout = write_timeout
@@ -83,7 +87,17 @@ class TenancyService:
     def from_config(cls, config: ProxyConfig) -> TenancyService:
         tc = config.tenancy
         store = StateStore(client_config(config), tc.state_topic, tc.state_replication_factor)
-        return cls(store, tc.virtual_clusters)
+        return cls(
+            store,
+            tc.virtual_clusters,
+            create_topic=tc.create_state_topic,
+            check_interval=tc.state_check_interval_seconds,
+        )
+
+    @property
+    def problem(self) -> str | None:
+        """Why the state topic cannot take changes now (None: it can); /readyz reports it."""
+        return self.image.state_problem
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -105,7 +119,7 @@ class TenancyService:
             started = time.monotonic()
             try:
                 # abandon_on_cancel: a SIGTERM while the cluster is down must not wait for client timeouts.
-                await trio.to_thread.run_sync(self.store.ensure_topic, 10, abandon_on_cancel=True)
+                await trio.to_thread.run_sync(self.store.ensure_topic, 10, self.create_topic, abandon_on_cancel=True)
                 replay = _Replay(self)
                 self.replayed_records = await trio.to_thread.run_sync(
                     self.store.replay, replay, self.replay_timeout, abandon_on_cancel=True
@@ -137,6 +151,25 @@ class TenancyService:
         await self._seed()
         self._schedule_repairs()
         self.ready.set()
+        if self._nursery is not None:
+            self._nursery.start_soon(self._watch)
+
+    async def _watch(self) -> None:
+        """Check the state topic now and then: deleted, re-created or no longer compacted makes the proxy
+        not ready and refuse topic changes (never re-created or guessed: an operator restores it)."""
+        while True:
+            await trio.sleep(self.check_interval)
+            try:
+                problem = await trio.to_thread.run_sync(self.store.check, 10, abandon_on_cancel=True)
+            except StateStoreError as exc:  # the cluster is unreachable: upstream readiness says so
+                log.debug("state topic check failed: %s", exc)
+                continue
+            if problem != self.image.state_problem:
+                if problem is None:
+                    log.warning("state topic %s usable again", self.store.topic)
+                else:
+                    log.error("virtual-cluster state unusable, refusing topic changes: %s", problem)
+                self.image.state_problem = problem
 
     async def _seed(self) -> None:
         delay = 0.5
@@ -165,7 +198,20 @@ class TenancyService:
         """Write durably, then return once the image shows the records (applied in log order).
         StateStoreError if the write failed, or succeeded but was not followed back in time."""
         timeout = self.write_timeout if timeout is None else timeout
-        offsets = await trio.to_thread.run_sync(self.store.write, list(records), timeout)
+        problem = self.image.state_problem
+        if problem is not None:
+            # Topic ids are facts from the broker (an image cache): keep using them, persist them later.
+            if all(json.loads(key)[0] == "topic" for key, _ in records):
+                for key, value in records:
+                    self._apply(key, value)
+                return
+            log.warning("not writing %d state record(s): %s", len(records), problem)
+            raise StateStoreError(problem, retriable=False)
+        try:
+            offsets = await trio.to_thread.run_sync(self.store.write, list(records), timeout)
+        except StateStoreError as exc:
+            log.warning("%s", exc)
+            raise
         if not offsets:
             return
         target = max(offsets) + 1

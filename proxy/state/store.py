@@ -16,7 +16,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 log = logging.getLogger(__name__)
@@ -60,11 +68,18 @@ _RECONNECT = {
     "reconnect.backoff.max.ms": 1000,
     "retry.backoff.max.ms": 1000,
     "log.connection.close": False,  # idle connections closed by the broker are routine, not news
+    # Never let a state client's metadata request auto-create the state topic: a deleted state topic
+    # would come back empty with the broker's defaults (cleanup.policy=delete) and every VC id lost.
+    # (librdkafka's producer, and so the admin client, default to true.)
+    "allow.auto.create.topics": False,
 }
 
 
-class StateStoreError(Exception):
-    """The state topic cannot be used; `retriable` is False for misconfiguration (retrying won't help)."""
+class StateStoreError(OSError):
+    """The state topic cannot be used; `retriable` is False for misconfiguration (retrying won't help).
+
+    An OSError: like a broker connection failing, a failed state write ends the one client connection
+    whose change it was (the client retries), and is not a bug."""
 
     def __init__(self, message: str, retriable: bool = True):
         super().__init__(message)
@@ -110,6 +125,7 @@ class StateStore:
         self.topic = topic
         self.replication_factor = replication_factor
         self.replayed_offset: int | None = None  # next offset after the last replayed record
+        self.topic_id: str | None = None  # the state topic's id when it was ensured
         self._producer: Producer | None = None
         self._producer_lock = threading.Lock()
 
@@ -174,8 +190,9 @@ class StateStore:
         finally:
             admin.poll(0)  # hand its queued logs to _client_log
 
-    def ensure_topic(self, timeout: float = 30) -> None:
-        """Create the topic if missing (1 partition, compacted); refuse an existing one that is not."""
+    def ensure_topic(self, timeout: float = 30, create: bool = True) -> None:
+        """Create the topic if missing (1 partition, compacted) and `create`; refuse an existing one that
+        is not. Remembers the topic id, so `check()` can tell a deleted and re-created topic."""
         admin = self._admin()
         try:
             try:
@@ -183,8 +200,52 @@ class StateStore:
             except KafkaException as exc:
                 raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
             if self.topic not in metadata.topics:
+                if not create:
+                    raise StateStoreError(
+                        f"state topic {self.topic} does not exist and tenancy.create_state_topic is false: "
+                        "restore it with `vcproxy state import` (or set create_state_topic for a first start)"
+                    )
+                log.warning(
+                    "state topic %s does not exist: creating it empty (a first start; if it existed before, "
+                    "stop and restore a backup with `vcproxy state import`)",
+                    self.topic,
+                )
                 self._create(admin, len(metadata.brokers), timeout)
             self._verify(admin, self._wait_for_leader(admin, timeout), timeout)
+            self.topic_id = self._topic_id(admin, timeout)
+        finally:
+            admin.poll(0)
+
+    def _topic_id(self, admin: AdminClient, timeout: float) -> str | None:
+        try:
+            described = admin.describe_topics(TopicCollection([self.topic]), request_timeout=timeout)[self.topic]
+            return str(described.result(timeout).topic_id)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return None
+            raise StateStoreError(f"cannot describe state topic {self.topic}: {exc.args[0].str()}") from None
+
+    def check(self, timeout: float = 10) -> str | None:
+        """Why the state topic cannot take changes now, or None. Never creates anything: a state topic
+        that was deleted, re-created (another topic id) or reconfigured needs an operator."""
+        admin = self._admin()
+        try:
+            topic_id = self._topic_id(admin, timeout)
+            if topic_id is None:
+                return f"state topic {self.topic} does not exist (deleted?); restore it with `vcproxy state import`"
+            if self.topic_id is not None and topic_id != self.topic_id:
+                return (
+                    f"state topic {self.topic} was deleted and re-created (topic id {topic_id}, replayed "
+                    f"{self.topic_id}); restore it with `vcproxy state import`, then restart the proxy"
+                )
+            metadata = admin.list_topics(self.topic, timeout=timeout).topics[self.topic]
+            try:
+                self._verify(admin, metadata, timeout)
+            except StateStoreError as exc:
+                return str(exc)
+            return None
+        except KafkaException as exc:
+            raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
         finally:
             admin.poll(0)
 
