@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,8 +99,8 @@ class TenantEngine:
         self.policy = policy
         self.session = session  # for per-connection facts handlers need (group protocol types)
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
-        self.regex_by_expansion: dict[str, str] = {}  # physical alternation -> the client's regex
-        self.regex_subscriptions: dict[str, tuple[str, str]] = {}  # group -> (regex, expansion last sent)
+        # group -> (regex, expansion last sent), least recently used first (bounded by the handler)
+        self.regex_subscriptions: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     # -- requests ---------------------------------------------------------------------------------
 

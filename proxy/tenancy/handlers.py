@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
-import re
+import logging
 import typing
 import uuid
 from typing import Any
@@ -21,10 +21,13 @@ from kio.static.primitive import i8, i32
 from ..protocol import codec
 from .engine import Exchange, LocalAnswer, TenantEngine
 from .model import TenancyError, created_topic_for, derived_topic_for, gen_record, link_record, topic_record
+from .regex import REGEXES, Expansion, InvalidRegex, compile_client_regex
 
 # Kafka Streams groups (KIP-1071) live in a module of their own; the engine looks handlers up here.
 from .streams import streams_group_heartbeat_request, streams_group_heartbeat_response  # noqa: F401
 from .translate import HIDDEN, ZERO_UUID
+
+log = logging.getLogger(__name__)
 
 TOPIC, GROUP, BROKER, BROKER_LOGGER = 2, 32, 4, 8
 CONSUMER = "consumer"
@@ -43,12 +46,14 @@ def _item_type(cls: type, field_name: str) -> type:
     return inner
 
 
-def _error_answer(ex: Exchange, error: int) -> LocalAnswer:
+def _error_answer(ex: Exchange, error: int, message: str | None = None) -> LocalAnswer:
     body = codec.error_response_body(ex.api_key, ex.version, error)
     if body is None:
         raise TenancyError(f"api {ex.api_key} v{ex.version} cannot carry error {error}")
     cls = _response_cls(ex)
     entity, _ = codec.decode(cls, body)
+    if message is not None and "error_message" in {f.name for f in dataclasses.fields(cls)}:
+        entity = dataclasses.replace(entity, error_message=message)
     return LocalAnswer(entity)
 
 
@@ -277,53 +282,72 @@ def topic_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_p
 
     The broker evaluates the regex over every physical topic, and physical names carry random
     UUIDs, so no rewrite of the pattern alone can confine it to one VC. The proxy evaluates the
-    pattern over the VC's link names itself and sends the alternation of the matching physical
-    names; heartbeats re-send it when the VC's topics change (see session). Unmatched: a name that
-    exists nowhere.
+    pattern over the VC's link names itself (RE2, cached, budgeted: proxy/tenancy/regex.py) and sends
+    the alternation of the matching physical names; heartbeats re-send it when the VC's topics
+    change. Unmatched: a name that exists nowhere. A pattern RE2 refuses is INVALID_REGULAR_EXPRESSION.
     """
-    if value is None:
-        return None
+    if not value:
+        return value  # None: unchanged since the last heartbeat; "": no regex (the broker's meanings)
     if not to_physical:
-        return engine.regex_by_expansion.get(value, HIDDEN)
-    expansion = expand_regex(engine, value)
-    engine.regex_by_expansion[expansion] = value
-    return expansion
+        return REGEXES.regex_for(engine.vc, value) or HIDDEN
+    return _expand(engine, ex, value).pattern
 
 
-def expand_regex(engine: TenantEngine, regex: str) -> str:
-    """The alternation of the VC's physical topics whose link fully matches `regex` (deterministic)."""
+def _expand(engine: TenantEngine, ex: Exchange, regex: str) -> Expansion:
     try:
-        pattern = re.compile(regex)
-    except re.error:
-        pattern = None
-    physical = sorted(engine.vc.links[link] for link in engine.vc.links if pattern and pattern.fullmatch(link))
-    nothing = f"{uuid.uuid5(uuid.UUID(engine.vc.id), 'no-topic')}.none"  # exists nowhere
-    return "|".join(re.escape(p) for p in physical) or re.escape(nothing)
+        what = "SourceTopicRegex" if ex.rule.api == "StreamsGroupHeartbeat" else "SubscribedTopicRegex"
+        return REGEXES.expand(engine.vc, regex, what)
+    except InvalidRegex as exc:
+        log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), exc)
+        raise _error_answer(ex, int(ErrorCode.invalid_regular_expression), str(exc)) from None
+
+
+def _api_name(ex: Exchange) -> str:
+    return ex.rule.api
+
+
+MAX_REGEX_GROUPS = 1024  # regex subscriptions a connection tracks (least recently used dropped)
 
 
 def consumer_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     """Clients send their regex once; the proxy's expansion is a list of topics, so when the VC gains
-    or loses a matching topic the proxy re-sends the regex on the member's next heartbeat."""
+    or loses a matching topic (or the VC's matching budget let only part of it be computed) the
+    proxy re-sends the regex on the member's next heartbeat."""
     group = body.group_id
+    subscriptions = engine.regex_subscriptions
     if int(body.member_epoch) < 0:  # leaving the group
-        engine.regex_subscriptions.pop(group, None)
+        subscriptions.pop(group, None)
         return body
     regex = getattr(body, "subscribed_topic_regex", None)
     if regex is not None:
-        engine.regex_subscriptions[group] = (regex, expand_regex(engine, regex))
-    elif group in engine.regex_subscriptions:
-        regex, sent = engine.regex_subscriptions[group]
-        current = expand_regex(engine, regex)
+        if regex == "":
+            subscriptions.pop(group, None)  # the member dropped its regex
+            return body
+        subscriptions[group] = (regex, _expand(engine, ex, regex).pattern)
+    elif group in subscriptions:
+        regex, sent = subscriptions[group]
+        current = _expand(engine, ex, regex).pattern
         if current != sent:
-            engine.regex_subscriptions[group] = (regex, current)
+            subscriptions[group] = (regex, current)
             body = dataclasses.replace(body, subscribed_topic_regex=regex)
+    else:
+        return body
+    subscriptions.move_to_end(group)
+    while len(subscriptions) > MAX_REGEX_GROUPS:
+        subscriptions.popitem(last=False)
     return body
 
 
 def txn_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_physical: bool) -> str | None:
     if value is None or not to_physical:
         return value
-    # Transactional ids carry the fixed VC prefix, so confining the pattern is exact here.
+    # The broker evaluates it, wrapped in the VC's fixed prefix. Checked first: a pattern that does
+    # not stand on its own (`x)|(.*`) would otherwise escape the group around it.
+    try:
+        compile_client_regex(value, "TransactionalIdPattern")
+    except InvalidRegex as exc:
+        log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), exc)
+        raise _error_answer(ex, int(ErrorCode.invalid_regular_expression), str(exc)) from None
     return f"{engine.vc.id}\\.(?:{value})"
 
 

@@ -1,0 +1,178 @@
+"""Client regular expressions the tenancy layer evaluates or wraps, sans-I/O.
+
+KIP-848 `SubscribedTopicRegex` and KIP-1071 source-topic regexes are evaluated by the proxy over
+the VC's link names (the broker would see every tenant's physical topics); KIP-1152 transactional-id
+patterns are wrapped in the VC's prefix and evaluated by the broker. Either way the pattern is a
+tenant's input, so:
+
+* **RE2 semantics, linear time** (google-re2; the broker uses RE2/J): no backtracking, so no
+  pattern costs more than length of name x size of the compiled program.
+* **Bounded**: at most `MAX_REGEX_LENGTH` characters and `MAX_PROGRAM_SIZE` RE2 instructions
+  (one match of a 212-character name then stays in the low milliseconds), compiled with
+  `RE2_MAX_MEM` of memory. A pattern RE2 refuses, or too big, is `InvalidRegex`: the API answers
+  INVALID_REGULAR_EXPRESSION with the reason.
+* **Cached** per (VC, regex, links version): a heartbeat looks the expansion up; when the VC's links
+  change only the added names are matched.
+* **Budgeted**: matching runs in slices of at most `SLICE_SECONDS` per request, and a VC may spend
+  at most `VC_RATE` seconds of matching per second (burst `VC_BURST`). An expansion that is not
+  finished yet is a subset of the final one; callers re-send it when it grows (heartbeats do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import re2
+
+MAX_REGEX_LENGTH = 4096  # characters of one client pattern
+MAX_PROGRAM_SIZE = 5000  # RE2 instructions of one compiled pattern
+RE2_MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern (program and DFA cache)
+SLICE_SECONDS = 0.010  # matching one request may do
+VC_RATE = 0.050  # seconds of matching per second a VC may use on average ...
+VC_BURST = 0.200  # ... and at once
+MAX_REGEXES_PER_VC = 256  # cached evaluations per VC (least recently used dropped)
+
+
+class InvalidRegex(ValueError):
+    """A client pattern RE2 refuses or the proxy's bounds exceed; the message says why."""
+
+
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = RE2_MAX_MEM
+    options.log_errors = False  # a tenant's bad pattern is the tenant's error, not the proxy's log
+    options.never_capture = True  # only "does it match": the DFA, never the slower capturing engines
+    return options
+
+
+_OPTIONS = _options()
+
+
+def compile_client_regex(pattern: str, what: str = "regular expression") -> Any:
+    """RE2-compile a tenant's pattern, or raise InvalidRegex saying why (in the client's terms)."""
+    if len(pattern) > MAX_REGEX_LENGTH:
+        raise InvalidRegex(f"{what} is {len(pattern)} characters long; the limit is {MAX_REGEX_LENGTH}")
+    try:
+        compiled = re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise InvalidRegex(f"{what} `{pattern}` is not a valid regular expression: {reason}") from None
+    size = compiled._regexp.ProgramSize()
+    if size > MAX_PROGRAM_SIZE:
+        raise InvalidRegex(f"{what} `{pattern}` is too complex ({size} RE2 instructions, limit {MAX_PROGRAM_SIZE})")
+    return compiled
+
+
+def escape(name: str) -> str:
+    return re2.escape(name)
+
+
+@dataclasses.dataclass
+class _Evaluation:
+    """One regex over one VC's link names: what matched, and what is still to be matched."""
+
+    compiled: Any
+    version: int = -1
+    names: frozenset[str] = frozenset()  # the link names of `version`
+    matched: set[str] = dataclasses.field(default_factory=set)
+    todo: list[str] = dataclasses.field(default_factory=list)
+    expansion: str | None = None  # built from `matched` once per change
+
+
+@dataclasses.dataclass
+class _Bucket:
+    tokens: float = VC_BURST
+    at: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Expansion:
+    pattern: str  # the alternation of the matching physical topics, for the broker
+    complete: bool  # False: matching continues on later requests (the VC's budget ran out)
+
+
+class RegexCache:
+    """Per proxy: the expansions of every VC's topic regexes, and each VC's matching budget."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self._evaluations: dict[str, OrderedDict[str, _Evaluation]] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._regex_of: dict[str, OrderedDict[bytes, str]] = {}  # digest of an expansion -> the regex
+
+    def expand(self, vc: Any, regex: str, what: str = "SubscribedTopicRegex") -> Expansion:
+        """The physical names of `vc`'s links that fully match `regex`, as an RE2 alternation."""
+        per_vc = self._evaluations.setdefault(vc.id, OrderedDict())
+        ev = per_vc.get(regex)
+        if ev is None:
+            ev = _Evaluation(compile_client_regex(regex, what))
+            per_vc[regex] = ev
+            while len(per_vc) > MAX_REGEXES_PER_VC:
+                per_vc.popitem(last=False)
+        per_vc.move_to_end(regex)
+        if ev.version != vc.links_version:
+            current = frozenset(vc.links)
+            ev.matched &= current
+            ev.todo = [n for n in ev.todo if n in current] + sorted(current - ev.names)
+            ev.names, ev.version, ev.expansion = current, vc.links_version, None
+        if ev.todo and self._match(vc.id, ev):
+            ev.expansion = None
+        if ev.expansion is None:
+            ev.expansion = self._alternation(vc, ev.matched)
+        self._remember(vc.id, ev.expansion, regex)
+        return Expansion(ev.expansion, not ev.todo)
+
+    def regex_for(self, vc: Any, expansion: str) -> str | None:
+        """The client regex behind an expansion this proxy sent (ConsumerGroupDescribe shows it back)."""
+        return self._regex_of.get(vc.id, {}).get(_digest(expansion))
+
+    def _match(self, vc_id: str, ev: _Evaluation) -> bool:
+        """Match what the VC's budget allows; True if anything new matched."""
+        bucket = self._buckets.setdefault(vc_id, _Bucket(at=self.clock()))
+        now = self.clock()
+        bucket.tokens = min(VC_BURST, bucket.tokens + (now - bucket.at) * VC_RATE)
+        bucket.at = now
+        allowed = min(SLICE_SECONDS, bucket.tokens)
+        if allowed <= 0:
+            return False
+        fullmatch, todo, done, before = ev.compiled.fullmatch, ev.todo, 0, len(ev.matched)
+        while done < len(todo):
+            name = todo[done]
+            done += 1
+            if fullmatch(name):
+                ev.matched.add(name)
+            if self.clock() - now >= allowed:
+                break
+        del todo[:done]
+        spent = self.clock() - now
+        bucket.tokens -= spent
+        bucket.at = now + spent
+        return len(ev.matched) > before
+
+    @staticmethod
+    def _alternation(vc: Any, matched: set[str]) -> str:
+        physical = sorted(vc.links[link] for link in matched if link in vc.links)
+        if not physical:
+            return escape(f"{uuid.uuid5(uuid.UUID(vc.id), 'no-topic')}.none")  # exists nowhere
+        return "|".join(escape(p) for p in physical)
+
+    def _remember(self, vc_id: str, expansion: str, regex: str) -> None:
+        seen = self._regex_of.setdefault(vc_id, OrderedDict())
+        key = _digest(expansion)
+        seen[key] = regex
+        seen.move_to_end(key)
+        while len(seen) > MAX_REGEXES_PER_VC:
+            seen.popitem(last=False)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+REGEXES = RegexCache()  # one per proxy process: shared by every connection of a VC
