@@ -31,6 +31,7 @@ from ..protocol.headers import (
 )
 from ..protocol.primitives import INT16, TruncatedError, read_int16, read_uvarint
 from ..rules import EndpointRule, api_rules
+from ..tenancy import guard as state_guard
 from . import apiversions
 from .admission import SLOW_DOWN
 from .endpoints import BrokerEndpoint, EndpointRewriter, ListenerLayout, rules_for
@@ -313,6 +314,10 @@ class ProxySession:
             return refusal
         if self.engine is not None:
             return self._tenant_request(info, version, correlation_id, frame)
+        # The state topic, guarded from principals in no VC (proxy/tenancy/guard.py).
+        guarded = state_guard.guard_request(self, frame, info, version, correlation_id) if self.tenancy else None
+        if guarded is not None:
+            return guarded
         rule = rules_for(api_key, version)
         if rule is not None and rule.mode == "keep":
             rule = None
@@ -361,7 +366,7 @@ class ProxySession:
             rule = None
         exchange = pending.exchange
         post = (lambda body: self.rewriter.rewrite_entity(rule, body, seen)) if rule is not None else None
-        pieces = self.engine.response(exchange, frame, offset, post)
+        pieces = (self.engine or exchange).response(exchange, frame, offset, post)  # no engine: a guard's listing
         return ResponseResult(pieces, seen, full_broker_list=pending.api_key == 3, writes=list(exchange.writes))
 
     def _sasl(self, info: ApiInfo, version: int, correlation_id: int, frame: memoryview) -> RequestDecision:

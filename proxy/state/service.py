@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..identity import CLIENT_ID
+from ..tenancy.guard import StateTopicGuard
 from ..tenancy.model import TenancyImage, vc_record
 from .seed import VirtualClusterSeed, seed_records
 from .store import Record, StateStore, StateStoreError
@@ -64,7 +66,9 @@ class TenancyService:
         write_timeout: float = 30,
         create_topic: bool = True,
         check_interval: float = 5.0,
+        readers: Sequence[str] = (),
     ):
+        self.readers = list(readers)  # principals in no VC that may read the state topic through the proxy
         self.store = store
         self.create_topic = create_topic  # at start only: a running proxy never re-creates its state topic
         self.check_interval = check_interval
@@ -92,6 +96,7 @@ class TenancyService:
             tc.virtual_clusters,
             create_topic=tc.create_state_topic,
             check_interval=tc.state_check_interval_seconds,
+            readers=tc.state_topic_readers,
         )
 
     @property
@@ -136,6 +141,8 @@ class TenancyService:
                 delay = min(delay * 2, MAX_RETRY_DELAY)
         assert self.store.replayed_offset is not None
         self.applied_offset = self.store.replayed_offset
+        topic_id = uuid.UUID(self.store.topic_id) if self.store.topic_id else None
+        self.image.guard = StateTopicGuard(self.store.topic, frozenset(self.readers), topic_id)
         log.info(
             "replayed %d state record(s) from %s in %.2f s: %d virtual cluster(s)",
             self.replayed_records,

@@ -130,6 +130,7 @@ class TenancyImage:
     generations: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, link) -> incarnation
     version: int = 0  # bumped on every applied record
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
+    guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
 
     # -- lookups -----------------------------------------------------------------------------------
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:

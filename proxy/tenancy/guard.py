@@ -1,0 +1,320 @@
+"""The state topic, guarded from principals bound to no virtual cluster (sans-I/O).
+
+Such principals (operators, the demo's `admin`) see the physical cluster, which holds the state topic:
+one link record written there would hand one tenant another's topic. So, through the proxy:
+
+* nobody may write, delete, truncate, reconfigure or add partitions to it, nor write transactional
+  offsets or markers into it (WRITES below): TOPIC_AUTHORIZATION_FAILED in the API's shape;
+* only `tenancy.state_topic_readers` may read or describe it (any other request naming it, by name or
+  topic id, is refused the same way), and it is left out of everyone else's topic listings (Metadata,
+  DescribeTopicPartitions).
+
+`check()` decides from the API key, version and the request's annotated topic fields (walked without
+decoding record batches); `filter_response()` hides the topic from listings. The session calls both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import typing
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol import codec, splice
+from ..protocol.apis import request_type, response_type
+from .fields import apply_path, identifier_paths
+
+log = logging.getLogger(__name__)
+
+TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed)
+TOPIC_RESOURCE = 2
+PRODUCE, METADATA, DESCRIBE_TOPIC_PARTITIONS = 0, 3, 75
+CONFIG_APIS = (32, 33, 44)  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs: resources[].resource_name
+# Produce, CreateTopics, DeleteTopics, DeleteRecords, AddPartitionsToTxn, WriteTxnMarkers, TxnOffsetCommit,
+# AlterConfigs, AlterReplicaLogDirs, CreatePartitions, IncrementalAlterConfigs, AlterPartitionReassignments.
+WRITES = frozenset({0, 19, 20, 21, 24, 27, 28, 33, 34, 37, 44, 45})
+LISTINGS = (METADATA, DESCRIBE_TOPIC_PARTITIONS)
+
+
+@dataclass
+class StateTopicGuard:
+    topic: str
+    readers: frozenset[str] = frozenset()
+    topic_id: uuid.UUID | None = None  # requests may name the topic by id (Produce v13, Fetch v13+)
+
+
+@dataclass
+class Refusal:
+    """Answer locally with `body` (a response entity), or close the connection when it is None."""
+
+    body: Any
+    why: str
+    acks: int = -1  # Produce: acks=0 expects no answer, so the connection is closed instead
+
+
+@dataclass
+class ListingFilter:
+    """Forward the request; hide the state topic in the response. Used by the session as a tenant
+    exchange and its engine at once (`response`, `writes`)."""
+
+    guard: StateTopicGuard
+    api_key: int
+    version: int
+    all_topics: bool
+    writes: list[Any] = field(default_factory=list)  # never any
+
+    def response(
+        self, ex: Any, frame: memoryview, body_offset: int, post: Callable[[Any], Any] | None = None
+    ) -> list[bytes | memoryview]:
+        body, _ = codec.decode(response_type(self.api_key, self.version), frame, body_offset)
+        body = filter_response(self.guard, self, body)
+        if post is not None:
+            body = post(body)  # broker endpoints
+        new_body = codec.encode(body)
+        head = frame[4:body_offset]
+        return [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
+
+
+def check(
+    guard: StateTopicGuard, principal: str | None, api_key: int, version: int, frame: memoryview, body_offset: int
+) -> Refusal | ListingFilter | None:
+    """What to do with one request of a principal bound to no VC: refuse, filter its answer, or pass (None)."""
+    reader = principal is not None and principal in guard.readers
+    if api_key in LISTINGS and not reader:
+        body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+        if not _names_state_topic(guard, api_key, version, body, None):
+            topics = getattr(body, "topics", None)
+            everything = topics is None or (api_key == METADATA and version == 0 and not topics)
+            return ListingFilter(guard, api_key, version, all_topics=everything)
+        # Named explicitly: the broker's answer shows it with TOPIC_AUTHORIZATION_FAILED (filter_response).
+        return ListingFilter(guard, api_key, version, all_topics=False)
+    if reader and api_key not in WRITES:
+        return None
+    if not _paths(api_key, version):
+        return None
+    if api_key == PRODUCE:  # record batches are walked over, never decoded
+        if not _names_state_topic(guard, api_key, version, None, (frame, body_offset)):
+            return None
+        body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+    else:
+        body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+        if not _names_state_topic(guard, api_key, version, body, None):
+            return None
+    what = "write to" if api_key in WRITES else "read"
+    why = f"{principal} may not {what} the state topic {guard.topic} (api {api_key} v{version})"
+    return Refusal(_refusal_body(api_key, version, body), why, int(getattr(body, "acks", -1)))
+
+
+@functools.cache
+def _paths(api_key: int, version: int) -> tuple[tuple[str, str], ...]:
+    cls = request_type(api_key, version)
+    paths = tuple((p, k) for p, k in identifier_paths(cls) if k in ("topic", "topic_id"))
+    if api_key in CONFIG_APIS:
+        paths += (("resources[].resource_name", "config"),)
+    return paths
+
+
+def _names_state_topic(
+    guard: StateTopicGuard, api_key: int, version: int, body: Any, raw: tuple[memoryview, int] | None
+) -> bool:
+    found = False
+
+    def see(kind: str, value: Any) -> Any:
+        nonlocal found
+        if (kind in ("topic", "config") and value == guard.topic) or (
+            kind == "topic_id" and guard.topic_id is not None and value == guard.topic_id
+        ):
+            found = True
+        return value
+
+    paths = _paths(api_key, version)
+    if raw is not None:
+        frame, offset = raw
+        splice.rewrite_fields(request_type(api_key, version), frame, offset, frozenset(paths), see)
+        return found
+    for path, kind in paths:
+        if kind == "config":
+            for resource in body.resources:
+                if int(resource.resource_type) == TOPIC_RESOURCE:
+                    see("config", resource.resource_name)
+        else:
+            apply_path(body, path, lambda value, kind=kind: see(kind, value))
+    return found
+
+
+# -- refusals in the API's shape -----------------------------------------------------------------------
+
+
+def _item(cls: type, field_name: str) -> type:
+    hint = typing.get_type_hints(cls)[field_name]
+    inner = typing.get_args(hint)[0]
+    if typing.get_origin(inner) is not None:  # Optional inside
+        inner = typing.get_args(inner)[0]
+    return inner
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _with(cls: type, **values: Any) -> Any:
+    names = _fields(cls)
+    return codec._empty(cls, **{k: v for k, v in values.items() if k in names})
+
+
+def _refusal_body(api_key: int, version: int, request: Any) -> Any:
+    """TOPIC_AUTHORIZATION_FAILED for every item of the request, or None (close) where the API has no
+    place for it. Every item is refused: a request that touches the state topic is refused whole."""
+    cls = response_type(api_key, version)
+    error = ErrorCode.topic_authorization_failed
+    message = "Authorization failed: the virtual-cluster state topic is not accessible through the proxy."
+    if api_key == PRODUCE:
+        topic_cls = _item(cls, "responses")
+        part_cls = _item(topic_cls, "partition_responses")
+        topics = tuple(
+            _with(
+                topic_cls,
+                name=getattr(t, "name", None),
+                topic_id=getattr(t, "topic_id", None),
+                partition_responses=tuple(
+                    _with(
+                        part_cls,
+                        index=p.index,
+                        error_code=error,
+                        base_offset=-1,
+                        log_append_time_ms=-1,
+                        log_start_offset=-1,
+                    )
+                    for p in t.partition_data
+                ),
+            )
+            for t in request.topic_data
+        )
+        return codec._empty(cls, responses=topics)
+    if api_key == 19:  # CreateTopics
+        item = _item(cls, "topics")
+        return codec._empty(
+            cls,
+            topics=tuple(
+                _with(
+                    item, name=t.name, error_code=error, error_message=message, num_partitions=-1, replication_factor=-1
+                )
+                for t in request.topics
+            ),
+        )
+    if api_key == 20:  # DeleteTopics
+        item = _item(cls, "responses")
+        asked = (
+            [(t.name, t.topic_id) for t in request.topics]
+            if getattr(request, "topics", None)
+            else [(n, None) for n in getattr(request, "topic_names", ())]
+        )
+        return codec._empty(
+            cls,
+            responses=tuple(
+                _with(item, name=n, topic_id=i or uuid.UUID(int=0), error_code=error, error_message=message)
+                for n, i in asked
+            ),
+        )
+    if api_key == 21:  # DeleteRecords
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        return codec._empty(
+            cls,
+            topics=tuple(
+                _with(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        _with(part_cls, partition_index=p.partition_index, low_watermark=-1, error_code=error)
+                        for p in t.partitions
+                    ),
+                )
+                for t in request.topics
+            ),
+        )
+    if api_key == 37:  # CreatePartitions
+        item = _item(cls, "results")
+        return codec._empty(
+            cls,
+            results=tuple(_with(item, name=t.name, error_code=error, error_message=message) for t in request.topics),
+        )
+    if api_key in CONFIG_APIS:
+        name = "results" if "results" in _fields(cls) else "responses"
+        item = _item(cls, name)
+        return codec._empty(
+            cls,
+            **{
+                name: tuple(
+                    _with(
+                        item,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                        error_code=error,
+                        error_message=message,
+                    )
+                    for r in request.resources
+                )
+            },
+        )
+    if "error_code" in _fields(cls):
+        return codec._empty(cls, error_code=error)
+    return None
+
+
+# -- listings ------------------------------------------------------------------------------------------
+
+
+def filter_response(guard: StateTopicGuard, listing: ListingFilter, body: Any) -> Any:
+    """Leave the state topic out of a listing; named explicitly, it is TOPIC_AUTHORIZATION_FAILED
+    (what Kafka answers for a topic the principal may not describe)."""
+    kept = []
+    for topic in body.topics:
+        if topic.name != guard.topic and (guard.topic_id is None or getattr(topic, "topic_id", None) != guard.topic_id):
+            kept.append(topic)
+        elif not listing.all_topics:
+            changes: dict[str, Any] = {"error_code": ErrorCode.topic_authorization_failed, "partitions": ()}
+            if "topic_id" in _fields(type(topic)):
+                changes["topic_id"] = uuid.UUID(int=0)
+            kept.append(dataclasses.replace(topic, **changes))
+    return dataclasses.replace(body, topics=tuple(kept))
+
+
+# -- the session's side ------------------------------------------------------------------------------------
+
+
+def guard_request(session: Any, frame: memoryview, info: Any, version: int, correlation_id: int) -> Any:
+    """The session's decision for a request of a principal bound to no VC, or None to go on as usual.
+    Fails closed: a request naming topics that cannot be parsed here closes the connection (the broker
+    might accept what kio does not, e.g. an unknown tagged field)."""
+    from ..core.endpoints import rules_for
+    from ..core.session import Action, Pending, RequestDecision
+    from ..protocol.headers import parse_request_header
+
+    guard = getattr(session.tenancy.image, "guard", None)
+    if guard is None:
+        return None
+    try:
+        header = parse_request_header(frame, info.request_header_version(version))
+        outcome = check(guard, session.principal, info.key, version, frame, header.body_offset)
+    except (codec.CodecError, ValueError, IndexError, KeyError) as exc:  # TruncatedError is a ValueError
+        return RequestDecision(Action.CLOSE, reason=f"cannot check {info.name} v{version} for the state topic: {exc}")
+    if outcome is None:
+        return None
+    pending = Pending(info.key, version, correlation_id, info.response_header_version(version))
+    if isinstance(outcome, Refusal):
+        log.warning("refusing %s: %s", info.name, outcome.why)
+        if outcome.body is None or outcome.acks == 0:
+            return RequestDecision(Action.CLOSE, reason=outcome.why)
+        return session._local(pending, codec.encode(outcome.body))
+    rule = rules_for(info.key, version)
+    pending.endpoint_rule = None if rule is None or rule.mode == "keep" else rule
+    pending.exchange = outcome
+    session.in_flight.append(pending)
+    return RequestDecision(Action.FORWARD, pending)

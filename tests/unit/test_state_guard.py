@@ -1,0 +1,162 @@
+"""The state topic, guarded from principals bound to no VC (issue 8, class 10), through the sans-I/O session."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from proxy.core.session import Action, ProxySession
+from proxy.protocol import codec
+from proxy.protocol.apis import api_info, response_type
+from proxy.protocol.headers import response_body_offset
+from proxy.tenancy.guard import StateTopicGuard
+
+from .test_tenant_rewrite import LAYOUT, Tenancy, make_image
+from .wire import request_frame, response_frame
+
+STATE = "__vcproxy_state"
+STATE_ID = uuid.UUID("99999999-8888-7777-6666-555555555555")
+
+
+def session_for(principal: str) -> ProxySession:
+    image, _ = make_image()
+    image.guard = StateTopicGuard(STATE, frozenset({"User:ops"}), STATE_ID)
+    return ProxySession(LAYOUT, tenancy=Tenancy(image), principal=principal)
+
+
+def refused(session: ProxySession, key: int, version: int, body: object) -> object:
+    decision = session.on_request(memoryview(request_frame(key, version, 3, body)))
+    assert decision.action is Action.LOCAL, decision
+    pending = session.next_local_reply()
+    frame = memoryview(pending.reply)
+    hv = api_info(key).response_header_version(version)
+    return codec.decode(response_type(key, version), frame, response_body_offset(frame, hv))[0]
+
+
+def forwarded(session: ProxySession, key: int, version: int, body: object) -> None:
+    decision = session.on_request(memoryview(request_frame(key, version, 3, body)))
+    assert decision.action is Action.FORWARD, decision.reason
+
+
+def produce(version: int, name: str | None, topic_id: uuid.UUID | None = None) -> object:
+    module = __import__(f"kio.schema.produce.v{version}.request", fromlist=["ProduceRequest"])
+    topic = {"name": name} if version < 13 else {"topic_id": topic_id}
+    return module.ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=1),
+        topic_data=(
+            module.TopicProduceData(
+                **topic, partition_data=(module.PartitionProduceData(index=0, records=b"\x00" * 70),)
+            ),
+        ),
+    )
+
+
+@pytest.mark.parametrize("principal", ["User:admin", "User:ops"])
+def test_nobody_may_produce_to_the_state_topic_by_name_or_id(principal):
+    got = refused(session_for(principal), 0, 9, produce(9, STATE))
+    assert got.responses[0].name == STATE
+    assert got.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+    got = refused(session_for(principal), 0, 13, produce(13, None, STATE_ID))
+    assert got.responses[0].topic_id == STATE_ID
+    assert got.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+
+
+def test_other_topics_pass_untouched():
+    forwarded(session_for("User:admin"), 0, 9, produce(9, "some-physical-topic"))
+    forwarded(session_for("User:admin"), 0, 13, produce(13, None, uuid.uuid4()))
+
+
+def test_delete_alter_and_truncate_are_refused_in_the_apis_shape():
+    from kio.schema.delete_records.v2.request import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.incremental_alter_configs.v1.request import (
+        AlterableConfig,
+        AlterConfigsResource,
+        IncrementalAlterConfigsRequest,
+    )
+
+    session = session_for("User:ops")
+    got = refused(
+        session, 20, 6, codec._empty(DeleteTopicsRequest, topics=(codec._empty(DeleteTopicState, name=STATE),))
+    )
+    assert [(r.name, r.error_code) for r in got.responses] == [(STATE, ErrorCode.topic_authorization_failed)]
+    got = refused(
+        session,
+        20,
+        6,
+        codec._empty(DeleteTopicsRequest, topics=(codec._empty(DeleteTopicState, name=None, topic_id=STATE_ID),)),
+    )
+    assert got.responses[0].error_code == ErrorCode.topic_authorization_failed
+    alter = IncrementalAlterConfigsRequest(
+        resources=(
+            AlterConfigsResource(
+                resource_type=2,
+                resource_name=STATE,
+                configs=(AlterableConfig(name="cleanup.policy", config_operation=0, value="delete"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    got = refused(session, 44, 1, alter)
+    assert got.responses[0].resource_name == STATE
+    assert got.responses[0].error_code == ErrorCode.topic_authorization_failed
+    truncate = codec._empty(
+        DeleteRecordsRequest,
+        topics=(
+            codec._empty(DeleteRecordsTopic, name=STATE, partitions=(codec._empty(DeleteRecordsPartition, offset=10),)),
+        ),
+    )
+    got = refused(session, 21, 2, truncate)
+    assert got.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+
+def test_only_readers_may_fetch_it():
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    request = codec._empty(
+        FetchRequest,
+        topics=(codec._empty(FetchTopic, topic=STATE, partitions=(codec._empty(FetchPartition, partition=0),)),),
+    )
+    got = refused(session_for("User:admin"), 1, 12, request)
+    assert got.error_code == ErrorCode.topic_authorization_failed
+    forwarded(session_for("User:ops"), 1, 12, request)
+
+
+def _metadata_roundtrip(session: ProxySession, topics: object) -> object:
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
+
+    forwarded(session, 3, 12, codec._empty(MetadataRequest, topics=topics))
+    answer = codec._empty(
+        MetadataResponse,
+        topics=(
+            codec._empty(MetadataResponseTopic, name=STATE, topic_id=STATE_ID),
+            codec._empty(MetadataResponseTopic, name="other", topic_id=uuid.uuid4()),
+        ),
+    )
+    result = session.on_response(memoryview(bytearray(response_frame(3, 12, 3, answer))))
+    raw = b"".join(bytes(p) for p in result.pieces)
+    return codec.decode(MetadataResponse, raw, response_body_offset(raw, 1))[0]
+
+
+def test_listings_hide_it_from_all_but_readers():
+    from kio.schema.metadata.v12.request import MetadataRequestTopic
+
+    got = _metadata_roundtrip(session_for("User:admin"), None)
+    assert [t.name for t in got.topics] == ["other"]
+    got = _metadata_roundtrip(session_for("User:admin"), (codec._empty(MetadataRequestTopic, name=STATE),))
+    state = next(t for t in got.topics if t.name == STATE)
+    assert state.error_code == ErrorCode.topic_authorization_failed and state.topic_id in (
+        None,
+        uuid.UUID(int=0),
+    )  # zero is None in kio
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    all_topics = request_frame(3, 12, 3, codec._empty(MetadataRequest, topics=None))
+    decision = session_for("User:ops").on_request(memoryview(all_topics))
+    assert decision.action is Action.FORWARD and decision.pending.exchange is None  # readers: untouched
