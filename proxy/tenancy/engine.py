@@ -152,6 +152,11 @@ class TenantEngine:
             return [frame]
         cls = response_type(ex.api_key, ex.version)
         if "response" in rule.splice:
+            from . import handlers
+
+            hook = getattr(handlers, f"{rule.handler}_spliced", None) if rule.handler else None
+            if hook is not None:  # facts at fixed offsets (fetch session ids), read without decoding
+                hook(self, ex, frame, body_offset)
             paths = frozenset(identifier_paths(cls))
             return splice.rewrite_fields(cls, frame, body_offset, paths, lambda k, v: ex.tx.to_virtual(k, v))
         body, _ = codec.decode(cls, frame, body_offset)

@@ -20,6 +20,7 @@ from kio.static.primitive import i8, i32
 
 from ..protocol import codec
 from .engine import Exchange, LocalAnswer, TenantEngine
+from .fetch_sessions import FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSIONS, FIRST_SESSION_VERSION
 from .model import TenancyError, created_topic_for, derived_topic_for, gen_record, link_record, topic_record
 from .regex import REGEXES, Expansion, InvalidRegex, compile_client_regex
 
@@ -135,7 +136,20 @@ def fetch_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
         raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))  # follower fetch: brokers only
     if getattr(body, "cluster_id", None) is not None:
         body = dataclasses.replace(body, cluster_id=None)  # a KRaft replica field; never the client's
+    session_id = int(getattr(body, "session_id", 0))
+    if session_id != 0:
+        if not FETCH_SESSIONS.owns(engine.vc.id, session_id):
+            # Not this VC's (another tenant's, or none at all): the broker's answer for an unknown id.
+            log.info("virtual cluster %s: Fetch with fetch session %d it does not own", engine.vc.name, session_id)
+            raise _error_answer(ex, FETCH_SESSION_ID_NOT_FOUND)
+        ex.state["fetch_session"] = (session_id, int(body.session_epoch))
     return body
+
+
+def fetch_spliced(engine: TenantEngine, ex: Exchange, frame: memoryview, body_offset: int) -> None:
+    """Fetch responses are spliced, never decoded: the session id sits at the head of the body."""
+    if ex.version >= FIRST_SESSION_VERSION:
+        FETCH_SESSIONS.on_response(engine.vc.id, ex.state.get("fetch_session"), frame[body_offset:])
 
 
 def replica_id_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:

@@ -1,0 +1,70 @@
+"""Which virtual cluster owns each incremental fetch session (KIP-227), sans-I/O.
+
+Behind the proxy every tenant is the same upstream principal, and a broker serves a fetch session to
+whoever names its id: without this table one tenant's incremental Fetch carrying another's session
+id returns the other's records. The proxy records the ids the broker hands out in Fetch responses
+to a VC's requests; a Fetch naming an id its VC does not own is answered by the proxy with
+FETCH_SESSION_ID_NOT_FOUND, the broker's answer for an id it does not know, so a live foreign id and
+a dead one look the same.
+
+Per VC rather than per connection: a client that reconnects keeps its session. Bounded: the
+broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;
+ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS` the
+least recently used id goes (its owner's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and
+the client starts a new session, as it does when a broker evicts one).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+
+MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+FIRST_SESSION_VERSION = 7  # Fetch v7 introduced sessions (KIP-227)
+_HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id: the start of every v7+ body
+
+
+class FetchSessionOwners:
+    def __init__(self, limit: int = MAX_FETCH_SESSIONS):
+        self.limit = limit
+        self._owner: OrderedDict[int, str] = OrderedDict()  # session id -> VC id, least recently used first
+
+    def __len__(self) -> int:
+        return len(self._owner)
+
+    def owns(self, vc_id: str, session_id: int) -> bool:
+        if self._owner.get(session_id) != vc_id:
+            return False
+        self._owner.move_to_end(session_id)
+        return True
+
+    def record(self, vc_id: str, session_id: int) -> None:
+        self._owner[session_id] = vc_id  # a newer owner wins: the broker reused the id
+        self._owner.move_to_end(session_id)
+        while len(self._owner) > self.limit:
+            self._owner.popitem(last=False)
+
+    def drop(self, session_id: int) -> None:
+        self._owner.pop(session_id, None)
+
+    def on_response(self, vc_id: str, sent: tuple[int, int] | None, body: memoryview | bytes) -> None:
+        """Learn from a Fetch v7+ response body (read at its fixed head, records never decoded).
+
+        `sent` is the (session id, epoch) of the request, None for a request without a session.
+        """
+        if len(body) < _HEAD.size:
+            return
+        _, error, session_id = _HEAD.unpack_from(body)
+        if sent is not None:
+            old, epoch = sent
+            # Epoch -1 closes the session, epoch 0 closes it and opens a new one; 70 says it is gone
+            # (71 does not: the client closes it next, with epoch 0).
+            if epoch <= 0 or error == FETCH_SESSION_ID_NOT_FOUND or (error == 0 and session_id != old):
+                self.drop(old)
+        if error == 0 and session_id != 0:
+            self.record(vc_id, session_id)
+
+
+FETCH_SESSIONS = FetchSessionOwners()  # one per proxy process: shared by every connection of a VC
