@@ -1,4 +1,9 @@
-"""`vcproxy state dump`: the replayed state topic as YAML (read-only: creates and writes nothing)."""
+"""`vcproxy state dump|export|import|orphans`: inspect, back up, restore and clean up the state topic.
+
+`dump` and `export` only read. `import` writes a backup into the state topic (refusing a non-empty one
+without --force). `orphans` lists physical VC topics no link points to and links whose topic is gone;
+with --delete it removes them.
+"""
 
 from __future__ import annotations
 
@@ -35,34 +40,158 @@ def image_to_dict(image: TenancyImage) -> dict[str, Any]:
     return out
 
 
-def _dump(args: argparse.Namespace) -> int:
-    import yaml
-
+def _store(args: argparse.Namespace) -> Any:
+    """The config's StateStore, or None after printing why the config is bad."""
     from ..config import ConfigError, load_config
     from .service import client_config
-    from .store import StateStore, StateStoreError
+    from .store import StateStore
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"vcproxy: invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
+        return None
     tc = config.tenancy
-    store = StateStore(client_config(config), tc.state_topic, tc.state_replication_factor)
+    return StateStore(client_config(config), tc.state_topic, tc.state_replication_factor)
+
+
+class _Collect:
+    """Records as replayed, in log order."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, Any]] = []
+
+    def apply(self, key: str, value: Any) -> None:
+        self.records.append((key, value))
+
+
+def _dump(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .store import StateStoreError
+
+    store = _store(args)
+    if store is None:
+        return 2
     image = TenancyImage()
     try:
         if store.exists(args.timeout):
             count = store.replay(image, args.timeout)
         else:
-            print(f"vcproxy state: topic {tc.state_topic} does not exist yet", file=sys.stderr)
+            print(f"vcproxy state: topic {store.topic} does not exist yet", file=sys.stderr)
             count = 0
     except StateStoreError as exc:
         print(f"vcproxy state: {exc}", file=sys.stderr)
         return 1
-    out = {"state_topic": tc.state_topic, "records": count, **image_to_dict(image)}
+    out = {"state_topic": store.topic, "records": count, **image_to_dict(image)}
     sys.stdout.write(yaml.safe_dump(out, sort_keys=False))
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .backup import dump_lines, image_records
+    from .store import StateStoreError
+
+    store = _store(args)
+    if store is None:
+        return 2
+    image = TenancyImage()
+    try:
+        if not store.exists(args.timeout):
+            print(f"vcproxy state: topic {store.topic} does not exist", file=sys.stderr)
+            return 1
+        store.replay(image, args.timeout)
+    except StateStoreError as exc:
+        print(f"vcproxy state: {exc}", file=sys.stderr)
+        return 1
+    records = image_records(image)
+    sys.stdout.writelines(dump_lines(records))
+    print(f"exported {len(records)} record(s) from {store.topic}: {len(image.vcs)} virtual cluster(s)", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from .backup import image_records, parse_lines, replay_records
+    from .store import StateStoreError
+
+    store = _store(args)
+    if store is None:
+        return 2
+    try:
+        with open(args.backup, encoding="utf-8") as f:
+            records = parse_lines(f)
+    except (OSError, ValueError) as exc:
+        print(f"vcproxy state import: {args.backup}: {exc}", file=sys.stderr)
+        return 2
+    wanted = image_records(replay_records(records))
+    try:
+        store.ensure_topic(args.timeout, create=True)
+        existing = _Collect()
+        store.replay(existing, args.timeout)
+        if existing.records and not args.force:
+            print(
+                f"vcproxy state import: {store.topic} is not empty ({len(existing.records)} record(s)); "
+                "--force overwrites it",
+                file=sys.stderr,
+            )
+            return 1
+        # Overwrite: every key present goes first, so the backup alone decides what replays.
+        tombstones = [(key, None) for key in dict.fromkeys(k for k, _ in existing.records)]
+        store.write(tombstones + wanted, args.timeout)
+        check = TenancyImage()
+        store.replay(check, args.timeout)
+    except StateStoreError as exc:
+        print(f"vcproxy state import: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if image_records(check) != wanted:
+        print(f"vcproxy state import: {store.topic} does not replay to the backup", file=sys.stderr)
+        return 1
+    print(f"imported {len(wanted)} record(s) into {store.topic}: {len(check.vcs)} virtual cluster(s)")
+    return 0
+
+
+def _orphans(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .backup import as_yaml_dict, find_orphans, unlink_records
+    from .store import StateStoreError
+
+    store = _store(args)
+    if store is None:
+        return 2
+    try:
+        if not store.exists(args.timeout):
+            print(f"vcproxy state: topic {store.topic} does not exist", file=sys.stderr)
+            return 1
+        before = store.topic_names(args.timeout)
+        image = TenancyImage()
+        store.replay(image, args.timeout)
+        orphans = find_orphans(image, before, store.topic_names(args.timeout))
+        sys.stdout.write(yaml.safe_dump({"state_topic": store.topic, **as_yaml_dict(orphans)}, sort_keys=False))
+        if not args.delete:
+            if orphans.topics or orphans.links:
+                print("dry run: nothing changed (--delete removes them)", file=sys.stderr)
+            return 0
+        # Look again right before deleting: a topic linked since is no longer an orphan.
+        fresh = TenancyImage()
+        store.replay(fresh, args.timeout)
+        linked = {p for vc in fresh.vcs.values() for p in vc.physical_links}
+        topics = [t for t in orphans.topics if t not in linked]
+        links = [x for x in orphans.links if fresh.vcs.get(x[0]) and fresh.vcs[x[0]].links.get(x[1]) == x[2]]
+        failed = {t: e for t, e in store.delete_topics(topics, args.timeout).items() if e is not None}
+        store.write(unlink_records(fresh, links), args.timeout)
+    except StateStoreError as exc:
+        print(f"vcproxy state orphans: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    for topic, error in failed.items():
+        print(f"could not delete {topic}: {error}", file=sys.stderr)
+    print(f"deleted {len(topics) - len(failed)} topic(s) and {len(links)} dangling link(s)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,3 +201,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     dump.add_argument("--config", required=True, help="proxy YAML configuration (upstream and tenancy)")
     dump.add_argument("--timeout", type=float, default=30, help="seconds to wait for the cluster")
     dump.set_defaults(func=_dump)
+    export = state_sub.add_parser("export", help="write the replayed state as JSON lines (a backup) to stdout")
+    export.set_defaults(func=_export)
+    restore = state_sub.add_parser("import", help="restore a backup made by `state export` into the state topic")
+    restore.add_argument("backup", help="the JSON-lines file `state export` wrote")
+    restore.add_argument("--force", action="store_true", help="overwrite a state topic that is not empty")
+    restore.set_defaults(func=_import)
+    orphans = state_sub.add_parser("orphans", help="physical VC topics no link points to, and links without a topic")
+    orphans.add_argument("--delete", action="store_true", help="delete them (default: only list them)")
+    orphans.set_defaults(func=_orphans)
+    for command in (export, restore, orphans):
+        command.add_argument("--config", required=True, help="proxy YAML configuration (upstream and tenancy)")
+        command.add_argument("--timeout", type=float, default=30, help="seconds to wait for the cluster")

@@ -190,6 +190,33 @@ class StateStore:
         finally:
             admin.poll(0)  # hand its queued logs to _client_log
 
+    def topic_names(self, timeout: float = 30) -> set[str]:
+        """Every topic on the upstream cluster (for orphan detection)."""
+        admin = self._admin()
+        try:
+            return set(admin.list_topics(timeout=timeout).topics)
+        except KafkaException as exc:
+            raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
+        finally:
+            admin.poll(0)
+
+    def delete_topics(self, names: Sequence[str], timeout: float = 30) -> dict[str, str | None]:
+        """Delete physical topics; name -> None when deleted, else the error."""
+        if not names:
+            return {}
+        admin = self._admin()
+        out: dict[str, str | None] = {}
+        try:
+            for name, future in admin.delete_topics(list(names), request_timeout=timeout).items():
+                try:
+                    future.result(timeout)
+                    out[name] = None
+                except KafkaException as exc:
+                    out[name] = exc.args[0].str()
+            return out
+        finally:
+            admin.poll(0)
+
     def ensure_topic(self, timeout: float = 30, create: bool = True) -> None:
         """Create the topic if missing (1 partition, compacted) and `create`; refuse an existing one that
         is not. Remembers the topic id, so `check()` can tell a deleted and re-created topic."""
