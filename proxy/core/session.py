@@ -29,7 +29,7 @@ from ..protocol.headers import (
     response_body_offset,
     response_correlation_id,
 )
-from ..protocol.primitives import INT16, TruncatedError, read_int16, read_uvarint
+from ..protocol.primitives import INT16, MALFORMED, TruncatedError, read_int16, read_uvarint
 from ..rules import EndpointRule, api_rules
 from ..tenancy import guard as state_guard
 from . import apiversions
@@ -176,7 +176,7 @@ class ProxySession:
         self._resolved = True
         if self.tenancy is None:
             return None
-        client_id = parse_request_header(frame, info.request_header_version(version)).client_id
+        client_id = self._header(frame, info, version).client_id
         self.vc = self.tenancy.image.vc_for(self.principal, client_id)
         if self.vc is None:
             if self.tenancy.refuse_unbound:
@@ -291,7 +291,7 @@ class ProxySession:
     def _header(self, frame: memoryview | bytes, info: ApiInfo, version: int) -> RequestHeader:
         try:
             return parse_request_header(frame, info.request_header_version(version))
-        except ValueError as exc:
+        except MALFORMED as exc:
             raise ProtocolViolation(f"malformed {info.name} request header: {exc}") from exc
 
     def _dispatch(self, frame: memoryview, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
@@ -335,10 +335,10 @@ class ProxySession:
         if trule is None or trule.action == "deny":
             error = trule.error if trule is not None else CLUSTER_AUTHORIZATION_FAILED
             return self._refuse(info, version, correlation_id, error, f"{info.name} in virtual cluster {self.vc.name}")
-        header = parse_request_header(frame, info.request_header_version(version))
+        header = self._header(frame, info, version)
         try:
             exchange, out = self.engine.request(info.key, version, frame, header.body_offset)
-        except (CodecError, TenancyError, TruncatedError, KeyError, ValueError) as exc:
+        except (CodecError, TenancyError, KeyError, *MALFORMED) as exc:
             return RequestDecision(Action.CLOSE, reason=f"cannot translate {info.name} v{version}: {exc}")
         endpoint_rule = rules_for(info.key, version)
         if endpoint_rule is not None and endpoint_rule.mode == "keep":
@@ -418,8 +418,8 @@ class ProxySession:
         return decision
 
     def _api_versions_request(self, info: ApiInfo, version: int, correlation_id: int) -> RequestDecision:
-        if version > info.max_version:
-            # Too new for us: answer as a broker would (v0 body), so the client retries lower.
+        if not info.min_version <= version <= info.max_version:
+            # Too new for us (or negative): answer as a broker would (v0 body), so the client retries lower.
             # Like a broker, name only ApiVersions' own range: enough to retry, nothing more before login.
             if self._too_new_reply is None:
                 advertised = kip1313.advertised(self.supported, known_apis()) if self.header_v3 else self.supported
@@ -489,7 +489,7 @@ class ProxySession:
                 return ResponseResult([frame])
             offset = response_body_offset(frame, pending.response_header_version)
             pieces, seen = self.rewriter.rewrite_body(rule, pending.api_key, pending.api_version, frame, offset)
-        except (CodecError, TruncatedError, ValueError, KeyError) as exc:
+        except (CodecError, KeyError, *MALFORMED) as exc:
             raise ProtocolViolation(
                 f"cannot rewrite response to api {pending.api_key} v{pending.api_version}: {exc}"
             ) from exc
@@ -536,5 +536,5 @@ def _produce_acks(frame: memoryview, info: ApiInfo, version: int) -> int:
             length, offset = read_int16(frame, offset)
             offset += max(length, 0)
         return INT16.unpack_from(frame, offset)[0]
-    except (TruncatedError, ValueError, IndexError) as exc:
+    except MALFORMED as exc:
         raise ProtocolViolation(f"malformed Produce request: {exc}") from exc

@@ -18,6 +18,11 @@ class TruncatedError(ValueError):
     """The buffer ended in the middle of a field."""
 
 
+# What reading hostile bytes by hand can raise (bad UTF-8 is a ValueError; struct.error and
+# IndexError come from reads past the end): a protocol error for the peer, never an internal one.
+MALFORMED: tuple[type[Exception], ...] = (ValueError, struct.error, IndexError)
+
+
 def read_int16(buf: memoryview | bytes, offset: int) -> tuple[int, int]:
     if offset + 2 > len(buf):
         raise TruncatedError("int16 past end of buffer")

@@ -15,8 +15,8 @@ import typing
 import uuid
 from collections.abc import Callable
 
-from .primitives import INT16, encode_uvarint, read_int16, read_uvarint, skip_tagged_fields
-from .walker import Buf, _field_skip, _unwrap, regular_fields
+from .primitives import INT16, TruncatedError, encode_uvarint, read_int16, read_int32, read_uvarint, skip_tagged_fields
+from .walker import MAX_STRING, Buf, MalformedError, _field_skip, _unwrap, regular_fields
 
 # fn(kind, value) -> new value; kind is the rule's entity kind ("topic", "txn", "topic_id", ...)
 Translate = Callable[[str, typing.Any], typing.Any]
@@ -33,11 +33,15 @@ def _read_string(buf: Buf, offset: int, flexible: bool) -> tuple[str | None, int
         length, offset = read_int16(buf, offset)
     if length < 0:
         return None, offset
+    if offset + length > len(buf):
+        raise TruncatedError("string past end of buffer")
     return bytes(buf[offset : offset + length]).decode("utf-8"), offset + length
 
 
 def encode_string(value: str, flexible: bool) -> bytes:
     raw = value.encode("utf-8")
+    if len(raw) > MAX_STRING:  # e.g. a client's 32,767-byte name once prefixed: no Kafka peer reads it
+        raise MalformedError(f"string of {len(raw)} bytes (at most {MAX_STRING})")
     return (encode_uvarint(len(raw) + 1) if flexible else INT16.pack(len(raw))) + raw
 
 
@@ -56,6 +60,8 @@ def _string_step(flexible: bool, kind: str) -> Step:
 
 def _uuid_step(kind: str) -> Step:
     def step(buf: Buf, offset: int, edits: Edits, fn: Translate) -> int:
+        if offset + 16 > len(buf):
+            raise TruncatedError("uuid past end of buffer")
         value = uuid.UUID(bytes=bytes(buf[offset : offset + 16]))
         new = fn(kind, value)
         if new != value:
@@ -71,8 +77,9 @@ def _array_step(flexible: bool, item: Step) -> Step:
             count, offset = read_uvarint(buf, offset)
             count -= 1
         else:
-            count = int.from_bytes(buf[offset : offset + 4], "big", signed=True)
-            offset += 4
+            count, offset = read_int32(buf, offset)
+        if count > len(buf) - offset:  # every item takes at least a byte: no long loop for a hostile count
+            raise MalformedError(f"array of {count} items cannot fit in {len(buf) - offset} bytes")
         for _ in range(count):
             offset = item(buf, offset, edits, fn)
         return offset
@@ -119,7 +126,8 @@ def rewrite_fields(
     for path, _ in paths:
         _check_path(cls, path)
     edits: Edits = []
-    _compiled(cls, paths)(frame, body_offset, edits, fn)
+    if _compiled(cls, paths)(frame, body_offset, edits, fn) > len(frame):
+        raise TruncatedError(f"{cls.__qualname__} body past end of frame")
     if not edits:
         return [frame]
     pieces: list[bytes | memoryview] = []

@@ -119,7 +119,7 @@ def _field_skip(field: dataclasses.Field, flexible: bool) -> Skip:
         if nullable:
             # Nullable structs carry an int8 marker: -1 null, 1 present.
             def skip(buf: Buf, offset: int) -> int:
-                marker = buf[offset]
+                marker = buf[_check(buf, offset + 1) - 1]
                 offset += 1
                 return offset if marker == 0xFF else inner_skip(buf, offset)
 
@@ -203,3 +203,184 @@ def layout(cls: type, buf: Buf, offset: int) -> Layout:
         entries, offset = read_tagged_fields(buf, offset)
         tags = {tag: (start, end) for tag, start, end in entries}
     return Layout(fields, tags, tags_start, offset)
+
+
+# -- strict validation, before kio decodes -------------------------------------------------------------
+#
+# kio's native reader trusts length prefixes: a 7-byte Metadata request whose compact array claims
+# 2^32-2 entries makes it reserve 34 GB, and the Rust abort ends the process (no `except` catches it).
+# So every body is walked first, compiled once per schema class like the skippers above, with every
+# count and length bounded by the bytes left (a count by its items' minimum wire size) and the content
+# of the known tagged fields walked too (kio decodes those; unknown tags it refuses by itself).
+
+Check = Callable[[Buf, int, int], int]  # (buf, offset, end) -> offset after the field
+
+MAX_STRING = 0x7FFF  # Kafka's readers refuse longer strings, compact ones included
+
+
+class MalformedError(ValueError):
+    """A body that no Kafka peer may send: a length past the frame, a null where none is allowed."""
+
+
+def _uvarint(buf: Buf, offset: int, end: int) -> tuple[int, int]:
+    value = 0
+    for shift in (0, 7, 14, 21, 28):
+        if offset >= end:
+            raise MalformedError("unsigned varint past end of frame")
+        byte = buf[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, offset
+    raise MalformedError("unsigned varint longer than 5 bytes")
+
+
+def _prefix(buf: Buf, offset: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
+    """A length or count prefix; -1 means null."""
+    if flexible:
+        value, offset = _uvarint(buf, offset, end)
+        return value - 1, offset
+    if offset + size > end:
+        raise MalformedError("length past end of frame")
+    return int.from_bytes(buf[offset : offset + size], "big", signed=True), offset + size
+
+
+def _v_fixed(size: int) -> Check:
+    def check(buf: Buf, offset: int, end: int) -> int:
+        offset += size
+        if offset > end:
+            raise MalformedError("field past end of frame")
+        return offset
+
+    return check
+
+
+def _v_sized(flexible: bool, size: int, nullable: bool, limit: int | None, what: str) -> Check:
+    def check(buf: Buf, offset: int, end: int) -> int:
+        length, offset = _prefix(buf, offset, end, flexible, size)
+        if length < 0:
+            if not nullable:
+                raise MalformedError(f"null {what} where the schema allows none")
+            return offset
+        if limit is not None and length > limit:
+            raise MalformedError(f"{what} of {length} bytes (at most {limit})")
+        offset += length
+        if offset > end:
+            raise MalformedError(f"{what} of {length} bytes past end of frame")
+        return offset
+
+    return check
+
+
+def _v_array(flexible: bool, nullable: bool, item: Check, item_min: int) -> Check:
+    fixed = item.size if isinstance(item, _VFixed) else None  # fixed-size items: no walk
+
+    def check(buf: Buf, offset: int, end: int) -> int:
+        count, offset = _prefix(buf, offset, end, flexible, 4)
+        if count < 0:
+            if not nullable:
+                raise MalformedError("null array where the schema allows none")
+            return offset
+        if count * item_min > end - offset:
+            raise MalformedError(f"array of {count} items cannot fit in {end - offset} bytes")
+        if fixed is not None:
+            return offset + count * fixed
+        for _ in range(count):
+            offset = item(buf, offset, end)
+        return offset
+
+    return check
+
+
+class _VFixed:
+    __slots__ = ("size",)
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __call__(self, buf: Buf, offset: int, end: int) -> int:
+        offset += self.size
+        if offset > end:
+            raise MalformedError("field past end of frame")
+        return offset
+
+
+def _v_scalar(kafka_type: str | None, flexible: bool, nullable: bool) -> tuple[Check, int]:
+    if kafka_type in _FIXED:
+        return _VFixed(_FIXED[kafka_type]), _FIXED[kafka_type]
+    minimum = 1 if flexible else 2
+    if kafka_type == "string":
+        return _v_sized(flexible, 2, nullable, MAX_STRING, "string"), minimum
+    if kafka_type in ("bytes", "records"):
+        return _v_sized(flexible, 4, nullable, None, kafka_type), 1 if flexible else 4
+    raise ValueError(f"no validator for kafka_type {kafka_type!r}")
+
+
+def _v_field(tp: object, kafka_type: str | None, flexible: bool) -> tuple[Check, int]:
+    """The check for a field of type `tp` and its minimum wire size."""
+    tp, nullable = _unwrap(tp)
+    if typing.get_origin(tp) is tuple:
+        inner, inner_nullable = _unwrap(typing.get_args(tp)[0])
+        if dataclasses.is_dataclass(inner):
+            item, item_min = entity_validator(inner)  # type: ignore[arg-type]
+        else:
+            item, item_min = _v_scalar(kafka_type, flexible, inner_nullable)
+        return _v_array(flexible, nullable, item, max(item_min, 1)), 1 if flexible else 4
+    if dataclasses.is_dataclass(tp):
+        inner_check, inner_min = entity_validator(tp)  # type: ignore[arg-type]
+        if not nullable:
+            return inner_check, inner_min
+
+        def check(buf: Buf, offset: int, end: int) -> int:
+            if offset >= end:
+                raise MalformedError("struct marker past end of frame")
+            marker = buf[offset]
+            return offset + 1 if marker == 0xFF else inner_check(buf, offset + 1, end)
+
+        return check, 1
+    return _v_scalar(kafka_type, flexible, nullable)
+
+
+@functools.cache
+def entity_validator(cls: type) -> tuple[Check, int]:
+    """(check, minimum wire size) for one entity of `cls`: raises MalformedError for a body kio must not see."""
+    flexible = cls.__flexible__  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(cls)
+    steps: list[Check] = []
+    tagged: dict[int, Check] = {}
+    minimum = 1 if flexible else 0
+    for f in dataclasses.fields(cls):
+        check, size = _v_field(hints[f.name], f.metadata.get("kafka_type"), flexible)
+        if "tag" in f.metadata:
+            tagged[int(f.metadata["tag"])] = check
+            continue
+        minimum += size
+        steps.append(check)
+
+    def validate(buf: Buf, offset: int, end: int) -> int:
+        for step in steps:
+            offset = step(buf, offset, end)
+        if not flexible:
+            return offset
+        if offset < end and buf[offset] == 0:  # the usual empty tag section
+            return offset + 1
+        count, offset = _uvarint(buf, offset, end)
+        if count * 2 > end - offset:
+            raise MalformedError(f"{count} tagged fields cannot fit in {end - offset} bytes")
+        for _ in range(count):
+            tag, offset = _uvarint(buf, offset, end)
+            size, offset = _uvarint(buf, offset, end)
+            if offset + size > end:
+                raise MalformedError("tagged field past end of frame")
+            check = tagged.get(tag)
+            if check is not None:
+                check(buf, offset, offset + size)
+            offset += size
+        return offset
+
+    return validate, max(minimum, 1)
+
+
+def validate(cls: type, buf: Buf, offset: int) -> int:
+    """The offset after one valid `cls` at `offset`; MalformedError if kio must not decode it."""
+    return entity_validator(cls)[0](buf, offset, len(buf))
