@@ -355,7 +355,12 @@ def entity_validator(cls: type) -> tuple[Check, int]:
             tagged[int(f.metadata["tag"])] = check
             continue
         minimum += size
-        steps.append(check)
+        if isinstance(check, _VFixed) and steps and isinstance(steps[-1], _VFixed):
+            steps[-1] = _VFixed(steps[-1].size + check.size)  # consecutive fixed fields: one bound check
+        else:
+            steps.append(check)
+    if not flexible and all(isinstance(step, _VFixed) for step in steps):
+        return _VFixed(minimum), max(minimum, 1)  # arrays of these need no walk, only count * size
 
     def validate(buf: Buf, offset: int, end: int) -> int:
         for step in steps:
