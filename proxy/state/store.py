@@ -246,7 +246,10 @@ class StateStore:
     def _topic_id(self, admin: AdminClient, timeout: float) -> str | None:
         try:
             described = admin.describe_topics(TopicCollection([self.topic]), request_timeout=timeout)[self.topic]
-            return str(described.result(timeout).topic_id)
+            kafka_id = described.result(timeout).topic_id  # str() is Kafka's base64 form: make it a UUID
+            mask = (1 << 64) - 1
+            most, least = kafka_id.get_most_significant_bits(), kafka_id.get_least_significant_bits()
+            return str(uuid.UUID(int=((most & mask) << 64) | (least & mask)))
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None
