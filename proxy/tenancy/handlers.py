@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from ..protocol import codec
+from . import names
 from .engine import Exchange, LocalAnswer, TenantEngine
 from .fetch_sessions import FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSIONS, FIRST_SESSION_VERSION
 from .model import TenancyError, created_topic_for, derived_topic_for, gen_record, link_record, topic_record
@@ -77,15 +78,20 @@ def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
         kwargs = {"topic_id": ZERO_UUID} if "topic_id" in {f.name for f in dataclasses.fields(item)} else {}
         topics = tuple(item(name=link, **kwargs) for link in links)
     changes: dict[str, Any] = {"topics": topics}
+    missing = [t.name for t in topics or () if t.name is not None and engine.vc.physical_topic(t.name) is None]
+    # Kafka answers INVALID_TOPIC_EXCEPTION for a name `Topic.validate` refuses; the placeholder the
+    # broker sees may be legal (`UUID..`), so the proxy says it (metadata_response).
+    ex.state["invalid"] = {name for name in missing if names.invalid_name(name) is not None}
     if hasattr(body, "allow_auto_topic_creation"):
         wanted = bool(body.allow_auto_topic_creation) and engine.policy.auto_create_topics
         if wanted:
-            for topic in topics or ():
-                if topic.name is not None and engine.vc.physical_topic(topic.name) is None:
-                    try:
-                        ex.tx.planned[topic.name] = auto_physical_name(engine.vc.id, topic.name)
-                    except TenancyError:
-                        continue  # an illegal name stays unknown
+            for name in missing:
+                why = names.refusal(engine.vc, name)
+                if why is not None:  # never created; a colliding name is invalid, an internal one unknown
+                    if why.error == int(ErrorCode.invalid_topic_exception):
+                        ex.state["invalid"].add(name)
+                    continue
+                ex.tx.planned[name] = auto_physical_name(engine.vc.id, name)
             ex.state["auto"] = {p: link for link, p in ex.tx.planned.items()}
         # Never let the broker auto-create a name the proxy did not choose.
         changes["allow_auto_topic_creation"] = wanted and bool(ex.tx.planned)
@@ -103,7 +109,10 @@ LEADER_NOT_AVAILABLE = 5  # what a freshly auto-created topic reports first
 
 def metadata_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     kept = []
+    invalid = ex.state.get("invalid")
     for topic in body.topics:
+        if invalid and ex.tx.topics.get(topic.name) in invalid:
+            topic = dataclasses.replace(topic, error_code=ErrorCode.invalid_topic_exception, partitions=())
         link = ex.state.get("auto", {}).get(topic.name)
         if link is not None and int(topic.error_code) in (0, LEADER_NOT_AVAILABLE):
             ex.writes.append(link_record(engine.vc.name, link, topic.name))
@@ -385,8 +394,9 @@ def create_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     for that name, as Kafka answers it; while the state topic cannot take changes, every topic is
     refused with POLICY_VIOLATION and the reason.
     """
+    body, refused = names.refuse_create_topics(engine.vc, body)  # Kafka's rules for names, in the VC
     counts = collections.Counter(t.name for t in body.topics)
-    local: list[tuple[str, int, str]] = []  # (link, error, message) answered by the proxy
+    local: list[tuple[str, int, str]] = refused  # (link, error, message) answered by the proxy
     for name in dict.fromkeys(t.name for t in body.topics):  # first-seen order, once per name
         if counts[name] > 1:
             local.append((name, int(ErrorCode.invalid_request), "Duplicate topic name."))

@@ -24,8 +24,12 @@ import dataclasses
 import uuid
 from typing import Any
 
-from .engine import Exchange, TenantEngine
-from .model import TenancyError, derived_topic_for, link_record
+from kio.schema.errors import ErrorCode
+
+from ..protocol import codec
+from . import names
+from .engine import Exchange, LocalAnswer, TenantEngine
+from .model import derived_topic_for, link_record
 
 
 def _topology_topics(topology: Any) -> tuple[set[str], set[str]]:
@@ -48,17 +52,26 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: An
     for name in sorted(internal | sources):
         if engine.vc.physical_topic(name) is not None:
             continue  # linked already (an earlier member, or created by the tenant): use that topic
-        try:
+        if name in internal:
+            why = names.refusal(engine.vc, name)
+            if why is not None:  # the broker would create it: Kafka's rules for new names first
+                raise _invalid_topology(ex, f"internal topic {why.message}")
             physical = derived_topic_for(engine.vc.id, name)
-        except TenancyError:
-            # Not a legal VC topic name: a name the broker can neither find nor create.
-            physical = f"{uuid.uuid4()}.{name}!"
+            to_link[physical] = name
+        elif names.invalid_name(name) is None:
+            physical = derived_topic_for(engine.vc.id, name)
         else:
-            if name in internal:
-                to_link[physical] = name
+            physical = f"{uuid.uuid4()}.{name}"  # illegal, or random: a source topic that exists nowhere
         ex.tx.planned[name] = physical  # the generic pass translates the topology with these
     ex.state["links"] = to_link
     return body
+
+
+def _invalid_topology(ex: Exchange, message: str) -> LocalAnswer:
+    from ..protocol.apis import response_type
+
+    cls = response_type(ex.api_key, ex.version)
+    return LocalAnswer(codec._empty(cls, error_code=ErrorCode.streams_invalid_topology, error_message=message))
 
 
 def streams_group_heartbeat_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:

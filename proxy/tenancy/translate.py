@@ -40,6 +40,8 @@ class Translation:
             return None
         if kind == "topic":
             return self.topic(value)
+        if kind == "txn" and value == "":
+            return ""  # the empty id is no one's: the broker answers it as Kafka does (INVALID_REQUEST)
         if kind in ("group", "txn"):
             return self.vc.physical_id(value)
         if kind == "topic_id":
@@ -67,6 +69,8 @@ class Translation:
             return None
         if kind == "topic":
             return self.virtual_topic(value)
+        if kind == "txn" and value == "":
+            return ""
         if kind in ("group", "txn"):
             virtual = self.vc.virtual_id(value)
             return HIDDEN if virtual is None else virtual

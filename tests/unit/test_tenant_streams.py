@@ -7,6 +7,7 @@ sample of every advertised API and version through the engine.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 
@@ -14,6 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from proxy.core.apiversions import tenant_versions
+from proxy.core.session import Action
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type, response_type
 from proxy.tenancy.model import derived_topic_for, link_record
@@ -175,25 +177,52 @@ def test_source_regex_is_confined_to_the_vcs_topics(version):
 def test_adversarial_topology_names_stay_in_the_vc(version):
     image, physical = make_image()
     a, b = image.vcs["team-a"], image.vcs["team-b"]
-    # Team-b's physical names, its group prefix, illegal and over-long names, as team-a's topology.
-    names = (physical["team-b"], f"{b.id}.app-x-changelog", "..", "bad name", "x" * 213)
+    # Team-b's physical names, its group prefix and illegal names as team-a's source topics.
+    names = (physical["team-b"], f"{b.id}.app-x-changelog", "..", "bad name")
     session = tenant_session(image)
-    sent = forward(
-        session, HEARTBEAT, version, join(version, sources=names[:2], changelog=names[2], repartition=names[3])
-    )
-    sent_names = [
-        *sent.topology.subtopologies[0].source_topics,
-        sent.topology.subtopologies[1].state_changelog_topics[0].name,
-        sent.topology.subtopologies[1].repartition_source_topics[0].name,
-    ]
+    sent = forward(session, HEARTBEAT, version, join(version, sources=names))
+    sent_names = sent.topology.subtopologies[0].source_topics
     assert physical["team-b"] not in sent_names
     assert sent_names[0] == derived_topic_for(a.id, physical["team-b"])  # just a name in team-a
     assert all(not n.startswith(b.id) for n in sent_names)
-    assert sent_names[2].endswith("..!") and sent_names[3].endswith("bad name!")  # nothing the broker creates
+    assert sent_names[2].endswith("...") and all("!" not in n for n in sent_names)  # a random name: nowhere
     _, result = answer(session, HEARTBEAT, version, codec._empty(response_type(HEARTBEAT, version)))
-    assert result.writes == []  # illegal internal names are never linked
-    long_sent = forward(tenant_session(image), HEARTBEAT, version, join(version, changelog=names[4]))
-    assert long_sent.topology.subtopologies[1].state_changelog_topics[0].name.endswith("!")
+    linked = {json.loads(key)[2] for key, _ in result.writes}
+    assert linked == {CHANGELOG, REPARTITION}  # only the topology's internal topics, never a source
+
+
+@pytest.mark.parametrize("version", versions(HEARTBEAT))
+@pytest.mark.parametrize(
+    ("internal", "reason"),
+    [
+        ("..", "'..' is not allowed"),
+        ("bad name", "other than ASCII"),
+        ("x" * 213, "max allowed length 212"),
+        ("__consumer_offsets", "internal topic __consumer_offsets"),
+    ],
+)
+def test_internal_topics_kafka_would_refuse_are_an_invalid_topology(version, internal, reason):
+    image, _ = make_image()
+    session = tenant_session(image)
+    decision = session.on_request(memoryview(bytearray(_request(version, join(version, changelog=internal)))))
+    assert decision.action is Action.LOCAL
+    raw = session.next_local_reply().reply
+    got = codec.decode(response_type(HEARTBEAT, version), raw, _offset(version, raw))[0]
+    assert got.error_code == ErrorCode.streams_invalid_topology
+    assert reason in got.error_message and "!" not in got.error_message
+
+
+def _request(version, body):
+    from .wire import request_frame
+
+    return request_frame(HEARTBEAT, version, 1, body)
+
+
+def _offset(version, raw):
+    from proxy.protocol.apis import api_info
+    from proxy.protocol.headers import response_body_offset
+
+    return response_body_offset(raw, api_info(HEARTBEAT).response_header_version(version))
 
 
 @pytest.mark.parametrize("version", versions(HEARTBEAT))
