@@ -39,7 +39,7 @@ from proxy.auth.credentials import CredentialStore, make_entry
 from proxy.auth.sasl import Preauthenticated, SaslServer
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProtocolViolation, ProxySession
-from proxy.protocol import codec
+from proxy.protocol import codec, kip1313
 from proxy.protocol.apis import api_info, known_apis, request_type, response_type
 from proxy.protocol.headers import encode_request_header, encode_response_header
 from proxy.tenancy.engine import Policy
@@ -47,6 +47,7 @@ from proxy.tenancy.model import TenancyImage, link_record, principal_record, top
 
 LAYOUT = ListenerLayout("127.0.0.1", 9192, 9193)
 TOPIC_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
+INSTANCE_ID = uuid.UUID("66666666-7777-8888-9999-000000000000").bytes  # a client's KIP-1313 instance id
 STRINGS = ("orders", "t", "", "__consumer_offsets", "a.b", "a_b", "group-1", "é☃", "x" * 300, "orders.x")
 HUGE = (b"\xfe\xff\xff\xff\x0f", b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x80\x00\x00\x00")
 HUGE += (b"\x7f\xff", b"\xff\xff", b"\x00", b"\x80\x80\x80\x80\x80\x01", b"\x01")
@@ -174,6 +175,11 @@ def request_frame(api_key: int, version: int, correlation_id: int, rng: random.R
     info = api_info(api_key)
     assert info is not None
     client_id = rng.choice(("c", None, "é", "x" * 100))
+    if kip1313.uses_header_v3(info, version):  # KIP-1313: the body of the version before, header v3
+        instance = rng.choice((INSTANCE_ID, INSTANCE_ID, kip1313.ZERO, rng.randbytes(16)))
+        header = kip1313.encode_header_v3(api_key, version, correlation_id, client_id, instance)
+        payload = header + _body(request_type(api_key, info.max_version), rng)
+        return len(payload).to_bytes(4, "big") + payload
     header = encode_request_header(api_key, version, correlation_id, client_id, info.request_header_version(version))
     payload = header + _body(request_type(api_key, version), rng)
     return len(payload).to_bytes(4, "big") + payload
@@ -262,7 +268,13 @@ class Stats:
 
 
 def _api_versions() -> list[tuple[int, int]]:
-    return [(k, v) for k, info in sorted(known_apis().items()) for v in range(info.min_version, info.max_version + 1)]
+    """Every version kio knows, plus each API's KIP-1313 header-v3 version."""
+    out = []
+    for key, info in sorted(known_apis().items()):
+        out += [(key, v) for v in range(info.min_version, info.max_version + 1)]
+        if kip1313.header_v3_version(info) is not None:
+            out.append((key, info.max_version + 1))
+    return out
 
 
 def run(seed: int, frames: int, configs: tuple[str, ...] = tuple(SESSIONS)) -> Stats:
@@ -325,7 +337,7 @@ def _exc_text(record: logging.LogRecord) -> str:
 def _request(session: ProxySession, frame: bytes, config: str) -> bool:
     """True if the connection ends."""
     try:
-        decision = session.on_request(memoryview(frame))
+        decision = session.on_request(memoryview(bytearray(frame)))  # writable, as the shell's buffer
         if decision.action is Action.CHECK:
             assert decision.resume is not None
             decision = decision.resume(False)  # a wrong password: the key derivation itself is not fuzzed
@@ -350,7 +362,7 @@ def _responses(session: ProxySession, rng: random.Random, pool: list[bytes]) -> 
             frame = mutate(frame, rng, 4, rng.choice(pool))
         sent += 1
         try:
-            session.on_response(memoryview(frame))
+            session.on_response(memoryview(bytearray(frame)))
         except ProtocolViolation:
             return True, sent
         except Exception as exc:
