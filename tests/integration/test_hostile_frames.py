@@ -4,7 +4,8 @@ bob, logged in to team-b, sends the 7-byte Metadata v12 that used to abort the w
 topics array claims 2^32-2 entries), then a batch of mutated frames from the session fuzz target,
 each on a connection of its own; alice keeps measuring her Metadata round trips through the same
 proxy. Every hostile connection must be closed, the proxy must stay up with no ERROR and no
-traceback in its log, and alice's p99 must stay within the bound stated below.
+traceback in its log, alice's p99 must stay within the bound stated below, and afterwards her
+confluent-kafka client creates a topic, produces, consumes and commits through the same proxy.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import tenancy_config
 from .test_availability import USERS, login, p99, round_trips
+from .test_tenancy_sasl import consume, ensure_topic, produce
 
 METADATA_V12_HUGE = b"\xff\xff\xff\xff\x0f\x01\x01"
 MUTANTS = 120
@@ -103,6 +105,19 @@ def test_hostile_frames_close_only_their_own_connection(kafka_cluster, tmp_path)
         bound = max(P99_FACTOR * p99(quiet), P99_FLOOR)
         assert p99(during) <= bound, f"alice's p99 {p99(during):.3f}s during the attack (quiet {p99(quiet):.3f}s)"
         alice.close()
+
+        # A real client's whole workload still passes the validation: create, produce, consume, commit.
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": USERS["alice"],
+        }
+        ensure_topic(conf, "after-attack")
+        values = [f"v{i}" for i in range(50)]
+        produce(conf, "after-attack", values)
+        assert sorted(consume(conf, "after-attack", "after-attack-group", len(values))) == sorted(values)
     finally:
         proxy.stop()
     log = proxy.log_path.read_text(errors="replace")
