@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import re
 from typing import Any
 
@@ -26,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from .model import MAX_LINK_NAME
 
+log = logging.getLogger(__name__)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"})
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # fixed pattern over a bounded name: no tenant regex here
 
@@ -104,5 +106,6 @@ def refuse_create_topics(vc: Any, body: Any) -> tuple[Any, list[tuple[str, int, 
         if why is None:
             kept.append(topic)
         else:
+            log.info("virtual cluster %s: CreateTopics refused %r: %s", vc.name, topic.name, why.message)
             refused.append((topic.name, why.error, why.message))
     return (dataclasses.replace(body, topics=tuple(kept)) if refused else body), refused
