@@ -330,6 +330,11 @@ def run(seed: int, frames: int, configs: tuple[str, ...] = tuple(SESSIONS)) -> S
     return stats
 
 
+def _hex(frame: bytes) -> str:
+    text = frame.hex()
+    return text if len(text) <= 4000 else f"{text[:2000]}...({len(frame)} bytes)...{text[-2000:]}"
+
+
 def _exc_text(record: logging.LogRecord) -> str:
     return "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
 
@@ -344,7 +349,7 @@ def _request(session: ProxySession, frame: bytes, config: str) -> bool:
     except ProtocolViolation:
         return True
     except Exception as exc:
-        raise InternalError(f"on_request({frame.hex()}): {traceback.format_exc()}") from exc
+        raise InternalError(f"on_request({_hex(frame)}): {traceback.format_exc()}") from exc
     return decision.action is Action.CLOSE
 
 
@@ -367,7 +372,7 @@ def _responses(session: ProxySession, rng: random.Random, pool: list[bytes]) -> 
             return True, sent
         except Exception as exc:
             raise InternalError(
-                f"on_response(api {pending.api_key} v{pending.api_version}, {frame.hex()}): {traceback.format_exc()}"
+                f"on_response(api {pending.api_key} v{pending.api_version}, {_hex(frame)}): {traceback.format_exc()}"
             ) from exc
     return False, sent
 

@@ -347,7 +347,11 @@ class ProxySession:
             info.key, version, correlation_id, info.response_header_version(version), endpoint_rule, exchange=exchange
         )
         if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
-            decision = self._local(pending, codec.encode(out))
+            try:
+                body = codec.encode(out)
+            except CodecError as exc:  # e.g. a message quoting the client's 32,767-byte name: too long to send
+                return RequestDecision(Action.CLOSE, reason=f"cannot answer {info.name} v{version}: {exc}")
+            decision = self._local(pending, body)
             pending.writes = list(exchange.writes)
             return decision
         if info.key == PRODUCE_KEY and _produce_acks(frame, info, version) == 0:

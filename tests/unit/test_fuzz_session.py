@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,13 @@ def test_fuzz_session_bounded_run(seed):
     assert stats.frames >= 1500
     assert stats.closed > 0  # the mutants did reach the error paths
     assert stats.responses > 0
+
+
+def test_create_topics_v4_with_a_32767_byte_name_is_a_protocol_error():
+    """The local answer quotes the name in its message: too long for a classic string, so the
+    connection closes instead of the encoder failing (found by the fuzz target, seed 20261123)."""
+    cls = request_type(19, 4)
+    topic_cls = typing.get_args(typing.get_type_hints(cls)["topics"])[0]
+    topic = codec._empty(topic_cls, name="y" * 32767, num_partitions=1, replication_factor=1)
+    body = codec.encode(codec._empty(cls, topics=(topic,)))
+    assert outcome(tenant(), request_frame(19, 4, 1, body)) == "close"
