@@ -221,7 +221,7 @@ class ProxySession:
         # KIP-1313 request header v3: check the instance id, then send the version before with header v1/v2.
         try:
             header = kip1313.parse_header_v3(frame)
-        except ValueError as exc:
+        except MALFORMED as exc:
             raise ProtocolViolation(f"malformed {info.name} v{version} request (header v3): {exc}") from exc
         if self._first_request:
             self._first_request = False
@@ -234,7 +234,7 @@ class ProxySession:
         client_id = header.client_id if header.client_id is not None else self.client_id
         try:
             frame = kip1313.downgrade(frame, info, header, client_id)
-        except ValueError as exc:  # a body the proxy converts (OffsetDelete v1) that does not parse
+        except MALFORMED as exc:  # a body the proxy converts (OffsetDelete v1) that does not parse
             raise ProtocolViolation(f"malformed {info.name} v{version} request: {exc}") from exc
         return self._for_client_version(self._dispatch(frame, info, wire_version, correlation_id), info, version, frame)
 
@@ -279,7 +279,7 @@ class ProxySession:
             return
         try:
             offset = parse_request_header(frame, 2).body_offset
-        except ValueError:
+        except MALFORMED:
             return
         self._learn_instance_id(bytes(frame[offset : offset + 16]))
 
@@ -478,7 +478,7 @@ class ProxySession:
         if pending.client_version >= 0 and pending.api_key in kip1313.CONVERTED_RESPONSES:
             try:
                 result.pieces = [kip1313.upgrade_response(pending.api_key, b"".join(map(bytes, result.pieces)))]
-            except ValueError as exc:
+            except MALFORMED as exc:
                 raise ProtocolViolation(f"cannot convert response to api {pending.api_key}: {exc}") from exc
         return result
 
@@ -521,7 +521,7 @@ def _telemetry_assigned_id(frame: memoryview | bytes) -> bytes:
     """GetTelemetrySubscriptions v0 response: header v1, throttle, error, then ClientInstanceId."""
     try:
         offset = response_body_offset(frame, 1) + 6
-    except ValueError:
+    except MALFORMED:
         return b""
     return bytes(frame[offset : offset + 16])
 
