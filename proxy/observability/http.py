@@ -33,7 +33,10 @@ def server_readiness(server: Any) -> tuple[bool, str]:
         return False, "draining: not accepting connections"
     tenancy = getattr(server, "tenancy", None)
     if server.config.tenancy.enabled and (tenancy is None or not tenancy.ready.is_set()):
-        return False, f"virtual-cluster state topic {server.config.tenancy.state_topic} not replayed yet"
+        why = getattr(tenancy, "start_error", None)
+        return False, f"virtual-cluster state topic {server.config.tenancy.state_topic} not replayed yet" + (
+            f": {why}" if why else ""
+        )
     if tenancy is not None and getattr(tenancy, "problem", None) is not None:
         return False, f"virtual-cluster state unusable: {tenancy.problem}"
     error = getattr(server, "discovery_error", None)

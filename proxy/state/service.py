@@ -86,6 +86,7 @@ class TenancyService:
         self._logged_vcs: dict[str, str] = {}  # name -> cluster id, to log each VC once
         self._repairs: list[Record] = []
         self._repaired: set[tuple[str, str]] = set()
+        self.start_error: str | None = None  # why the last attempt to replay failed (while not ready)
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> TenancyService:
@@ -136,6 +137,7 @@ class TenancyService:
                     raise
                 # Serving tenants without their state would expose the physical cluster: wait instead.
                 log.warning("state topic %s unavailable, retrying in %.1f s: %s", self.store.topic, delay, exc)
+                self.start_error = str(exc)  # /readyz says why
                 self.image, self._logged_vcs, self._repairs, self._repaired = TenancyImage(), {}, [], set()
                 await trio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY)

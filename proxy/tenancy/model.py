@@ -6,7 +6,9 @@ Kafka clients: `apply(key, value)` takes one record, `value=None` is a tombstone
 
 Naming (all injective, so no two tenants can ever collide):
 * topics: a link name in a VC points to a physical topic `UUID.link` (the KIP's scheme); the UUID
-  is random per topic, so two VCs creating "orders" get two physical topics;
+  is derived from the VC's id, the link and its generation (`created_topic_for`), so two VCs creating
+  "orders" get two physical topics, concurrent creators in one VC get one, and no tenant can derive
+  another VC's names (VC ids are never shown to tenants);
 * group ids, share/streams group ids and transactional ids: `<vc.id>.<name>`, where vc.id is the
   VC's immutable UUID string (always 36 characters). The prefix has a fixed length, so the mapping
   is unambiguous whatever the VC or group names contain (separators, one VC name a prefix of another).
