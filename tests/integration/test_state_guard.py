@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,34 @@ def test_a_deleted_state_topic_makes_the_proxy_not_ready_and_refuse_topic_change
         time.sleep(0.5)  # one check interval: the proxy looks again between our looks
     log = proxy.log_path.read_text(errors="replace")
     assert "Traceback" not in log, proxy.log_tail(lines=60)
+
+
+def test_a_missing_state_topic_waits_for_an_operator_when_create_state_topic_is_false(kafka_cluster, tmp_path):
+    metrics = free_port_block(1)
+    config = tenancy_config(
+        kafka_cluster,
+        free_port_block(),
+        by_client_id(TENANTS),
+        tenancy={"create_state_topic": False},
+        metrics={"enabled": True, "port": metrics},
+    )
+    proxy = ProxyProcess(config, tmp_path, name="no-create")
+    with ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(proxy.start, 12)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                status = get(metrics, "/readyz")
+            except OSError:  # not listening yet
+                status = (0, "")
+            if "create_state_topic is false" in status[1]:
+                break
+            assert time.monotonic() < deadline, f"no reason on /readyz: {status}"
+            time.sleep(0.2)
+        assert status[0] == 503
+        assert (
+            state_topic(proxy)
+            not in AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=10).topics
+        )
+        with pytest.raises(RuntimeError, match="not ready"):
+            starting.result()
