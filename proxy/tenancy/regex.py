@@ -69,8 +69,10 @@ def compile_client_regex(pattern: str, what: str = "regular expression") -> Any:
     return compiled
 
 
-def escape(name: str) -> str:
-    return re2.escape(name)
+def _literal(topic: str) -> str:
+    """A topic name as an RE2 literal. Topic names are `[a-zA-Z0-9._-]` (Kafka refuses others), and of
+    those only `.` means something outside a character class: much cheaper than a general escape."""
+    return topic.replace(".", "\\.")
 
 
 @dataclasses.dataclass
@@ -125,7 +127,7 @@ class RegexCache:
             ev.expansion = None
         if ev.expansion is None:
             ev.expansion = self._alternation(vc, ev.matched)
-        self._remember(vc.id, ev.expansion, regex)
+            self._remember(vc.id, ev.expansion, regex)
         return Expansion(ev.expansion, not ev.todo)
 
     def regex_for(self, vc: Any, expansion: str) -> str | None:
@@ -159,8 +161,8 @@ class RegexCache:
     def _alternation(vc: Any, matched: set[str]) -> str:
         physical = sorted(vc.links[link] for link in matched if link in vc.links)
         if not physical:
-            return escape(f"{uuid.uuid5(uuid.UUID(vc.id), 'no-topic')}.none")  # exists nowhere
-        return "|".join(escape(p) for p in physical)
+            return _literal(f"{uuid.uuid5(uuid.UUID(vc.id), 'no-topic')}.none")  # exists nowhere
+        return "|".join(map(_literal, physical))
 
     def _remember(self, vc_id: str, expansion: str, regex: str) -> None:
         seen = self._regex_of.setdefault(vc_id, OrderedDict())
