@@ -21,6 +21,7 @@ from .model import TenancyImage, VirtualCluster
 
 HIDDEN = "<hidden>"
 ZERO_UUID = uuid.UUID(int=0)
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PHYSICAL_PREFIX = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.([a-zA-Z0-9._-]*)")
 
 
@@ -112,6 +113,10 @@ class Translation:
         if not text:
             return text
         text = text.replace(self.vc.prefix, "")
+        for physical, virtual in self.topics.items():
+            # Placeholders for illegal names ("UUID.bad name") are more than the pattern below sees.
+            if physical in text and not _LEGAL_NAME.fullmatch(physical):
+                text = text.replace(physical, virtual)
 
         def replace(match: re.Match[str]) -> str:
             physical = match.group(0)

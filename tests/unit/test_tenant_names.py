@@ -123,3 +123,12 @@ def test_an_empty_transactional_id_reaches_the_broker_as_itself():
     assert got.error_code == INVALID_REQUEST
     named = codec._empty(InitProducerIdRequest, transactional_id="tx")
     assert forward(session, 22, 5, named, cid=2).transactional_id.endswith(".tx")
+
+
+def test_messages_quoting_a_placeholder_for_an_illegal_name_say_the_tenants_name():
+    from proxy.tenancy.translate import Translation
+
+    image = _image()
+    tx = Translation(image.vcs["team-a"], image)
+    placeholder = tx.topic("bad name")
+    assert tx.scrub(f"Source topics {placeholder} are missing.") == "Source topics bad name are missing."
