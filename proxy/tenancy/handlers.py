@@ -84,6 +84,7 @@ def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     ex.state["invalid"] = {name for name in missing if names.invalid_name(name) is not None}
     if hasattr(body, "allow_auto_topic_creation"):
         wanted = bool(body.allow_auto_topic_creation) and engine.policy.auto_create_topics
+        wanted = wanted and engine.image.state_problem is None  # no link can be written: create nothing
         if wanted:
             for name in missing:
                 why = names.refusal(engine.vc, name)
@@ -91,7 +92,10 @@ def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
                     if why.error == int(ErrorCode.invalid_topic_exception):
                         ex.state["invalid"].add(name)
                     continue
-                ex.tx.planned[name] = auto_physical_name(engine.vc.id, name)
+                # The generation CreateTopics would use: a deleted link's old topic is never reused.
+                ex.tx.planned[name] = created_topic_for(
+                    engine.vc.id, name, engine.image.generation(engine.vc.name, name)
+                )
             ex.state["auto"] = {p: link for link, p in ex.tx.planned.items()}
         # Never let the broker auto-create a name the proxy did not choose.
         changes["allow_auto_topic_creation"] = wanted and bool(ex.tx.planned)

@@ -124,3 +124,31 @@ def test_topic_changes_are_refused_while_the_state_topic_is_unusable():
     got = _local_reply(tenant_session(image), 20, 6, delete)
     assert got.responses[0].error_code == ErrorCode.policy_violation
     assert image.vcs["team-a"].physical_topic("orders") is not None
+
+
+def test_metadata_auto_creation_uses_the_links_generation_and_nothing_while_the_state_is_unusable():
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    from proxy.core.session import ProxySession
+    from proxy.tenancy.engine import Policy
+
+    from .test_tenant_rewrite import LAYOUT, Tenancy
+
+    image, _ = make_image()
+    image.apply(*gen_record("team-a", "fresh", 2))  # "fresh" was created and deleted twice before
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(name="fresh", topic_id=uuid.UUID(int=0)),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+
+    def session() -> ProxySession:
+        return ProxySession(
+            LAYOUT, tenancy=Tenancy(image, Policy(auto_create_topics=True)), principal="User:team-a-user"
+        )
+
+    sent = forward(session(), 3, 12, request)
+    assert sent.topics[0].name == created_topic_for(image.vcs["team-a"].id, "fresh", 2)
+    assert sent.allow_auto_topic_creation
+    image.state_problem = "state topic __vcproxy_state does not exist"
+    assert not forward(session(), 3, 12, request).allow_auto_topic_creation
