@@ -84,7 +84,15 @@ def proxies(kafka_cluster, workdir, certs, credentials) -> Iterator[dict[str, Pr
         started["sasl"] = _start(
             workdir,
             "sasl",
-            config("sasl", kafka_cluster.bootstrap, {"security_protocol": "SASL_PLAINTEXT"}, credentials=credentials),
+            config(
+                "sasl",
+                kafka_cluster.bootstrap,
+                {"security_protocol": "SASL_PLAINTEXT"},
+                credentials=credentials,
+                # librdkafka retries a wrong password ~8 times a second and every test here comes from
+                # 127.0.0.1: the failure budget (tests/integration/test_availability.py) is not under test.
+                limits={"max_failed_authentications": 10_000},
+            ),
         )
         started["mtls"] = _start(
             workdir,

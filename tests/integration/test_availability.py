@@ -98,13 +98,34 @@ def p99(times: list[float]) -> float:
     return statistics.quantiles(times, n=100)[98] if len(times) >= 2 else times[0]
 
 
+def report(what: str, baseline: list[float], during: list[float], **extra: Any) -> None:
+    """The figures docs/security.md quotes (`pytest -s tests/integration/test_availability.py`)."""
+    figures = " ".join(f"{k}={v}" for k, v in extra.items())
+    print(
+        f"\n{what}: alice p50 {statistics.median(baseline) * 1000:.2f} -> {statistics.median(during) * 1000:.2f} ms, "
+        f"p99 {p99(baseline) * 1000:.2f} -> {p99(during) * 1000:.2f} ms ({len(during)} requests) {figures}"
+    )
+
+
 def attack(kind: str, bootstrap: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    """An attacker process, started and warmed up (see `go`)."""
+    process = subprocess.Popen(
         [sys.executable, "-m", "tests.integration.attacks", kind, bootstrap, *args],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert process.stdout is not None
+    assert json.loads(process.stdout.readline()) == {"ready": True}
+    return process
+
+
+def go(*attackers: subprocess.Popen[str]) -> None:
+    for process in attackers:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
 
 
 def result(process: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
@@ -163,6 +184,7 @@ def test_idle_strangers_cost_little_hold_no_broker_connection_and_are_closed_at_
         upstream_before = upstream_connections(proxy.pid, kafka_cluster)
         rss_before = rss(proxy.pid)
         holder = attack("hold", proxy.bootstrap, "--source", "127.0.0.2", "--count", "500", "--seconds", "30")
+        go(holder)
         assert holder.stdout is not None
         opened = json.loads(holder.stdout.readline())["opened"]
         assert opened == 500
@@ -175,6 +197,7 @@ def test_idle_strangers_cost_little_hold_no_broker_connection_and_are_closed_at_
             "a stranger opened a broker connection"
         )
         closed = result(holder)["closed"]
+    report("500 idle strangers", baseline, during, rss_growth_mib=round(grown / MIB, 1), closed=closed)
     assert grown < 50 * MIB, f"500 idle connections grew the proxy by {grown / MIB:.1f} MiB"
     assert closed == 500, f"only {closed} of 500 unauthenticated connections were closed at the login deadline"
     assert p99(during) < max(5 * p99(baseline), 0.25), (p99(baseline), p99(during))
@@ -231,11 +254,13 @@ def test_a_flood_of_locally_answered_requests_does_not_starve_another_tenant(mak
         baseline = round_trips(alice, 200)
         rss_before = rss(proxy.pid)
         flood = attack("flood", proxy.bootstrap, "--source", "127.0.0.6", "--count", "100000")
+        go(flood)
         during: list[float] = []
         while flood.poll() is None:
             during += round_trips(alice, 20)
         seen = result(flood)
         grown = rss(proxy.pid) - rss_before
+    report("100k pipelined local answers", baseline, during, rss_growth_mib=round(grown / MIB, 1))
     assert seen == {"answered": 100_000, "unsupported_version": 100_000}
     assert len(during) >= 20
     assert max(during) < 1.0 and p99(during) < max(5 * p99(baseline), 0.25), (p99(baseline), p99(during))
@@ -253,12 +278,14 @@ def test_login_guessing_does_not_slow_other_tenants_and_runs_out_of_budget(make_
             attack("guess", proxy.bootstrap, "--source", f"127.0.1.{i}", "--user", "alice", "--seconds", "6")
             for i in range(6)
         ]
+        go(*guessers)
         during: list[float] = []
         while any(g.poll() is None for g in guessers):
             during += round_trips(alice, 20)
         with login(proxy.bootstrap) as again:  # alice logs in afresh while her name is being guessed
             assert round_trips(again, 1)
     outcomes = [result(g) for g in guessers]
+    report("6 login guessers", baseline, during, attempts=sum(o["attempts"] for o in outcomes))
     for seen in outcomes:
         assert set(seen["codes"]) == {"58"}, seen  # SASL_AUTHENTICATION_FAILED, nothing else
         assert seen["fastest"] >= 0.09, seen  # connection.failed.authentication.delay.ms
