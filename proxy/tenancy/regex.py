@@ -12,7 +12,8 @@ tenant's input, so:
   `RE2_MAX_MEM` of memory. A pattern RE2 refuses, or too big, is `InvalidRegex`: the API answers
   INVALID_REGULAR_EXPRESSION with the reason.
 * **Cached** per (VC, regex, links version): a heartbeat looks the expansion up; when the VC's links
-  change only the added names are matched.
+  change only the added names are matched. A compiled pattern is kept only while names are left to
+  match, so cached expansions hold no RE2 memory (and RE2's own module cache is kept empty).
 * **Budgeted**: matching runs in slices of at most `SLICE_SECONDS` per request, and a VC may spend
   at most `VC_RATE` seconds of matching per second (burst `VC_BURST`). An expansion that is not
   finished yet is a subset of the final one; callers re-send it when it grows (heartbeats do).
@@ -63,6 +64,8 @@ def compile_client_regex(pattern: str, what: str = "regular expression") -> Any:
     except re2.error as exc:
         reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise InvalidRegex(f"{what} `{pattern}` is not a valid regular expression: {reason}") from None
+    finally:
+        re2.purge()  # the module's own cache would keep up to 128 tenant patterns (and their DFAs) alive
     size = compiled._regexp.ProgramSize()
     if size > MAX_PROGRAM_SIZE:
         raise InvalidRegex(f"{what} `{pattern}` is too complex ({size} RE2 instructions, limit {MAX_PROGRAM_SIZE})")
@@ -79,7 +82,7 @@ def _literal(topic: str) -> str:
 class _Evaluation:
     """One regex over one VC's link names: what matched, and what is still to be matched."""
 
-    compiled: Any
+    compiled: Any  # only while names are left to match: a finished pattern holds no RE2 memory
     version: int = -1
     names: frozenset[str] = frozenset()  # the link names of `version`
     matched: set[str] = dataclasses.field(default_factory=set)
@@ -123,8 +126,13 @@ class RegexCache:
             ev.matched &= current
             ev.todo = [n for n in ev.todo if n in current] + sorted(current - ev.names)
             ev.names, ev.version, ev.expansion = current, vc.links_version, None
-        if ev.todo and self._match(vc.id, ev):
-            ev.expansion = None
+        if ev.todo:
+            if ev.compiled is None:
+                ev.compiled = compile_client_regex(regex, what)
+            if self._match(vc.id, ev):
+                ev.expansion = None
+            if not ev.todo:
+                ev.compiled = None
         if ev.expansion is None:
             ev.expansion = self._alternation(vc, ev.matched)
             self._remember(vc.id, ev.expansion, regex)
