@@ -258,6 +258,14 @@ class LoggingConfig(_Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+def _principal_list(principals: list[str]) -> list[str]:
+    for principal in principals:
+        kind, sep, name = principal.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"principal {principal!r} must be TYPE:NAME, e.g. User:alice")
+    return principals
+
+
 class VirtualClusterSeedConfig(_Strict):
     """A virtual cluster to create if missing (ids are generated once, then kept in the state topic)."""
 
@@ -274,14 +282,7 @@ class VirtualClusterSeedConfig(_Strict):
         validate_vc_name(name)
         return name
 
-    @field_validator("principals")
-    @classmethod
-    def _principals(cls, principals: list[str]) -> list[str]:
-        for principal in principals:
-            kind, sep, name = principal.partition(":")
-            if not sep or not kind or not name:
-                raise ValueError(f"principal {principal!r} must be TYPE:NAME, e.g. User:alice")
-        return principals
+    _principals = field_validator("principals")(_principal_list)
 
     @field_validator("client_ids")
     @classmethod
@@ -315,14 +316,7 @@ class TenancyConfig(_Strict):
     """How often a running proxy checks that its state topic still exists, is compacted and is the one it
     replayed; when not, /readyz says why and topic changes in VCs are refused."""
 
-    @field_validator("state_topic_readers")
-    @classmethod
-    def _readers(cls, principals: list[str]) -> list[str]:
-        for principal in principals:
-            kind, sep, name = principal.partition(":")
-            if not sep or not kind or not name:
-                raise ValueError(f"principal {principal!r} must be TYPE:NAME, e.g. User:ops")
-        return principals
+    _readers = field_validator("state_topic_readers")(_principal_list)
 
     @model_validator(mode="after")
     def _bound_once(self) -> TenancyConfig:

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess, proxy_config
 from proxy.state.store import StateStore
 from proxy.tenancy.model import TenancyImage
@@ -32,3 +33,25 @@ def replayed(kafka_cluster: Any, proxy: ProxyProcess) -> TenancyImage:
     image = TenancyImage()
     StateStore({"bootstrap.servers": kafka_cluster.bootstrap}, proxy.config["tenancy"]["state_topic"]).replay(image)
     return image
+
+
+ALICE_AND_BOB = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def sasl_tenants_config(
+    kafka_cluster: Any,
+    port: int,
+    users: dict[str, str] = ALICE_AND_BOB,
+    mechanisms: tuple[str, ...] = ("PLAIN",),
+    **sections: Any,
+) -> dict:
+    """A SASL_PLAINTEXT tenancy proxy where each user has a VC of its own: alice in team-a, bob in team-b."""
+    vcs = {"alice": "team-a", "bob": "team-b"}
+    return tenancy_config(
+        kafka_cluster,
+        port,
+        [{"name": vcs.get(user, f"team-{user}"), "principals": [f"User:{user}"]} for user in users],
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": list(mechanisms)},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in users.items()}},
+        **sections,
+    )

@@ -24,12 +24,11 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess
 
 from .ports import free_port_block
 from .rawclient import RawClient
-from .tenants import tenancy_config
+from .tenants import sasl_tenants_config
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +36,7 @@ MIB = 1024 * 1024
 
 
 def _proxy(kafka_cluster: Any, workdir: Path, name: str, **limits: Any) -> ProxyProcess:
-    config = tenancy_config(
-        kafka_cluster,
-        free_port_block(),
-        [{"name": "team-a", "principals": ["User:alice"]}, {"name": "team-b", "principals": ["User:bob"]}],
-        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN", "SCRAM-SHA-512"]},
-        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
-        limits=limits,
-    )
+    config = sasl_tenants_config(kafka_cluster, free_port_block(), USERS, ("PLAIN", "SCRAM-SHA-512"), limits=limits)
     return ProxyProcess(config, workdir, name=name).start(timeout=60)
 
 

@@ -17,13 +17,12 @@ from typing import Any
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from benchmarks import fuzz_session
-from proxy.auth.credentials import make_entry
 from proxy.core.apiversions import tenant_versions
 from proxy.process import ProxyProcess
 
 from .ports import free_port_block
 from .rawclient import RawClient
-from .tenants import tenancy_config
+from .tenants import sasl_tenants_config
 from .test_availability import USERS, login, p99, round_trips
 from .test_tenancy_sasl import consume, ensure_topic, produce
 
@@ -35,13 +34,7 @@ P99_FACTOR, P99_FLOOR = 10, 0.3
 
 
 def _proxy(kafka_cluster: Any, workdir: Path) -> ProxyProcess:
-    config = tenancy_config(
-        kafka_cluster,
-        free_port_block(),
-        [{"name": "team-a", "principals": ["User:alice"]}, {"name": "team-b", "principals": ["User:bob"]}],
-        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN"]},
-        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
-    )
+    config = sasl_tenants_config(kafka_cluster, free_port_block(), USERS)
     return ProxyProcess(config, workdir, name="hostile").start(timeout=60)
 
 

@@ -32,14 +32,13 @@ from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.list_transactions.v2.request import ListTransactionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess
 from proxy.protocol import codec
 
 from .hardening_attacks import coordinator, heartbeat, login
 from .ports import free_port_block
 from .rawclient import RawClient
-from .tenants import replayed, tenancy_config
+from .tenants import replayed, sasl_tenants_config
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,13 +49,8 @@ ATTACK = [sys.executable, "-m", "tests.integration.hardening_attacks"]
 
 @pytest.fixture(scope="module")
 def proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
-    config = tenancy_config(
-        kafka_cluster,
-        free_port_block(),
-        [{"name": "team-a", "principals": ["User:alice"]}, {"name": "team-b", "principals": ["User:bob"]}],
-        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN", "SCRAM-SHA-512"]},
-        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
-        tenancy={"auto_create_topics": True},
+    config = sasl_tenants_config(
+        kafka_cluster, free_port_block(), USERS, ("PLAIN", "SCRAM-SHA-512"), tenancy={"auto_create_topics": True}
     )
     process = ProxyProcess(config, tmp_path_factory.mktemp("hardening"), name="hardening").start(timeout=60)
     yield process
