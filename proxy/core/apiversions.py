@@ -104,14 +104,16 @@ class UpstreamVersions:
     def __init__(self, ttl: float, clock: Callable[[], float]):
         self.ttl = ttl
         self.clock = clock
-        self._answers: dict[int, tuple[float, Any]] = {}
+        self._answers: dict[int, tuple[float, Any, dict[Any, Any]]] = {}
 
-    def get(self, version: int) -> Any | None:
+    def get(self, version: int) -> tuple[Any, dict[Any, Any]] | None:
+        """The broker's response, and a dict where sessions keep what they built from it (so that a
+        stranger's ApiVersions costs a lookup, not an encode), until the entry expires."""
         entry = self._answers.get(version)
         if entry is None or self.clock() - entry[0] > self.ttl:
             return None
-        return entry[1]
+        return entry[1], entry[2]
 
     def put(self, version: int, response: Any) -> None:
         if int(response.error_code) == 0:
-            self._answers[version] = (self.clock(), response)
+            self._answers[version] = (self.clock(), response, {})

@@ -435,7 +435,12 @@ class ProxySession:
             # Before login the broker's answer comes from the cache: no broker connection for a stranger.
             cached = self.upstream_versions.get(version)
             if cached is not None:
-                return self._local(pending, self._api_versions_body(pending, cached))
+                response, built = cached
+                key = (id(self.supported), self.header_v3)  # what the answer depends on besides the broker's
+                if key not in built:
+                    built[key] = (self._api_versions_body(pending, response), self.versions, self._v3_keys)
+                body, self.versions, self._v3_keys = built[key]  # shared, never mutated
+                return self._local(pending, body)
         self.in_flight.append(pending)
         return RequestDecision(Action.FORWARD, pending)
 

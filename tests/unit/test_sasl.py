@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -296,3 +297,30 @@ def test_librdkafka_settings_mirror_the_upstream_config():
     assert librdkafka_settings(parse_config({"upstream": {"bootstrap_servers": ["k:1"]}}).upstream) == {
         "security.protocol": "PLAINTEXT"
     }
+
+
+def test_api_versions_before_login_comes_from_the_brokers_last_answer():
+    """No broker connection for a stranger: once a broker's ApiVersions answer is known, a client that
+    has not logged in is answered from it (the same bytes a forwarded request would get)."""
+    from proxy.core.apiversions import UpstreamVersions, with_table
+
+    from .wire import response_frame
+
+    now = [0.0]
+    cache = UpstreamVersions(ttl=30, clock=lambda: now[0])
+    request = request_type(18, 3)(client_software_name="t", client_software_version="1")
+    broker = with_table(
+        response_type(18, 3)(error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0)),
+        {3: (0, 12), 17: (0, 1), 18: (0, 4), 36: (0, 2)},
+    )
+    first = ProxySession(ListenerLayout("127.0.0.1", 9192, 9193), SaslServer(STORE), upstream_versions=cache)
+    decision = first.on_request(memoryview(request_frame(18, 3, 1, request)))
+    assert decision.action is Action.FORWARD  # nothing known yet: the broker answers
+    forwarded = first.on_response(memoryview(bytearray(response_frame(18, 3, 1, broker))))
+    second = ProxySession(ListenerLayout("127.0.0.1", 9192, 9193), SaslServer(STORE), upstream_versions=cache)
+    decision = second.on_request(memoryview(request_frame(18, 3, 1, request)))
+    assert decision.action is Action.LOCAL
+    assert second.next_local_reply().reply == b"".join(map(bytes, forwarded.pieces))
+    now[0] = 31  # expired: the next stranger's request refreshes it from the broker
+    third = ProxySession(ListenerLayout("127.0.0.1", 9192, 9193), SaslServer(STORE), upstream_versions=cache)
+    assert third.on_request(memoryview(request_frame(18, 3, 1, request))).action is Action.FORWARD
