@@ -84,6 +84,14 @@ def kafka_mode() -> str:
     return mode
 
 
+def kafka_base_port(brokers: int, sasl: bool) -> int:
+    """``VCPROXY_KAFKA_BASE_PORT`` if set, else a base whose every port is free now (two suites can share a machine)."""
+    from tests.integration.ports import free_kafka_base_port
+
+    fixed = os.environ.get("VCPROXY_KAFKA_BASE_PORT")
+    return int(fixed) if fixed else free_kafka_base_port(brokers, sasl)
+
+
 def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     env_dir = os.environ.get("VCPROXY_KAFKA_DIR")
     cluster_dir = Path(env_dir) if env_dir else tmp_path_factory.mktemp("kafka")
@@ -92,7 +100,7 @@ def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         brokers=3,
         racks=["r1", "r2", "r3"],
         version=os.environ.get("VCPROXY_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
-        base_port=int(os.environ.get("VCPROXY_KAFKA_BASE_PORT", "19092")),
+        base_port=kafka_base_port(brokers=3, sasl=True),
         sasl=True,
         timeout=240,  # slow CI machines; a healthy start takes ~25 s on 2 cores
     )

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from proxy.process import ProxyProcess, proxy_config
 
-PROXY_PORT = int(os.environ.get("VCPROXY_TEST_PROXY_PORT", "29192"))
+from .ports import free_port_block
 
 
 @pytest.fixture(scope="session")
 def proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("proxy")
-    process = ProxyProcess(proxy_config(kafka_cluster.bootstrap, PROXY_PORT), workdir)
+    process = ProxyProcess(proxy_config(kafka_cluster.bootstrap, free_port_block()), workdir)
     process.start()
     yield process
     process.stop()

@@ -1,7 +1,7 @@
 """Authentication at the proxy (SASL, TLS, mTLS) and the proxy's own upstream login, with real clients
 through real `vcproxy serve` processes in front of the session's Kafka cluster.
 
-Each proxy here owns a block of 10 ports from 29500: bootstrap P, broker N on P + 1 + N.
+Each proxy here owns a free block of 10 ports chosen at run time: bootstrap P, broker N on P + 1 + N.
 """
 
 from __future__ import annotations
@@ -21,14 +21,8 @@ from proxy.auth.credentials import make_entry
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 
-PORTS = {
-    "sasl": 29500,
-    "mtls": 29510,
-    "sasl-ssl": 29520,
-    "upstream-scram": 29530,
-    "upstream-plain": 29540,
-    "chain": 29550,
-}
+from .ports import free_port_block
+
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 PASSWORDS = [*USERS.values(), "vcproxy-secret", "wrong-password"]
 MESSAGES = 200
@@ -75,7 +69,7 @@ def proxies(kafka_cluster, workdir, certs, credentials) -> Iterator[dict[str, Pr
     started: dict[str, ProxyProcess] = {}
 
     def config(name: str, bootstrap: str, listeners: dict[str, Any] | None = None, **sections: Any) -> dict:
-        out = proxy_config(bootstrap, PORTS[name], **sections)
+        out = proxy_config(bootstrap, free_port_block(), **sections)
         out["listeners"].update(listeners or {})
         return out
 
@@ -317,7 +311,10 @@ def test_upstream_sasl_login_with_plaintext_clients(proxies, kafka_cluster, name
     admin = AdminClient({"bootstrap.servers": bootstrap})
     metadata = admin.list_topics(timeout=20)
     assert sorted(metadata.brokers) == sorted(b.node_id for b in kafka_cluster.brokers)
-    assert all(b.host == "127.0.0.1" and b.port == PORTS[name] + 1 + b.id for b in metadata.brokers.values())
+    assert all(
+        b.host == "127.0.0.1" and b.port == proxy.config["listeners"]["bootstrap_port"] + 1 + b.id
+        for b in metadata.brokers.values()
+    )
     _roundtrip(bootstrap, {})
     _no_passwords(proxy)
 
@@ -377,7 +374,7 @@ def test_wire_rules_before_login(proxies):
 def test_wrong_upstream_password_keeps_the_proxy_unready(kafka_cluster, workdir):
     config = proxy_config(
         kafka_cluster.sasl_bootstrap,
-        PORTS["upstream-scram"] + 5,  # inside that proxy's block, above its broker ports
+        free_port_block(),
         upstream={
             "security_protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": "SCRAM-SHA-512",

@@ -30,10 +30,10 @@ from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.framing import frame
 from proxy.protocol.headers import encode_request_header, response_body_offset
 
+from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import tenancy_config
 
-PORT = 31400
 VC_CLIENT = "kip-app"
 APP = uuid.UUID("5b0f3c2e-7d1a-4e55-9a3b-1c2d3e4f5a6b")
 OTHER = uuid.UUID("a1a1a1a1-b2b2-4c3c-8d4d-e5e5e5e5e5e5")
@@ -49,7 +49,7 @@ def workdir(tmp_path_factory) -> Path:
 def kip_proxy(kafka_cluster, workdir) -> Iterator[ProxyProcess]:
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         [{"name": "kip", "client_ids": [VC_CLIENT]}],
         listeners={"request_header_v3": True},
         tracing={"enabled": True, "jsonl_dir": str(workdir / "traces")},

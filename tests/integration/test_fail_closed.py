@@ -33,9 +33,9 @@ from proxy.rules import api_rules
 from proxy.tenancy.engine import tenant_rules
 from tests.integration.rawclient import RawClient
 
+from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 
-PORT = 29960
 CLIENT_ID = "team-a-app"
 API_VERSIONS = 18
 HIGHEST_KEY = 94
@@ -49,7 +49,7 @@ def vc_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("fail-closed")
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         by_client_id(("team-a", "team-b")),
     )
     process = ProxyProcess(config, workdir, name="fail-closed").start(timeout=60)

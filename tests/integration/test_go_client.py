@@ -19,10 +19,10 @@ import pytest
 from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess
 
+from .ports import free_port_block
 from .tenants import tenancy_config
 
 SOURCE = Path(__file__).parent / "go"
-PORT = 31600
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 TENANTS = {"alice": "team-a", "bob": "team-b"}
 COUNT = 200
@@ -46,7 +46,7 @@ def go_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("go-proxy")
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         [{"name": vc, "principals": [f"User:{user}"]} for user, vc in TENANTS.items()],
         # KIP-1313 on (off by default): the versions it adds must not trip a client that knows newer Kafka.
         listeners={"security_protocol": "SASL_PLAINTEXT", "request_header_v3": True},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
@@ -17,6 +16,8 @@ from proxy.kafka import cli
 from proxy.kafka import cluster as cluster_mod
 from proxy.kafka.cluster import load_cluster, start_cluster, stop_cluster
 from proxy.kafka.tools import run_tool
+
+from .ports import free_kafka_base_port
 
 
 def _live_brokers(bootstrap: str) -> dict[int, str | None]:
@@ -149,7 +150,7 @@ def _java_processes_mentioning(path: Path) -> list[int]:
 
 
 def test_stop_cluster_leaves_no_process(tmp_path, monkeypatch):
-    base_port = int(os.environ.get("VCPROXY_KAFKA_BASE_PORT", "19092")) + 100
+    base_port = free_kafka_base_port(brokers=1)
     # Exercise the launcher's no-confluent-kafka path too: readiness through Kafka's own Java tools.
     monkeypatch.setattr(cluster_mod, "_confluent_admin", lambda: None)
     info = start_cluster(tmp_path / "solo", brokers=1, base_port=base_port, timeout=180)

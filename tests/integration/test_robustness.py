@@ -12,6 +12,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from proxy.process import ProxyProcess, proxy_config
 
+from .ports import free_port_block
 from .rawclient import RawClient
 
 METADATA = MetadataRequest(topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
@@ -72,8 +73,8 @@ def test_malformed_and_oversized_frames_close_only_that_connection(proxy_bootstr
 
 
 def test_sigterm_drains_and_exits_cleanly(kafka_cluster, tmp_path):
-    process = ProxyProcess(proxy_config(kafka_cluster.bootstrap, 29292), tmp_path, name="drain")
-    process.start()
+    process = ProxyProcess(proxy_config(kafka_cluster.bootstrap, free_port_block()), tmp_path, name="drain")
+    process.start(timeout=90)
     try:
         acked = []
         producer = Producer(
@@ -96,8 +97,9 @@ def test_a_broker_that_appears_later_gets_its_port_without_config_change(kafka_c
     node = max(b.node_id for b in kafka_cluster.brokers)
     kafka_cluster.stop_broker(node)
     restarted = False
+    port = free_port_block()
     process = ProxyProcess(
-        proxy_config(kafka_cluster.bootstrap, 29392, upstream={"metadata_refresh_seconds": 1}),
+        proxy_config(kafka_cluster.bootstrap, port, upstream={"metadata_refresh_seconds": 1}),
         tmp_path,
         name="discovery",
     )
@@ -115,8 +117,8 @@ def test_a_broker_that_appears_later_gets_its_port_without_config_change(kafka_c
         while f"(broker {node})" not in process.log_path.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
         metadata = AdminClient({"bootstrap.servers": process.bootstrap}).list_topics(timeout=10)
-        assert metadata.brokers[node].port == 29393 + node
-        with RawClient(f"127.0.0.1:{29393 + node}") as raw:  # the new listener really proxies to that broker
+        assert metadata.brokers[node].port == port + 1 + node
+        with RawClient(f"127.0.0.1:{port + 1 + node}") as raw:  # the new listener really proxies to that broker
             _, body = raw.request(3, 12, 1, METADATA)
             assert node in {int(b.node_id) for b in body.brokers}
     finally:

@@ -29,6 +29,8 @@ from proxy.tenancy.model import (
     vc_record,
 )
 
+from .ports import free_port_block
+
 PROPAGATION_LIMIT = 1.0  # seconds: the "see each other's changes within a second"
 
 
@@ -339,8 +341,8 @@ def test_two_proxy_processes_replay_seed_and_follow_the_state_topic(kafka_cluste
         "virtual_clusters": [{"name": "seeded", "principals": ["User:seed"], "client_ids": ["seed-app"]}],
     }
     procs = [
-        ProxyProcess(proxy_config(kafka_cluster.bootstrap, port, tenancy=tenancy), tmp_path, name=f"proxy-{port}")
-        for port in (29600, 29610)
+        ProxyProcess(proxy_config(kafka_cluster.bootstrap, free_port_block(), tenancy=tenancy), tmp_path, name=name)
+        for name in ("proxy-1", "proxy-2")
     ]
     try:
         for proc in procs:

@@ -30,10 +30,10 @@ from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
 from proxy.tenancy.model import TenancyImage, derived_topic_for
 
+from .ports import free_port_block
 from .tenants import replayed, tenancy_config
 from .test_tenancy import create, produce
 
-PORT = 29800
 TENANTS = ("team-a", "team-b")
 APP_ID = "wordcount"
 INPUT, OUTPUT = "text-input", "word-counts"
@@ -66,7 +66,7 @@ def streams_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("streams-proxy")
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         [{"name": t, "client_ids": client_ids(t)} for t in TENANTS],
         listeners={"refuse_unbound_principals": True},
         debug={"tap_dir": str(workdir / "tap")},

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,11 +26,10 @@ from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type
 
+from .ports import free_kafka_base_port, free_port_block
 from .rawclient import RawClient
 
 SINK = Path(__file__).parent / "telemetry" / "TelemetrySink.java"
-BASE_PORT = int(os.environ.get("VCPROXY_KAFKA_BASE_PORT", "19092")) + 200
-PROXY_PORT = 31500
 PUSH = re.compile(r"vcproxy-telemetry-sink push from (\S+)")
 
 
@@ -45,7 +43,7 @@ def telemetry_cluster(tmp_path_factory) -> Iterator[ClusterInfo]:
     info = start_cluster(
         tmp_path_factory.mktemp("telemetry-kafka"),
         brokers=1,
-        base_port=BASE_PORT,
+        base_port=free_kafka_base_port(brokers=1),
         extra_classpath=[classes],
         extra_properties={"metric.reporters": "TelemetrySink"},
         timeout=180,
@@ -76,7 +74,7 @@ def telemetry_cluster(tmp_path_factory) -> Iterator[ClusterInfo]:
 def traced_proxy(telemetry_cluster, tmp_path_factory) -> Iterator[tuple[ProxyProcess, Path]]:
     workdir = tmp_path_factory.mktemp("telemetry-proxy")
     config = proxy_config(
-        telemetry_cluster.bootstrap, PROXY_PORT, tracing={"enabled": True, "jsonl_dir": str(workdir / "traces")}
+        telemetry_cluster.bootstrap, free_port_block(), tracing={"enabled": True, "jsonl_dir": str(workdir / "traces")}
     )
     process = ProxyProcess(config, workdir, name="telemetry").start(timeout=60)
     yield process, workdir / "traces"

@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.process import ProxyProcess
 
+from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 
-PORT = 29700
 TENANTS = ("team-a", "team-b")
 
 
@@ -27,7 +27,7 @@ def tenant_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("tenancy")
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         by_client_id(TENANTS, "app", "admin"),
         debug={"tap_dir": str(workdir / "tap")},
     )
@@ -109,7 +109,8 @@ def test_describe_cluster_is_the_vcs_view(kafka_cluster, tenant_proxy):
         described = admin.describe_cluster(include_authorized_operations=True, request_timeout=20).result()
         assert described.cluster_id != kafka_cluster.cluster_id and len(described.cluster_id) == 22
         assert {n.rack for n in described.nodes} == {b.rack for b in kafka_cluster.brokers}
-        assert all(n.host == "127.0.0.1" and n.port > PORT for n in described.nodes)
+        bootstrap_port = tenant_proxy.config["listeners"]["bootstrap_port"]
+        assert all(n.host == "127.0.0.1" and n.port > bootstrap_port for n in described.nodes)
 
 
 def test_transactional_ids_are_per_vc(tenant_proxy):

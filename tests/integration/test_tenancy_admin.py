@@ -29,9 +29,9 @@ from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
 
+from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 
-PORT = 29900
 TENANTS = ("team-a", "team-b")
 GROUP_CONFIG, TOPIC_CONFIG = 32, 2
 UNKNOWN_TOPIC_ID = int(ErrorCode.unknown_topic_id)
@@ -43,7 +43,7 @@ def admin_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     workdir = tmp_path_factory.mktemp("tenancy-admin")
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         by_client_id(TENANTS),
     )
     for tenant in TENANTS:  # --command-config files for the Java tools

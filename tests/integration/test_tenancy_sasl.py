@@ -3,7 +3,7 @@ group and transactional names, used at the same time through one real proxy, by 
 by Kafka's own Java tools; plus an unbound principal (admin) that sees the physical cluster, and a
 proxy that refuses unbound principals.
 
-Ports: the tenancy proxy on 29750 (brokers 29751 + node id), the refusing one on 29760.
+Ports: free blocks chosen at run time (tests/integration/ports.py).
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 from proxy.tenancy.model import TenancyImage, VirtualCluster
 
+from .ports import free_port_block
 from .tenants import replayed
 
-PORT = 29750
-REFUSING_PORT = 29760
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
 TENANTS = {"alice": "team-a", "bob": "team-b"}  # admin is bound to no virtual cluster
 PHYSICAL_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.")
@@ -70,7 +69,7 @@ def _tenancy_proxy(kafka_cluster, workdir: Path, name: str, port: int, state_top
 
 @pytest.fixture(scope="module")
 def proxy(kafka_cluster, workdir, state_topic) -> Iterator[ProxyProcess]:
-    process = _tenancy_proxy(kafka_cluster, workdir, "tenancy-sasl", PORT, state_topic, refuse=False)
+    process = _tenancy_proxy(kafka_cluster, workdir, "tenancy-sasl", free_port_block(), state_topic, refuse=False)
     yield process
     process.stop()
 
@@ -78,7 +77,9 @@ def proxy(kafka_cluster, workdir, state_topic) -> Iterator[ProxyProcess]:
 @pytest.fixture(scope="module")
 def refusing_proxy(kafka_cluster, workdir, state_topic, proxy) -> Iterator[ProxyProcess]:
     """A second replica on the same state topic (same VCs) whose listener refuses unbound principals."""
-    process = _tenancy_proxy(kafka_cluster, workdir, "tenancy-sasl-refusing", REFUSING_PORT, state_topic, refuse=True)
+    process = _tenancy_proxy(
+        kafka_cluster, workdir, "tenancy-sasl-refusing", free_port_block(), state_topic, refuse=True
+    )
     yield process
     process.stop()
 

@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.process import ProxyProcess
 
+from .ports import free_port_block
 from .tenants import by_client_id, tenancy_config
 
-PORT = 29880
 SIZE = 1000
 PRODUCED = {"team-a": 40, "team-b": 25}
 BATCH_OVERHEAD = 200  # record batch header + record framing per single-record Produce, generously
@@ -31,7 +31,7 @@ def test_spark_aggregates_match_the_workload(kafka_cluster, tmp_path):
     traces = tmp_path / "traces"
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         by_client_id(PRODUCED),
         tracing={"enabled": True, "sample_ratio": 1.0, "jsonl_dir": str(traces)},
     )
