@@ -7,12 +7,11 @@
   authenticate spans for a good and a bad login, and protobuf POSTs on /v1/traces;
 * a proxy whose upstream does not answer: /healthz 200, /readyz 503 with the reason.
 
-Ports 29970-29990 (29960-29969 are test_fail_closed.py's).
+Ports are free ones chosen at run time (tests/integration/ports.py).
 """
 
 from __future__ import annotations
 
-import gc
 import http.server
 import json
 import re
@@ -37,12 +36,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess, proxy_config
+from proxy.protocol.apis import request_type
 
+from .ports import free_port, free_port_block
+from .rawclient import RawClient
 from .tenants import by_client_id, tenancy_config
 
-PORT, METRICS_PORT = 29970, 29975  # brokers on 29971 + node id
-SASL_PORT, SASL_METRICS_PORT, COLLECTOR_PORT = 29976, 29981, 29982  # brokers on 29977 + node id
-DOWN_PORT, DOWN_METRICS_PORT, NOTHING_LISTENS = 29983, 29984, 29985
 TENANTS = ("team-a", "team-b")
 MESSAGES, VALUE_BYTES = 200, 100
 TOPIC = "obs"
@@ -74,6 +73,23 @@ def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 def total(samples: dict, name: str, **labels: str) -> float:
     want = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+def metrics_port(process: ProxyProcess) -> int:
+    return process.config["metrics"]["port"]
+
+
+def scrape_when_open_connections(process: ProxyProcess, count: int, timeout: float = 60) -> dict:
+    """The metrics once the proxy has exactly `count` client connections open. A connection's requests
+    before its VC is bound (ApiVersions) are counted only when it binds or closes: a metrics read
+    before the proxy has seen a client's close may miss them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(metrics_port(process))
+        if total(samples, "vcproxy_connections") == count:
+            return samples
+        assert time.monotonic() < deadline, f"{total(samples, 'vcproxy_connections')} connections open, not {count}"
+        time.sleep(0.1)
 
 
 def attributes(span: dict[str, Any]) -> dict[str, Any]:
@@ -147,10 +163,10 @@ def workdir(tmp_path_factory) -> Path:
 def tenant_proxy(kafka_cluster, workdir) -> Iterator[ProxyProcess]:
     config = tenancy_config(
         kafka_cluster,
-        PORT,
+        free_port_block(),
         by_client_id(TENANTS, "app", "admin"),
         tracing={"enabled": True, "jsonl_dir": str(workdir / "traces"), "jsonl_max_bytes": 200_000, "jsonl_keep": 1000},
-        metrics={"enabled": True, "port": METRICS_PORT},
+        metrics={"enabled": True, "port": free_port()},
     )
     process = ProxyProcess(config, workdir, name="observability").start(timeout=90)
     yield process
@@ -175,19 +191,18 @@ def workload(tenant_proxy) -> dict[str, Any]:
         missing.produce("no-such-topic", b"lost", on_delivery=lambda e, m, out=failures: out.append(e))
         missing.flush(15)
         assert failures and failures[0] is not None  # never delivered: the topic does not exist in the VC
-        del missing
-    gc.collect()  # librdkafka handles close their connections
-    time.sleep(1)
-    return {"cluster_ids": cluster_ids, "metrics": scrape(METRICS_PORT)}
+        del missing  # librdkafka's handles close their connections when destroyed
+    return {"cluster_ids": cluster_ids, "metrics": scrape_when_open_connections(tenant_proxy, 0)}
 
 
 def test_health_endpoints_of_a_ready_proxy(tenant_proxy):
-    assert get(METRICS_PORT, "/healthz")[0] == 200
-    status, _, body = get(METRICS_PORT, "/readyz")
+    port = metrics_port(tenant_proxy)
+    assert get(port, "/healthz")[0] == 200
+    status, _, body = get(port, "/readyz")
     assert (status, body.strip()) == (200, "ready")
-    assert get(METRICS_PORT, "/nothing")[0] == 404
-    assert total(scrape(METRICS_PORT), "vcproxy_ready") == 1
-    assert total(scrape(METRICS_PORT), "vcproxy_upstream_connected", node_id="-1") == 1
+    assert get(port, "/nothing")[0] == 404
+    assert total(scrape(port), "vcproxy_ready") == 1
+    assert total(scrape(port), "vcproxy_upstream_connected", node_id="-1") == 1
 
 
 def test_metrics_count_the_workload_per_virtual_cluster(workload):
@@ -208,16 +223,25 @@ def test_metrics_count_the_workload_per_virtual_cluster(workload):
 
 @pytest.fixture(scope="module")
 def spans_after_sigterm(tenant_proxy, workload, workdir) -> dict[str, Any]:
-    """A client still connected and just served when SIGTERM comes: its last spans and its connection
-    span end after the signal, so they reach the files only if the proxy flushes on its way out."""
-    app = {"bootstrap.servers": tenant_proxy.bootstrap, "client.id": "team-a-app"}
-    lingering = Producer({**app, "acks": "all"})
-    for i in range(5):
-        lingering.produce(TOPIC, b"last words %d" % i)
-    assert lingering.flush(30) == 0
-    metrics = scrape(METRICS_PORT)
-    assert tenant_proxy.stop() == 0  # SIGTERM: drain, then flush the exporters
-    del lingering
+    """A client still connected and just served when SIGTERM comes: its connection span ends after the
+    signal, so it reaches the files only if the proxy flushes on its way out.
+
+    The client is a raw one that sends nothing unasked (a librdkafka client may reconnect between the
+    metrics read and the signal, and that request would be traced but not counted)."""
+    lingering = RawClient(tenant_proxy.bootstrap, timeout=60)
+    try:
+        hello = request_type(18, 3)(client_software_name="raw", client_software_version="1")
+        lingering.send_raw(RawClient.encode(18, 3, 1, hello, client_id="team-a-app"))
+        assert lingering.decode(18, 3, lingering.read_frame())[1].api_keys
+        metadata = request_type(3, 12)(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        lingering.send_raw(RawClient.encode(3, 12, 2, metadata, client_id="team-a-app"))  # binds team-a
+        assert lingering.decode(3, 12, lingering.read_frame())[1].brokers
+        metrics = scrape_when_open_connections(tenant_proxy, 1)  # the workload's connections are all closed
+        assert tenant_proxy.stop(timeout=60) == 0  # SIGTERM: drain, then flush the exporters
+    finally:
+        lingering.close()
     spans, resources = read_spans(workdir / "traces")
     return {"spans": spans, "resources": resources, "metrics": metrics}
 
@@ -320,7 +344,7 @@ class _CollectorHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def collector() -> Iterator[Collector]:
-    server = Collector(COLLECTOR_PORT)
+    server = Collector(free_port())
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -331,10 +355,10 @@ def collector() -> Iterator[Collector]:
 def test_sasl_logins_give_authenticate_spans_exported_over_otlp_http(kafka_cluster, workdir, collector):
     config = proxy_config(
         kafka_cluster.bootstrap,
-        SASL_PORT,
+        free_port_block(),
         credentials={"users": {"alice": make_entry("alice-secret", 4096)}},
-        tracing={"enabled": True, "otlp_endpoint": f"http://127.0.0.1:{COLLECTOR_PORT}"},
-        metrics={"enabled": True, "port": SASL_METRICS_PORT},
+        tracing={"enabled": True, "otlp_endpoint": f"http://127.0.0.1:{collector.server_address[1]}"},
+        metrics={"enabled": True, "port": free_port()},
     )
     config["listeners"]["security_protocol"] = "SASL_PLAINTEXT"
     process = ProxyProcess(config, workdir, name="sasl-otlp").start(timeout=60)
@@ -352,11 +376,14 @@ def test_sasl_logins_give_authenticate_spans_exported_over_otlp_http(kafka_clust
         with pytest.raises(KafkaException):
             refused.list_topics(timeout=5)
         del refused
-        samples = scrape(SASL_METRICS_PORT)
+        deadline = time.monotonic() + 60  # the client may give up before the proxy has counted the failure
+        while total(samples := scrape(metrics_port(process)), "vcproxy_auth_failures_total") < 1:
+            assert time.monotonic() < deadline, "no authentication failure counted"
+            time.sleep(0.1)
         assert total(samples, "vcproxy_auth_failures_total", mechanism="SCRAM-SHA-256") >= 1
         assert total(samples, "vcproxy_requests_total", api="Produce", vc="kafka-cluster") >= 1
     finally:
-        assert process.stop() == 0
+        assert process.stop(timeout=60) == 0
 
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -393,9 +420,10 @@ def test_sasl_logins_give_authenticate_spans_exported_over_otlp_http(kafka_clust
 
 
 def test_readyz_is_503_with_the_reason_while_the_upstream_is_unreachable(workdir):
+    down_metrics_port = free_port()
     config = proxy_config(
-        f"127.0.0.1:{NOTHING_LISTENS}", DOWN_PORT, metrics={"enabled": True, "port": DOWN_METRICS_PORT}
-    )
+        f"127.0.0.1:{free_port()}", free_port_block(), metrics={"enabled": True, "port": down_metrics_port}
+    )  # nothing listens on the upstream port
     config["upstream"]["connect_timeout_seconds"] = 1
     path = workdir / "down.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -407,7 +435,7 @@ def test_readyz_is_503_with_the_reason_while_the_upstream_is_unreachable(workdir
         deadline = time.monotonic() + 30
         while True:
             try:
-                if get(DOWN_METRICS_PORT, "/healthz")[0] == 200:
+                if get(down_metrics_port, "/healthz")[0] == 200:
                     break
             except OSError:
                 pass
@@ -415,13 +443,13 @@ def test_readyz_is_503_with_the_reason_while_the_upstream_is_unreachable(workdir
             time.sleep(0.2)
         deadline = time.monotonic() + 15
         while True:  # the reason names the failure once a discovery attempt has failed
-            status, _, reason = get(DOWN_METRICS_PORT, "/readyz")
+            status, _, reason = get(down_metrics_port, "/readyz")
             assert status == 503, reason
             if "upstream not reachable yet" in reason:
                 break
             assert time.monotonic() < deadline, reason
             time.sleep(0.2)
-        samples = scrape(DOWN_METRICS_PORT)
+        samples = scrape(down_metrics_port)
         assert total(samples, "vcproxy_ready") == 0
         assert total(samples, "vcproxy_upstream_connected", node_id="-1") == 0
     finally:
