@@ -133,7 +133,7 @@ def go(*attackers: subprocess.Popen[str]) -> None:
         process.stdin.flush()
 
 
-def result(process: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
+def result(process: subprocess.Popen[str], timeout: float = 600) -> dict[str, Any]:
     out, _ = process.communicate(timeout=timeout)
     assert process.returncode == 0, out
     return json.loads(out.strip().splitlines()[-1])
@@ -189,12 +189,12 @@ def test_idle_strangers_cost_little_hold_no_broker_connection_and_are_closed_at_
         baseline = round_trips(alice, 100)
         upstream_before = upstream_connections(proxy.pid, kafka_cluster)
         rss_before = rss(proxy.pid)
-        holder = attack("hold", proxy.bootstrap, "--source", "127.0.0.2", "--count", "500", "--seconds", "30")
+        holder = attack("hold", proxy.bootstrap, "--source", "127.0.0.2", "--count", "500", "--seconds", "120")
         go(holder)
         assert holder.stdout is not None
         opened = json.loads(holder.stdout.readline())["opened"]
         assert opened == 500
-        wait_for(lambda: len(tcp_peers(proxy.pid)) >= 500, 20, "the proxy to accept 500 connections")
+        wait_for(lambda: len(tcp_peers(proxy.pid)) >= 500, 120, "the proxy to accept 500 connections")
         grown = rss(proxy.pid) - rss_before
         during = round_trips(alice, 100)
         with RawClient(proxy.bootstrap, source="127.0.0.3") as stranger:  # answered from alice's ApiVersions
@@ -218,8 +218,9 @@ def test_large_frames_before_login_close_at_their_size_header(make_proxy):
     peers = [RawClient(proxy.bootstrap, source=f"127.0.0.{3 + i}") for i in range(4)]
     for peer in peers:
         peer.send_raw((96 * MIB).to_bytes(4, "big") + b"\0" * 65536)
-    assert all(peer.is_closed(timeout=10) for peer in peers)
+    assert all(peer.is_closed(timeout=60) for peer in peers)
     assert rss(proxy.pid) - rss_before < 20 * MIB
+    wait_for(lambda: proxy.log_path.read_text().count("exceeds the limit of 524288") >= 4, 60, "4 refusals logged")
     log = proxy.log_path.read_text()
     assert log.count("exceeds the limit of 524288") == 4 and "Traceback" not in log
 
@@ -229,7 +230,7 @@ def test_connections_are_limited_per_address_and_by_creation_rate(make_proxy):
     started = time.monotonic()
     held = [RawClient(proxy.bootstrap, source="127.0.0.5") for _ in range(20)]
     extra = [RawClient(proxy.bootstrap, source="127.0.0.5") for _ in range(40)]
-    assert all(client.is_closed(timeout=15) for client in extra), "connections beyond the per-address limit stay open"
+    assert all(client.is_closed(timeout=60) for client in extra), "connections beyond the per-address limit stay open"
     # 60 connections at 20 per second: the proxy accepted the last ones no sooner than 2 s after the first.
     assert time.monotonic() - started >= 1.5
     assert not any(client.is_closed(timeout=0.2) for client in held[:3])
@@ -237,17 +238,19 @@ def test_connections_are_limited_per_address_and_by_creation_rate(make_proxy):
         assert round_trips(alice, 3)
     for client in held:
         client.close()
-    assert "max_connections_per_ip" in proxy.log_path.read_text()
+    wait_for(lambda: "max_connections_per_ip" in proxy.log_path.read_text(), 60, "the per-address refusal logged")
 
 
 def test_an_idle_connection_is_closed_after_connections_max_idle_ms(make_proxy):
     proxy = make_proxy(connections_max_idle_ms=2000)
     with login(proxy.bootstrap) as alice:
+        started = time.monotonic()  # before the last activity: the idle time is counted from after it
         round_trips(alice, 1)
-        started = time.monotonic()
-        assert alice.is_closed(timeout=20)
+        assert alice.is_closed(timeout=60)
         assert time.monotonic() - started >= 1.5
-    assert "idle for 2 s (connections_max_idle_ms)" in proxy.log_path.read_text()
+    wait_for(
+        lambda: "idle for 2 s (connections_max_idle_ms)" in proxy.log_path.read_text(), 60, "the idle close logged"
+    )
 
 
 # -- class 5: one connection's pipeline -----------------------------------------------------------
