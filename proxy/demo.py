@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .config import ProxyConfig
 
-DEMO_KAFKA_BASE_PORT = 39092
+DEMO_KAFKA_BASE_PORT = 29092  # below Linux's ephemeral range (32768-60999): no outgoing connection holds it
 
 
 def _plaintext_instructions(bootstrap: str) -> str:
