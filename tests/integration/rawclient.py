@@ -12,7 +12,7 @@ from proxy.protocol.headers import encode_request_header, response_body_offset
 
 
 class RawClient:
-    def __init__(self, bootstrap: str, timeout: float = 10, source: str | None = None):
+    def __init__(self, bootstrap: str, timeout: float = 60, source: str | None = None):
         """`source`: the local address to connect from (127.0.0.2 ... stand for other hosts on loopback)."""
         host, _, port = bootstrap.rpartition(":")
         self.sock = socket.create_connection(
@@ -52,7 +52,7 @@ class RawClient:
             n -= len(chunk)
         return b"".join(chunks)
 
-    def is_closed(self, timeout: float = 5) -> bool:
+    def is_closed(self, timeout: float = 30) -> bool:
         """True if the peer closes the connection (EOF or reset) within `timeout`."""
         self.sock.settimeout(timeout)
         try:

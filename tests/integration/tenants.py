@@ -3,8 +3,10 @@ the state topic replayed independently of the proxy (the oracle for what each VC
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from proxy.auth.credentials import make_entry
@@ -55,3 +57,14 @@ def sasl_tenants_config(
         credentials={"users": {user: make_entry(password, 4096) for user, password in users.items()}},
         **sections,
     )
+
+
+def tap_bytes(proxy: ProxyProcess, vc: str, timeout: float = 120) -> bytes:
+    """Every byte the proxy sent to `vc`'s connections, read once none is open any more: a connection's
+    tap file is written out and named after its VC only when the proxy has seen it close."""
+    tap = Path(proxy.config["debug"]["tap_dir"])
+    deadline = time.monotonic() + timeout
+    while open_ := list(tap.glob("*.open")):
+        assert time.monotonic() < deadline, f"connections still open at the proxy: {[p.name for p in open_]}"
+        time.sleep(0.1)
+    return b"".join(p.read_bytes() for p in sorted(tap.glob(f"*.{vc}.bin")))

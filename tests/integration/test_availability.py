@@ -37,7 +37,7 @@ MIB = 1024 * 1024
 
 def _proxy(kafka_cluster: Any, workdir: Path, name: str, **limits: Any) -> ProxyProcess:
     config = sasl_tenants_config(kafka_cluster, free_port_block(), USERS, ("PLAIN", "SCRAM-SHA-512"), limits=limits)
-    return ProxyProcess(config, workdir, name=name).start(timeout=60)
+    return ProxyProcess(config, workdir, name=name).start(timeout=120)
 
 
 @pytest.fixture

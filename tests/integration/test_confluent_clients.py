@@ -39,7 +39,7 @@ def test_admin_sees_only_proxy_endpoints_with_true_ids_racks_and_cluster_id(kafk
 def _create_topic(admin: AdminClient, name: str, partitions: int = 3, rf: int = 3, **config: str) -> None:
     futures = admin.create_topics([NewTopic(name, partitions, rf, config=config)], operation_timeout=30)
     futures[name].result(timeout=60)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait until every partition has a leader
         topic = admin.list_topics(name, timeout=10).topics[name]
         if (
@@ -93,7 +93,7 @@ def test_idempotent_producer_and_consumer_group_roundtrip(proxy_bootstrap):
     )
     consumer.subscribe([topic])
     seen: set[int] = set()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 180
     while len(seen) < MESSAGES and time.monotonic() < deadline:
         for msg in consumer.consume(500, timeout=1):
             if msg.error():
@@ -122,7 +122,7 @@ def test_acks_zero_produce_needs_no_response_and_keeps_the_connection_in_sync(pr
     )
     consumer.subscribe([topic])
     seen: set[int] = set()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while len(seen) < 2000 and time.monotonic() < deadline:
         for msg in consumer.consume(500, timeout=1):
             if not msg.error():

@@ -40,10 +40,10 @@ VC_TOPIC = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 def replicas(kafka_cluster, tmp_path_factory) -> Iterator[tuple[ProxyProcess, ProxyProcess]]:
     workdir = tmp_path_factory.mktemp("create-race")
     config = tenancy_config(kafka_cluster, free_port_block(), by_client_id(TENANTS))
-    first = ProxyProcess(config, workdir, name="race-1").start(timeout=60)
+    first = ProxyProcess(config, workdir, name="race-1").start(timeout=120)
     second_config = copy.deepcopy(config)
     second_config["listeners"]["bootstrap_port"] = free_port_block()
-    second = ProxyProcess(second_config, workdir, name="race-2").start(timeout=60)
+    second = ProxyProcess(second_config, workdir, name="race-2").start(timeout=120)
     yield first, second
     second.stop()
     first.stop()
@@ -79,7 +79,7 @@ def delete(proxy: ProxyProcess, name: str) -> None:
     admin.delete_topics([name], operation_timeout=30)[name].result(60)
 
 
-def wait_for(condition, what: str, timeout: float = 30) -> None:
+def wait_for(condition, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -52,7 +52,7 @@ def vc_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
         free_port_block(),
         by_client_id(("team-a", "team-b")),
     )
-    process = ProxyProcess(config, workdir, name="fail-closed").start(timeout=60)
+    process = ProxyProcess(config, workdir, name="fail-closed").start(timeout=120)
     yield process
     process.stop()
 
@@ -193,7 +193,7 @@ def physical_ask(address: str, key: int, version: int, **values: Any) -> Any:
     return response
 
 
-def metadata_barrier(address: str, timeout: float = 30) -> None:
+def metadata_barrier(address: str, timeout: float = 120) -> None:
     """Wait until the broker has applied every metadata change committed before this call.
 
     A marker quota is set and removed through the controller; the broker applies the metadata log

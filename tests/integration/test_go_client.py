@@ -52,7 +52,7 @@ def go_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
         listeners={"security_protocol": "SASL_PLAINTEXT", "request_header_v3": True},
         credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
     )
-    process = ProxyProcess(config, workdir, name="go").start(timeout=60)
+    process = ProxyProcess(config, workdir, name="go").start(timeout=120)
     yield process
     process.stop()
 

@@ -119,7 +119,7 @@ def read_spans(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 def create_topic(admin: AdminClient, name: str) -> None:
     admin.create_topics([NewTopic(name, 3, 3)], operation_timeout=30)[name].result(60)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         topic = admin.list_topics(name, timeout=10).topics.get(name)
         if topic is not None and topic.error is None and all(p.leader >= 0 for p in topic.partitions.values()):
@@ -361,7 +361,7 @@ def test_sasl_logins_give_authenticate_spans_exported_over_otlp_http(kafka_clust
         metrics={"enabled": True, "port": free_port()},
     )
     config["listeners"]["security_protocol"] = "SASL_PLAINTEXT"
-    process = ProxyProcess(config, workdir, name="sasl-otlp").start(timeout=60)
+    process = ProxyProcess(config, workdir, name="sasl-otlp").start(timeout=120)
     try:
         login = {
             "bootstrap.servers": process.bootstrap,
@@ -432,7 +432,7 @@ def test_readyz_is_503_with_the_reason_while_the_upstream_is_unreachable(workdir
         [sys.executable, "-m", "proxy", "serve", "--config", str(path)], stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while True:
             try:
                 if get(down_metrics_port, "/healthz")[0] == 200:
@@ -441,7 +441,7 @@ def test_readyz_is_503_with_the_reason_while_the_upstream_is_unreachable(workdir
                 pass
             assert time.monotonic() < deadline and proc.poll() is None, (workdir / "down.log").read_text()
             time.sleep(0.2)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 120
         while True:  # the reason names the failure once a discovery attempt has failed
             status, _, reason = get(down_metrics_port, "/readyz")
             assert status == 503, reason

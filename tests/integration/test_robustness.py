@@ -73,7 +73,9 @@ def test_malformed_and_oversized_frames_close_only_that_connection(proxy_bootstr
 
 
 def test_sigterm_drains_and_exits_cleanly(kafka_cluster, tmp_path):
-    process = ProxyProcess(proxy_config(kafka_cluster.bootstrap, free_port_block()), tmp_path, name="drain")
+    # A drain timeout far above the bound below: idle connections must be closed at once, not waited for.
+    config = proxy_config(kafka_cluster.bootstrap, free_port_block(), limits={"drain_timeout_seconds": 120})
+    process = ProxyProcess(config, tmp_path, name="drain")
     process.start(timeout=90)
     try:
         acked = []
@@ -85,8 +87,8 @@ def test_sigterm_drains_and_exits_cleanly(kafka_cluster, tmp_path):
         assert producer.flush(30) == 0 and all(acked) and len(acked) == 200
         start = time.monotonic()
         process.proc.send_signal(signal.SIGTERM)
-        assert process.proc.wait(20) == 0
-        assert time.monotonic() - start < 15
+        assert process.proc.wait(180) == 0
+        assert time.monotonic() - start < 60
         log = process.log_path.read_text()
         assert "received SIGTERM" in log and "draining" in log
     finally:
@@ -104,17 +106,18 @@ def test_a_broker_that_appears_later_gets_its_port_without_config_change(kafka_c
         name="discovery",
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # wait until the controller has fenced the stopped broker
-            if node not in AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=10).brokers:
-                break
+        direct = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        deadline = time.monotonic() + 120
+        while node in direct.list_topics(timeout=10).brokers:  # until the controller has fenced the stopped broker
+            assert time.monotonic() < deadline, f"broker {node} was never fenced"
             time.sleep(0.5)
-        process.start()
+        process.start(timeout=120)
         assert f"(broker {node})" not in process.log_path.read_text()
         kafka_cluster.start_broker(node)
         restarted = True
-        deadline = time.monotonic() + 30
-        while f"(broker {node})" not in process.log_path.read_text() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while f"(broker {node})" not in process.log_path.read_text():
+            assert time.monotonic() < deadline, f"broker {node} never got a listener:\n{process.log_tail()}"
             time.sleep(0.2)
         metadata = AdminClient({"bootstrap.servers": process.bootstrap}).list_topics(timeout=10)
         assert metadata.brokers[node].port == port + 1 + node

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode
 
-from proxy.process import ProxyProcess
+from proxy.process import READY_LINE, ProxyProcess
 from proxy.protocol.apis import request_type
 from proxy.state.backup import image_records
 from proxy.state.store import StateStore, encode_value
@@ -45,11 +45,11 @@ DENIED = KafkaError.TOPIC_AUTHORIZATION_FAILED
 def proxies(kafka_cluster, tmp_path_factory) -> Iterator[tuple[ProxyProcess, ProxyProcess]]:
     workdir = tmp_path_factory.mktemp("state-guard")
     config = tenancy_config(kafka_cluster, free_port_block(), by_client_id(TENANTS))
-    plain = ProxyProcess(config, workdir, name="plain").start(timeout=60)
+    plain = ProxyProcess(config, workdir, name="plain").start(timeout=120)
     operator_config = copy.deepcopy(config)
     operator_config["listeners"]["bootstrap_port"] = free_port_block()
     operator_config["tenancy"]["state_topic_readers"] = ["User:ANONYMOUS"]
-    operator = ProxyProcess(operator_config, workdir, name="operator").start(timeout=60)
+    operator = ProxyProcess(operator_config, workdir, name="operator").start(timeout=120)
     admin = AdminClient({"bootstrap.servers": plain.bootstrap, "client.id": "team-a-app"})
     admin.create_topics([NewTopic("orders", 1, 3)])["orders"].result(60)
     yield plain, operator
@@ -135,7 +135,7 @@ def consume_all(proxy: ProxyProcess, topic: str) -> tuple[list[bytes], KafkaErro
     consumer.assign([TopicPartition(topic, 0, 0)])
     keys: list[bytes] = []
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             msg = consumer.poll(1)
             if msg is None:
@@ -145,7 +145,7 @@ def consume_all(proxy: ProxyProcess, topic: str) -> tuple[list[bytes], KafkaErro
                     return keys, None
                 return keys, msg.error()
             keys.append(msg.key())
-        raise AssertionError("neither records nor an error within 30 s")
+        raise AssertionError("neither records nor an error within 120 s")
     finally:
         consumer.close()
 
@@ -176,7 +176,7 @@ def test_only_state_topic_readers_see_or_read_it(proxies):
 
 
 def get(port: int, path: str) -> tuple[int, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.request("GET", path)
         response = conn.getresponse()
@@ -226,7 +226,7 @@ def doomed(kafka_cluster, tmp_path: Path) -> Iterator[tuple[ProxyProcess, int]]:
         tenancy={"state_check_interval_seconds": 0.5},
         metrics={"enabled": True, "port": metrics},
     )
-    proxy = ProxyProcess(config, tmp_path, name="doomed").start(timeout=60)
+    proxy = ProxyProcess(config, tmp_path, name="doomed").start(timeout=120)
     yield proxy, metrics
     proxy.stop()
 
@@ -237,9 +237,9 @@ def test_a_deleted_state_topic_makes_the_proxy_not_ready_and_refuse_topic_change
     topic = state_topic(proxy)
     broker = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
     broker.delete_topics([topic])[topic].result(30)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while (status := get(metrics, "/readyz"))[0] == 200:
-        assert time.monotonic() < deadline, "still ready 30 s after the state topic was deleted"
+        assert time.monotonic() < deadline, "still ready 120 s after the state topic was deleted"
         time.sleep(0.2)
     assert status[0] == 503 and "does not exist" in status[1], status
     tenant = AdminClient({"bootstrap.servers": proxy.bootstrap, "client.id": "team-a-app"})
@@ -268,21 +268,25 @@ def test_a_missing_state_topic_waits_for_an_operator_when_create_state_topic_is_
     )
     proxy = ProxyProcess(config, tmp_path, name="no-create")
     with ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(proxy.start, 12)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                status = get(metrics, "/readyz")
-            except OSError:  # not listening yet
-                status = (0, "")
-            if "create_state_topic is false" in status[1]:
-                break
-            assert time.monotonic() < deadline, f"no reason on /readyz: {status}"
-            time.sleep(0.2)
-        assert status[0] == 503
-        assert (
-            state_topic(proxy)
-            not in AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=10).topics
-        )
-        with pytest.raises(RuntimeError, match="not ready"):
+        starting = pool.submit(proxy.start, 300)  # never ready: stopped below once /readyz says why
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    status = get(metrics, "/readyz")
+                except OSError:  # not listening yet
+                    status = (0, "")
+                if "create_state_topic is false" in status[1]:
+                    break
+                assert time.monotonic() < deadline, f"no reason on /readyz: {status}"
+                time.sleep(0.2)
+            assert status[0] == 503
+            assert (
+                state_topic(proxy)
+                not in AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=10).topics
+            )
+            assert get(metrics, "/readyz")[0] == 503 and READY_LINE not in proxy.log_path.read_text()
+        finally:
+            proxy.stop(timeout=60)
+        with pytest.raises(RuntimeError, match="exited"):  # it was still waiting when stopped
             starting.result()

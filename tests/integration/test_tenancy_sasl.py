@@ -64,7 +64,7 @@ def _tenancy_proxy(kafka_cluster, workdir: Path, name: str, port: int, state_top
             "virtual_clusters": [{"name": vc, "principals": [f"User:{user}"]} for user, vc in TENANTS.items()],
         },
     )
-    return ProxyProcess(config, workdir, name=name).start(timeout=60)
+    return ProxyProcess(config, workdir, name=name).start(timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def ensure_topic(conf: dict[str, Any], name: str, partitions: int = 3) -> None:
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         topic = admin.list_topics(name, timeout=10).topics.get(name)
         if topic is not None and topic.error is None and all(p.leader >= 0 for p in topic.partitions.values()):
@@ -461,7 +461,9 @@ def test_refuse_unbound_principals(kafka_cluster, proxy, refusing_proxy):
     admin = AdminClient({**client(refusing_proxy, "admin"), "error_cb": errors.append})
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=8)
-    admin.poll(0.5)
+    deadline = time.monotonic() + 60  # the error callback may come after the failed call
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+        admin.poll(0.2)
     assert errors, "the refused client reported no error"
     log = refusing_proxy.log_path.read_text(errors="replace")
     assert "authenticated User:admin with SCRAM-SHA-512" in log  # the login is fine; the principal is not

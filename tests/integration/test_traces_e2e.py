@@ -27,6 +27,16 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def wait_for_leader(admin: AdminClient, topic: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = admin.list_topics(topic, timeout=30).topics.get(topic)
+        if found is not None and found.error is None and all(p.leader >= 0 for p in found.partitions.values()):
+            return
+        assert time.monotonic() < deadline, f"{topic} has no leader"
+        time.sleep(0.2)
+
+
 def test_spark_aggregates_match_the_workload(kafka_cluster, tmp_path):
     traces = tmp_path / "traces"
     config = tenancy_config(
@@ -35,13 +45,13 @@ def test_spark_aggregates_match_the_workload(kafka_cluster, tmp_path):
         by_client_id(PRODUCED),
         tracing={"enabled": True, "sample_ratio": 1.0, "jsonl_dir": str(traces)},
     )
-    proxy = ProxyProcess(config, tmp_path, name="traced").start(timeout=60)
+    proxy = ProxyProcess(config, tmp_path, name="traced").start(timeout=120)
     try:
         for tenant, count in PRODUCED.items():
             conf = {"bootstrap.servers": proxy.bootstrap, "client.id": f"{tenant}-app"}
             admin = AdminClient(conf)
             admin.create_topics([NewTopic("orders", 1, 3)])["orders"].result(60)
-            time.sleep(1)
+            wait_for_leader(admin, "orders")  # else a Produce could be refused and retried: one request too many
             # One message per Produce request: linger 0, one in flight, flush after each.
             producer = Producer({**conf, "linger.ms": 0, "max.in.flight": 1, "acks": "all", "batch.num.messages": 1})
             for _ in range(count):
@@ -55,7 +65,7 @@ def test_spark_aggregates_match_the_workload(kafka_cluster, tmp_path):
             consumer.close()
             assert seen == count
     finally:
-        assert proxy.stop() == 0  # SIGTERM drains and flushes the span files
+        assert proxy.stop(timeout=60) == 0  # SIGTERM drains and flushes the span files
 
     out = tmp_path / "report"
     result = subprocess.run(
