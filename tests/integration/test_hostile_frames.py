@@ -23,7 +23,7 @@ from proxy.process import ProxyProcess
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import sasl_tenants_config
-from .test_availability import USERS, login, p99, round_trips
+from .test_availability import USERS, login, p99, round_trips, warm_up
 from .test_tenancy_sasl import consume, ensure_topic, produce
 
 METADATA_V12_HUGE = b"\xff\xff\xff\xff\x0f\x01\x01"
@@ -35,7 +35,7 @@ P99_FACTOR, P99_FLOOR = 10, 0.3
 
 def _proxy(kafka_cluster: Any, workdir: Path) -> ProxyProcess:
     config = sasl_tenants_config(kafka_cluster, free_port_block(), USERS)
-    return ProxyProcess(config, workdir, name="hostile").start(timeout=60)
+    return ProxyProcess(config, workdir, name="hostile").start(timeout=120)
 
 
 def _offered(bootstrap: str) -> dict[int, tuple[int, int]]:
@@ -75,6 +75,7 @@ def test_hostile_frames_close_only_their_own_connection(kafka_cluster, tmp_path)
     proxy = _proxy(kafka_cluster, tmp_path)
     try:
         bootstrap = proxy.bootstrap
+        warm_up(bootstrap)  # the fresh proxy's first broker round trip is not part of a login deadline
         alice = login(bootstrap, "alice")
         quiet = round_trips(alice, 60)
         mutants = hostile_frames(_offered(bootstrap), MUTANTS, seed=8)
@@ -82,13 +83,13 @@ def test_hostile_frames_close_only_their_own_connection(kafka_cluster, tmp_path)
         during: list[float] = []
         bob = login(bootstrap, "bob")
         bob.send_raw(RawClient.encode(3, 12, 7, METADATA_V12_HUGE, client_id="bob"))
-        assert bob.is_closed(timeout=20), "the 7-byte Metadata v12 must close bob's connection"
+        assert bob.is_closed(timeout=60), "the 7-byte Metadata v12 must close bob's connection"
         during += round_trips(alice, 3)
 
         for i, frame in enumerate(mutants):
             with login(bootstrap, "bob") as conn:
                 conn.send_raw(frame)
-                assert conn.is_closed(timeout=20), f"mutant {i} ({frame[:64].hex()}...) left its connection open"
+                assert conn.is_closed(timeout=60), f"mutant {i} ({frame[:64].hex()}...) left its connection open"
             during += round_trips(alice, 1)
         assert proxy.proc is not None and proxy.proc.poll() is None, proxy.log_tail()
 

@@ -76,7 +76,7 @@ def traced_proxy(telemetry_cluster, tmp_path_factory) -> Iterator[tuple[ProxyPro
     config = proxy_config(
         telemetry_cluster.bootstrap, free_port_block(), tracing={"enabled": True, "jsonl_dir": str(workdir / "traces")}
     )
-    process = ProxyProcess(config, workdir, name="telemetry").start(timeout=60)
+    process = ProxyProcess(config, workdir, name="telemetry").start(timeout=120)
     yield process, workdir / "traces"
     process.stop()
 
@@ -105,7 +105,7 @@ def span_ids(directory: Path) -> dict[str, set[str]]:
 def test_librdkafka_instance_id_learnt_from_its_telemetry(telemetry_cluster, traced_proxy):
     proxy, traces = traced_proxy
     producer = Producer({"bootstrap.servers": proxy.bootstrap, "client.id": "telemetry-app"})
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         producer.produce("telemetry-topic", b"x")
         producer.poll(0.5)
@@ -130,7 +130,7 @@ def test_broker_assigned_id_is_taken_up_by_the_connection(telemetry_cluster, tra
         assigned = str(subscription.client_instance_id)
         assert int(subscription.error_code) == 0 and assigned != str(uuid.UUID(int=0))
         client.request(16, 5, 3, codec._empty(request_type(16, 5)))
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while assigned not in span_ids(traces).get("telemetry", set()):
         assert time.monotonic() < deadline, span_ids(traces)
         time.sleep(0.5)

@@ -39,6 +39,7 @@ from .hardening_attacks import coordinator, heartbeat, login
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import replayed, sasl_tenants_config
+from .test_availability import warm_up
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +53,8 @@ def proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     config = sasl_tenants_config(
         kafka_cluster, free_port_block(), USERS, ("PLAIN", "SCRAM-SHA-512"), tenancy={"auto_create_topics": True}
     )
-    process = ProxyProcess(config, tmp_path_factory.mktemp("hardening"), name="hardening").start(timeout=60)
+    process = ProxyProcess(config, tmp_path_factory.mktemp("hardening"), name="hardening").start(timeout=120)
+    warm_up(process.bootstrap)
     yield process
     process.stop()
 
