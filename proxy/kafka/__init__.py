@@ -3,13 +3,16 @@
 from proxy.kafka.cluster import (
     BrokerInfo,
     ClusterInfo,
+    has_cluster,
     load_cluster,
+    restart_cluster,
+    running_pids,
     start_broker,
     start_cluster,
     stop_broker,
     stop_cluster,
 )
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs, ensure_streams_libs
 from proxy.kafka.errors import KafkaLauncherError
 from proxy.kafka.tools import TOOLS, run_tool, tool_argv
 
@@ -20,9 +23,13 @@ __all__ = [
     "ClusterInfo",
     "KafkaLauncherError",
     "ensure_dist",
+    "ensure_extra_libs",
     "ensure_streams_libs",
+    "has_cluster",
     "load_cluster",
+    "restart_cluster",
     "run_tool",
+    "running_pids",
     "start_broker",
     "start_cluster",
     "stop_broker",

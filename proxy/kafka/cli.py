@@ -1,7 +1,7 @@
-"""``vcproxy kafka {start,stop,tool}``: argparse wiring for the local Kafka launcher.
+"""``vcproxy kafka {start,stop,tool,dist}``: argparse wiring for the local Kafka launcher.
 
 ``register(subparsers)`` adds the ``kafka`` subcommand to the main ``vcproxy`` parser; every leaf sets
-``args.func(args) -> int`` (the exit code). ``python -m proxy.kafka.cli`` runs it stand-alone.
+``args.func(args) -> int`` (the exit code).
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ import functools
 import logging
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.kafka.cluster import start_cluster, stop_cluster
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
+from proxy.kafka.cluster import has_cluster, restart_cluster, start_cluster, stop_cluster
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs
 from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.tools import TOOLS, run_tool
+from proxy.kafka.tools import NOT_OFFERED, run_tool, tool_names
 
 ERROR_EXIT = 2
 
@@ -57,16 +58,21 @@ def _racks(text: str) -> list[str]:
 
 def _cmd_start(args: argparse.Namespace) -> int:
     _progress_to_stderr()
-    info = start_cluster(
-        args.dir,
-        brokers=args.brokers,
-        racks=args.racks,
-        version=args.version,
-        base_port=args.base_port,
-        heap=args.heap,
-        sasl=args.sasl,
-        timeout=args.timeout,
-    )
+    if args.keep_data and has_cluster(args.dir):
+        info = restart_cluster(
+            args.dir, base_port=args.base_port, version=args.version, heap=args.heap, timeout=args.timeout
+        )
+    else:
+        info = start_cluster(
+            args.dir,
+            brokers=args.brokers,
+            racks=args.racks,
+            version=args.version,
+            base_port=args.base_port,
+            heap=args.heap,
+            sasl=args.sasl,
+            timeout=args.timeout,
+        )
     print(f"kafka: cluster {info.cluster_id} (Kafka {info.version}) running; state in {info.dir}", file=sys.stderr)
     if info.sasl_bootstrap:
         users = ", ".join(f"{u}/{p}" for u, p in info.sasl_users.items())
@@ -82,6 +88,14 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dist(args: argparse.Namespace) -> int:
+    _progress_to_stderr()
+    print(ensure_dist(args.version))
+    if args.streams:
+        print(ensure_streams_libs(args.version))
+    return 0
+
+
 def _cmd_tool(args: argparse.Namespace) -> int:
     try:
         proc = run_tool(args.name, args.args, version=args.version, timeout=None, stdin=None, stdout=None, stderr=None)
@@ -91,20 +105,26 @@ def _cmd_tool(args: argparse.Namespace) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N, as a shell reports it
 
 
+def _paragraphs(*texts: str) -> str:
+    """Wrapped for --help without splitting tool names at their hyphens."""
+    return "\n\n".join(textwrap.fill(t, width=88, break_on_hyphens=False, break_long_words=False) for t in texts)
+
+
 def register(subparsers: Any) -> None:
-    """Add ``kafka`` (with ``start``, ``stop``, ``tool``) to an argparse subparsers object."""
+    """Add ``kafka`` (with ``start``, ``stop``, ``tool``, ``dist``) to an argparse subparsers object."""
     kafka = subparsers.add_parser(
         "kafka",
         help="run a local Apache Kafka (KRaft) cluster and Kafka's CLI tools from Maven Central jars",
         description="Run a local Apache Kafka (KRaft) cluster and Kafka's CLI tools (see docs/kafka-launcher.md).",
     )
-    sub = kafka.add_subparsers(dest="kafka_command", required=True, metavar="{start,stop,tool}")
+    sub = kafka.add_subparsers(dest="kafka_command", required=True, metavar="{start,stop,tool,dist}")
 
     start = sub.add_parser(
         "start",
         help="format and start a cluster in the background",
-        description="Format and start a fresh cluster in DIR. Progress goes to stderr; the last stdout line is "
-        "the bootstrap servers. Brokers keep running after this command exits.",
+        description="Format and start a fresh cluster in DIR (or, with --keep-data, start the stopped cluster "
+        "in DIR again on its data). Progress goes to stderr; the last stdout line is the bootstrap servers. "
+        "Brokers keep running after this command exits; `vcproxy kafka stop --dir DIR` stops them.",
     )
     start.add_argument("--dir", required=True, type=Path, help="state, configs, data and logs of the cluster")
     start.add_argument("--brokers", type=int, default=1, help="number of brokers (node 1 is also the controller)")
@@ -114,23 +134,53 @@ def register(subparsers: Any) -> None:
     start.add_argument("--heap", default="512m", help="JVM heap per broker (default %(default)s)")
     start.add_argument("--sasl", action="store_true", help="add a SASL_PLAINTEXT listener (port+2) with test users")
     start.add_argument("--timeout", type=float, default=120, help="seconds to wait for the cluster to serve")
+    start.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="if DIR holds a stopped cluster, start it again with its data (same cluster id, topics and "
+        "records; its brokers, racks and SASL setting) instead of formatting a new one",
+    )
     start.set_defaults(func=_guarded(_cmd_start))
 
-    stop = sub.add_parser("stop", help="stop the cluster recorded in DIR/cluster.json")
-    stop.add_argument("--dir", required=True, type=Path)
+    stop = sub.add_parser(
+        "stop",
+        help="stop the cluster recorded in DIR/cluster.json",
+        description="Stop exactly the brokers recorded in DIR/cluster.json: SIGTERM (a controlled shutdown), "
+        "broker-only nodes first, then SIGKILL for any still alive after --timeout seconds. A PID is signalled "
+        "only while it is a java process of DIR. The data stays in DIR (`kafka start --keep-data` starts it "
+        "again); stopping twice, or a DIR without a cluster, does nothing.",
+    )
+    stop.add_argument("--dir", required=True, type=Path, help="the directory given to `vcproxy kafka start`")
     stop.add_argument("--timeout", type=float, default=30, help="seconds to wait before SIGKILL")
     stop.set_defaults(func=_guarded(_cmd_stop))
 
+    not_offered = "; ".join(f"{name}: {why}" for name, why in NOT_OFFERED.items())
     tool = sub.add_parser(
         "tool",
         help="run a Kafka CLI tool, e.g. `kafka tool kafka-topics --bootstrap-server B --list`",
-        description="Run a Kafka CLI tool with the given arguments passed through verbatim. Tools: "
-        + ", ".join(sorted(TOOLS)),
+        description=_paragraphs(
+            "Run one of the tools of Kafka's bin/ with the given arguments passed through verbatim, from the "
+            "jars in the cache (tools that need more, such as Connect, resolve it on first use).",
+            f"Tools: {', '.join(tool_names())}.",
+            f"Not offered: {not_offered}.",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tool.add_argument("--version", default=DEFAULT_KAFKA_VERSION, help="Kafka version (default %(default)s)")
     tool.add_argument("name", help="tool name as in Kafka's bin/ without .sh, e.g. kafka-topics")
     tool.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the tool")
     tool.set_defaults(func=_guarded(_cmd_tool))
+
+    dist = sub.add_parser(
+        "dist",
+        help="resolve Kafka's jars from Maven Central into the cache and print the libs directory",
+        description="Resolve the jars of a Kafka release (broker, StorageTool and the CLI tools) from Maven "
+        "Central into the cache (~/.cache/vcproxy/kafka, or $VCPROXY_KAFKA_CACHE) once, and print the libs "
+        "directory. Later runs are a cache hit. On a terminal it shows what is being downloaded.",
+    )
+    dist.add_argument("--version", default=DEFAULT_KAFKA_VERSION, help="Kafka version (default %(default)s)")
+    dist.add_argument("--streams", action="store_true", help="also Kafka Streams (the tests' Streams application)")
+    dist.set_defaults(func=_guarded(_cmd_dist))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,8 @@ broker-only. Port scheme, for ``base_port`` B and node n (1-based)::
 Everything lives under one directory DIR: ``DIR/nN/{server.properties,server.log,data/}``,
 ``DIR/cluster.json`` (PIDs, ports, racks, cluster id, ...) and ``DIR/bootstrap.txt``. The brokers run in
 their own sessions, so they outlive the Python process that started them; ``stop_cluster(DIR)`` stops
-them later from any process.
+them later from any process. The data stays: ``restart_cluster(DIR)`` starts the same cluster again
+(no format: same cluster id, topics and records).
 
 The pure parts (port plan, property rendering, StorageTool arguments) are separate functions so that
 they can be tested without starting anything.
@@ -29,7 +30,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,6 +43,7 @@ from proxy.kafka.dist import (
     parse_version,
 )
 from proxy.kafka.errors import KafkaLauncherError
+from proxy.kafka.progress import Progress, elapsed
 from proxy.kafka.tools import TOOLS, java_tool_argv
 
 log = logging.getLogger("proxy.kafka")
@@ -243,7 +245,7 @@ def node_properties(node: NodeSpec, *, brokers: int, controller_port: int, data_
 
 def render_properties(props: dict[str, str]) -> str:
     """Java .properties text; backslashes escaped so paths survive."""
-    lines = ["# Written by proxy.kafka.cluster; regenerated on every start_cluster."]
+    lines = ["# Written by proxy.kafka.cluster; regenerated on every start (start_cluster, restart_cluster)."]
     lines += [f"{k}={v.replace(chr(92), chr(92) * 2)}" for k, v in props.items()]
     return "\n".join(lines) + "\n"
 
@@ -438,11 +440,16 @@ def _launch(node: dict[str, Any]) -> _Launch:
     return _Launch(node["node_id"], proc.pid, node["port"], log_path, offset)
 
 
-def _wait_ready(launches: list[_Launch], dir: Path, deadline: float) -> None:
-    """Wait until every node's client port accepts TCP and its log (since launch) says it started."""
+def _wait_ready(
+    launches: list[_Launch], dir: Path, deadline: float, status: Callable[[list[_Launch]], None] | None = None
+) -> None:
+    """Wait until every node's client port accepts TCP and its log (since launch) says it started;
+    ``status`` is told which nodes are still pending at every poll."""
     pending = list(launches)
     t0 = time.monotonic()
     while pending:
+        if status is not None:
+            status(pending)
         for ln in list(pending):
             if not _is_ours(ln.pid, dir):
                 raise KafkaLauncherError(
@@ -641,6 +648,107 @@ def _verify_with_tools(
             )
 
 
+def _prepare(
+    dir: Path,
+    nodes: list[NodeSpec],
+    *,
+    cluster_id: str,
+    version: str,
+    libs: Path,
+    java: str,
+    heap: str,
+    sasl: bool,
+    base_port: int,
+    extra_classpath: Sequence[Path],
+    extra_properties: dict[str, str],
+) -> dict[str, Any]:
+    """Write every node's server.properties (data dirs are created, never touched) and return the state
+    to record in cluster.json."""
+    brokers = len(nodes)
+    controller_port = base_port + CONTROLLER_PORT_OFFSET
+    node_states = []
+    for spec in nodes:
+        node_dir = dir / f"n{spec.node_id}"
+        (node_dir / "data").mkdir(parents=True, exist_ok=True)
+        props = node_properties(spec, brokers=brokers, controller_port=controller_port, data_dir=node_dir / "data")
+        props.update(extra_properties)
+        (node_dir / "server.properties").write_text(render_properties(props), encoding="utf-8")
+        node_states.append(
+            {
+                "node_id": spec.node_id,
+                "roles": props["process.roles"].split(","),
+                "host": HOST,
+                "port": spec.port,
+                "sasl_port": spec.sasl_port,
+                "controller_port": spec.controller_port,
+                "rack": spec.rack,
+                "dir": str(node_dir),
+                "argv": broker_argv(java, libs, node_dir, heap, extra_classpath),
+                "pid": None,
+            }
+        )
+    sasl_info = {"listener": SASL_LISTENER, "mechanisms": list(SASL_MECHANISMS), "users": dict(SASL_USERS)}
+    return {
+        "dir": str(dir),
+        "version": version,
+        "cluster_id": cluster_id,
+        "bootstrap": ",".join(f"{HOST}:{n.port}" for n in nodes),
+        "sasl_bootstrap": ",".join(f"{HOST}:{n.sasl_port}" for n in nodes) if sasl else None,
+        "controller_bootstrap": f"{HOST}:{controller_port}",
+        "base_port": base_port,
+        "heap": heap,
+        "libs": str(libs),
+        "sasl": sasl_info if sasl else None,
+        "extra_classpath": [str(Path(p).resolve()) for p in extra_classpath],
+        "extra_properties": dict(extra_properties),
+        "nodes": node_states,
+    }
+
+
+def _boot(dir: Path, state: dict[str, Any], libs: Path, t0: float, deadline: float, progress: Progress) -> None:
+    """Launch node 1 (the controller), then the others in parallel, wait until all serve and check the
+    cluster. On failure every process started here is killed (the logs stay) and the error re-raised."""
+    node_states = state["nodes"]
+    total = len(node_states)
+
+    def status(pending: list[_Launch]) -> None:
+        ready = total - len(pending) - sum(1 for n in node_states if n["pid"] is None)
+        waiting = ", ".join(str(ln.node_id) for ln in pending)
+        progress.update(
+            f"kafka: starting {total} broker(s): {ready}/{total} ready, waiting for node {waiting} ({elapsed(t0)})"
+        )
+
+    try:
+        first = _launch(node_states[0])
+        _write_state(dir, state)
+        _wait_ready([first], dir, deadline, status)
+        rest = [_launch(n) for n in node_states[1:]]
+        _write_state(dir, state)
+        _wait_ready(rest, dir, deadline, status)
+        progress.update(f"kafka: all {total} broker(s) up; checking the cluster ({elapsed(t0)})", force=True)
+        log.info("all %d node(s) up; checking the cluster", total)
+        _verify(libs, state, deadline)
+    except BaseException:
+        started = [n["pid"] for n in node_states if n["pid"]]
+        _terminate(started, dir, timeout=10, hard=True)
+        for n in node_states:
+            n["pid"] = None
+        _write_state(dir, state)
+        raise
+    (dir / BOOTSTRAP_FILE).write_text(state["bootstrap"] + "\n", encoding="utf-8")
+
+
+def _refuse_if_running(dir: Path) -> None:
+    if _state_path(dir).exists():
+        old = _read_state(dir)
+        running = [n["pid"] for n in old["nodes"] if _is_ours(n.get("pid"), dir)]
+        if running:
+            raise KafkaLauncherError(
+                f"a Kafka cluster is already running in {dir} (pids {running}); "
+                f"stop it first with `vcproxy kafka stop --dir {dir}`"
+            )
+
+
 def start_cluster(
     dir: Path,
     brokers: int = 1,
@@ -658,20 +766,14 @@ def start_cluster(
     ``extra_classpath`` and ``extra_properties`` go to every broker: plugins such as a metrics
     reporter (tests use one to make Kafka offer KIP-714 telemetry).
 
-    Anything left in ``dir`` by an earlier (stopped) cluster is wiped. On failure every process this
-    call started is killed and the logs stay in ``dir/nN/server.log``.
+    Anything left in ``dir`` by an earlier (stopped) cluster is wiped; ``restart_cluster`` starts such a
+    cluster again with its data instead. On failure every process this call started is killed and the
+    logs stay in ``dir/nN/server.log``.
     """
     dir = Path(dir).expanduser().resolve()
     parse_version(version)
     nodes = plan_nodes(brokers, racks, base_port, sasl)
-    if _state_path(dir).exists():
-        old = _read_state(dir)
-        running = [n["pid"] for n in old["nodes"] if _is_ours(n.get("pid"), dir)]
-        if running:
-            raise KafkaLauncherError(
-                f"a Kafka cluster is already running in {dir} (pids {running}); "
-                f"stop it first with `vcproxy kafka stop --dir {dir}`"
-            )
+    _refuse_if_running(dir)
     check_ports_free(p for n in nodes for p in n.ports())
     libs = ensure_dist(version)
     java = java_executable()
@@ -687,72 +789,116 @@ def start_cluster(
         (dir / name).unlink(missing_ok=True)
 
     cluster_id = new_cluster_id()
-    controller_port = base_port + CONTROLLER_PORT_OFFSET
-    node_states = []
-    for spec in nodes:
-        node_dir = dir / f"n{spec.node_id}"
-        (node_dir / "data").mkdir(parents=True, exist_ok=True)
-        props = node_properties(spec, brokers=brokers, controller_port=controller_port, data_dir=node_dir / "data")
-        props.update(extra_properties or {})
-        (node_dir / "server.properties").write_text(render_properties(props), encoding="utf-8")
-        node_states.append(
-            {
-                "node_id": spec.node_id,
-                "roles": props["process.roles"].split(","),
-                "host": HOST,
-                "port": spec.port,
-                "sasl_port": spec.sasl_port,
-                "controller_port": spec.controller_port,
-                "rack": spec.rack,
-                "dir": str(node_dir),
-                "argv": broker_argv(java, libs, node_dir, heap, extra_classpath),
-                "pid": None,
-            }
+    state = _prepare(
+        dir,
+        nodes,
+        cluster_id=cluster_id,
+        version=version,
+        libs=libs,
+        java=java,
+        heap=heap,
+        sasl=sasl,
+        base_port=base_port,
+        extra_classpath=extra_classpath,
+        extra_properties=extra_properties or {},
+    )
+    with Progress() as progress:
+        progress.update(f"kafka: formatting the storage of {brokers} node(s)", force=True)
+        log.info("formatting %d node(s) of Kafka %s cluster %s in %s", brokers, version, cluster_id, dir)
+        _format_nodes(
+            java, libs, cluster_id, state["nodes"], version, sasl, timeout=max(30.0, deadline - time.monotonic())
         )
-    sasl_info = {"listener": SASL_LISTENER, "mechanisms": list(SASL_MECHANISMS), "users": dict(SASL_USERS)}
-    state: dict[str, Any] = {
-        "dir": str(dir),
-        "version": version,
-        "cluster_id": cluster_id,
-        "bootstrap": ",".join(f"{HOST}:{n.port}" for n in nodes),
-        "sasl_bootstrap": ",".join(f"{HOST}:{n.sasl_port}" for n in nodes) if sasl else None,
-        "controller_bootstrap": f"{HOST}:{controller_port}",
-        "base_port": base_port,
-        "heap": heap,
-        "libs": str(libs),
-        "sasl": sasl_info if sasl else None,
-        "nodes": node_states,
-    }
-
-    log.info("formatting %d node(s) of Kafka %s cluster %s in %s", brokers, version, cluster_id, dir)
-    _format_nodes(java, libs, cluster_id, node_states, version, sasl, timeout=max(30.0, deadline - time.monotonic()))
-    _write_state(dir, state)
-    try:
-        first = _launch(node_states[0])
         _write_state(dir, state)
-        _wait_ready([first], dir, deadline)
-        rest = [_launch(n) for n in node_states[1:]]
-        _write_state(dir, state)
-        _wait_ready(rest, dir, deadline)
-        log.info("all %d node(s) up; checking the cluster", brokers)
-        _verify(libs, state, deadline)
-    except BaseException:
-        started = [n["pid"] for n in node_states if n["pid"]]
-        _terminate(started, dir, timeout=10, hard=True)
-        for n in node_states:
-            n["pid"] = None
-        _write_state(dir, state)
-        raise
-    (dir / BOOTSTRAP_FILE).write_text(state["bootstrap"] + "\n", encoding="utf-8")
+        _boot(dir, state, libs, t0, deadline, progress)
     log.info("Kafka %s cluster up in %.1fs: bootstrap %s", version, time.monotonic() - t0, state["bootstrap"])
     return _info(state)
 
 
-def stop_cluster(dir: Path, timeout: float = 30) -> None:
-    """Stop exactly the processes recorded in ``DIR/cluster.json``; safe to call repeatedly (a no-op
-    when nothing is recorded or running).
+def running_pids(dir: Path) -> list[int]:
+    """PIDs recorded in ``DIR/cluster.json`` that are still brokers of that cluster (none if nothing is
+    recorded)."""
+    dir = Path(dir).expanduser().resolve()
+    try:
+        state = _read_state(dir)
+    except KafkaLauncherError:
+        return []
+    return [n["pid"] for n in state.get("nodes", []) if _is_ours(n.get("pid"), dir)]
 
-    Broker-only nodes go first: their controlled shutdown needs the controller on node 1.
+
+def has_cluster(dir: Path) -> bool:
+    """True if ``dir`` holds a cluster that ``restart_cluster`` can start again: recorded in
+    cluster.json, with every node's storage formatted."""
+    dir = Path(dir).expanduser().resolve()
+    try:
+        state = _read_state(dir)
+        nodes = state["nodes"]
+    except (KafkaLauncherError, KeyError, TypeError):
+        return False
+    return bool(nodes) and all((Path(n["dir"]) / "data" / "meta.properties").is_file() for n in nodes)
+
+
+def restart_cluster(
+    dir: Path,
+    *,
+    base_port: int | None = None,
+    version: str | None = None,
+    heap: str | None = None,
+    timeout: float = 120,
+) -> ClusterInfo:
+    """Start the stopped cluster recorded in ``dir`` again on its data: no format, so the same cluster
+    id, topics, records, groups and SCRAM users. The brokers, racks and SASL listener are the recorded
+    ones; ``base_port``, ``version`` and ``heap`` default to the recorded ones too (a new base port
+    rewrites the listeners). Every node's server.properties is rendered again by this launcher.
+    """
+    dir = Path(dir).expanduser().resolve()
+    state = _read_state(dir)
+    _refuse_if_running(dir)
+    old_nodes = sorted(state["nodes"], key=lambda n: n["node_id"])
+    unformatted = [n["node_id"] for n in old_nodes if not (Path(n["dir"]) / "data" / "meta.properties").is_file()]
+    if unformatted or [n["node_id"] for n in old_nodes] != list(range(1, len(old_nodes) + 1)):
+        raise KafkaLauncherError(
+            f"the cluster in {dir} cannot be restarted (node(s) {unformatted or 'missing'} have no formatted "
+            f"storage); start a fresh one with `vcproxy kafka start --dir {dir}`"
+        )
+    version = version or state["version"]
+    parse_version(version)
+    racks = [n["rack"] for n in old_nodes]
+    sasl = state.get("sasl") is not None
+    base_port = base_port or state["base_port"]
+    nodes = plan_nodes(len(old_nodes), None if None in racks else racks, base_port, sasl)
+    check_ports_free(p for n in nodes for p in n.ports())
+    libs = ensure_dist(version)
+    java = java_executable()
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    new_state = _prepare(
+        dir,
+        nodes,
+        cluster_id=state["cluster_id"],
+        version=version,
+        libs=libs,
+        java=java,
+        heap=heap or state.get("heap", "512m"),
+        sasl=sasl,
+        base_port=base_port,
+        extra_classpath=[Path(p) for p in state.get("extra_classpath", [])],
+        extra_properties=state.get("extra_properties", {}),
+    )
+    (dir / BOOTSTRAP_FILE).unlink(missing_ok=True)
+    _write_state(dir, new_state)
+    log.info("restarting Kafka %s cluster %s in %s (kept data)", version, new_state["cluster_id"], dir)
+    with Progress() as progress:
+        _boot(dir, new_state, libs, t0, deadline, progress)
+    log.info("Kafka %s cluster up in %.1fs: bootstrap %s", version, time.monotonic() - t0, new_state["bootstrap"])
+    return _info(new_state)
+
+
+def stop_cluster(dir: Path, timeout: float = 30, hard: bool = False) -> None:
+    """Stop exactly the processes recorded in ``DIR/cluster.json``; safe to call repeatedly (a no-op
+    when nothing is recorded or running). The data stays: ``restart_cluster(DIR)`` starts it again.
+
+    Broker-only nodes go first: their controlled shutdown needs the controller on node 1. With ``hard``
+    every node gets SIGKILL at once (no controlled shutdown; the next start recovers the logs).
     """
     dir = Path(dir).expanduser().resolve()
     if not _state_path(dir).exists():
@@ -764,7 +910,7 @@ def stop_cluster(dir: Path, timeout: float = 30) -> None:
         [n for n in state["nodes"] if "controller" not in n["roles"]],
         [n for n in state["nodes"] if "controller" in n["roles"]],
     ):
-        _terminate([n["pid"] for n in group if n.get("pid")], dir, timeout)
+        _terminate([n["pid"] for n in group if n.get("pid")], dir, timeout, hard=hard)
     for n in state["nodes"]:
         n["pid"] = None
     _write_state(dir, state)

@@ -15,11 +15,14 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from proxy.kafka.errors import KafkaLauncherError
+from proxy.kafka.progress import Progress, elapsed
 
 log = logging.getLogger("proxy.kafka")
 
@@ -182,7 +185,7 @@ def ensure_dist(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = N
     java_executable()  # fail early: nothing in the dist is usable without it
     vdir = cache_root(cache_dir) / version
     required = (f"kafka_2.13-{version}.jar", f"kafka-tools-{version}.jar", "log4j-slf4j-impl-")
-    return _resolve(version, vdir, render_pom(version), required, vdir.parent / f"{version}.lock")
+    return _resolve(version, vdir, render_pom(version), required, vdir.parent / f"{version}.lock", f"Kafka {version}")
 
 
 def ensure_streams_libs(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = None) -> Path:
@@ -196,11 +199,67 @@ def ensure_streams_libs(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | 
     java_executable()
     vdir = cache_root(cache_dir) / version / "streams"
     pom = STREAMS_POM_TEMPLATE.read_text(encoding="utf-8").replace("@KAFKA_VERSION@", version)
-    return _resolve(version, vdir, pom, (f"kafka-streams-{version}.jar",), vdir.parent / "streams.lock")
+    return _resolve(
+        version, vdir, pom, (f"kafka-streams-{version}.jar",), vdir.parent / "streams.lock", f"Kafka Streams {version}"
+    )
 
 
-def _resolve(version: str, vdir: Path, pom: str, required: tuple[str, ...], lock: Path) -> Path:
-    """``mvn copy-dependencies`` of ``pom`` into ``vdir/libs``, once per pom (its hash is the marker)."""
+EXTRAS_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Rendered by proxy/kafka/dist.py (ensure_extra_libs): Kafka artifacts some tools need beyond the dist
+     (Connect, the metadata shell, Trogdor); run with -cp '<dist>/*:<this>/*'. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.vcproxy</groupId>
+  <artifactId>kafka-extras</artifactId>
+  <version>0</version>
+  <packaging>pom</packaging>
+  <dependencies>
+@DEPENDENCIES@
+  </dependencies>
+</project>
+"""
+# Left to the dist: one SLF4J binding and one kafka-clients on the classpath.
+_EXTRAS_EXCLUSIONS = (("org.apache.kafka", "kafka-clients"), ("org.slf4j", "*"), ("org.apache.logging.log4j", "*"))
+
+
+def render_extras_pom(artifacts: Sequence[str], version: str) -> str:
+    exclusions = "".join(
+        f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>" for g, a in _EXTRAS_EXCLUSIONS
+    )
+    deps = "\n".join(
+        f"    <dependency><groupId>org.apache.kafka</groupId><artifactId>{a}</artifactId>"
+        f"<version>{version}</version><exclusions>{exclusions}</exclusions></dependency>"
+        for a in dict.fromkeys(artifacts)
+    )
+    return EXTRAS_POM.replace("@DEPENDENCIES@", deps)
+
+
+def ensure_extra_libs(
+    artifacts: Sequence[str], version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = None
+) -> Path:
+    """The ``libs`` directory of Kafka artifacts (``org.apache.kafka:<artifact>:<version>``) that some
+    tools need beyond ``ensure_dist`` (Connect, ``kafka-shell``, ``trogdor``), resolved on first use into
+    ``<cache>/<version>/extras/<names>/libs``; run with ``-cp '<dist>/*:<this>/*'``."""
+    if not artifacts:
+        raise ValueError("no artifacts")
+    parse_version(version)
+    java_executable()
+    names = list(dict.fromkeys(artifacts))  # the first names the directory: connect-runtime+5
+    key = names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}"
+    vdir = cache_root(cache_dir) / version / "extras" / key
+    required = tuple(f"{a}-{version}.jar" for a in names)
+    pom = render_extras_pom(names, version)
+    dist = ensure_dist(version, cache_dir)
+    what = f"{', '.join(names)} {version}"
+    return _resolve(version, vdir, pom, required, vdir.parent / f"{key}.lock", what, prune=dist)
+
+
+def _resolve(
+    version: str, vdir: Path, pom: str, required: tuple[str, ...], lock: Path, what: str, prune: Path | None = None
+) -> Path:
+    """``mvn copy-dependencies`` of ``pom`` into ``vdir/libs``, once per pom (its hash is the marker);
+    ``what`` names it in progress and log lines. Jars that ``prune`` (a libs dir used next to this one)
+    already holds under the same file name are left out."""
     libs = vdir / "libs"
     marker = vdir / _MARKER
     stamp = hashlib.sha256(pom.encode()).hexdigest()
@@ -222,45 +281,114 @@ def _resolve(version: str, vdir: Path, pom: str, required: tuple[str, ...], lock
         # may be running from them.
         shutil.rmtree(staging, ignore_errors=True)
         (vdir / "pom.xml").write_text(pom, encoding="utf-8")
-        argv = [
-            mvn,
-            "-B",
-            "-q",
-            "-Dstyle.color=never",
-            "-f",
-            str(vdir / "pom.xml"),
-            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging}",
-        ]
-        log.info("resolving Kafka %s from Maven Central into %s", version, libs)
-        try:
-            proc = subprocess.run(
-                argv,
-                cwd=vdir,
-                capture_output=True,
-                text=True,
-                timeout=MAVEN_TIMEOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise KafkaLauncherError(
-                f"mvn did not finish within {MAVEN_TIMEOUT:.0f}s resolving Kafka {version}; "
-                f"check network/proxy settings in ~/.m2/settings.xml"
-            ) from exc
-        if proc.returncode != 0:
-            raise _maven_error(version, proc.returncode, proc.stdout + proc.stderr)
+        log.info("resolving %s from Maven Central into %s", what, libs)
+        t0 = time.monotonic()
+        with Progress() as progress:
+            returncode, output = _run_maven(mvn, vdir, staging, what, progress)
+        if returncode != 0:
+            raise _maven_error(version, returncode, output)
+        if prune is not None:
+            for jar in staging.glob("*.jar"):
+                if (prune / jar.name).is_file():
+                    jar.unlink()
+        jars = list(staging.glob("*.jar"))
         for jar in required:
-            if not any(p.name.startswith(jar) for p in staging.glob("*.jar")):
+            if not any(p.name.startswith(jar) for p in jars):
                 raise KafkaLauncherError(
                     f"mvn finished but {staging} lacks {jar}*; delete {vdir} and retry.\n"
-                    + _ANSI_RE.sub("", proc.stdout + proc.stderr)[-2000:]
+                    + _ANSI_RE.sub("", output)[-2000:]
                 )
         _swap_in(staging, libs)
         tmp = vdir / (_MARKER + ".tmp")
         tmp.write_text(stamp + "\n")
         tmp.replace(marker)
+        log.info("resolved %s in %s: %d jars in %s", what, elapsed(t0), len(jars), libs)
     return libs
+
+
+_DOWNLOADED = re.compile(r"Downloaded from \S+: (\S+) \((\d+(?:\.\d+)?) (B|kB|KB|MB|GB)")
+_COPYING = re.compile(r"Copying (\S+\.jar) to ")
+_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _run_maven(mvn: str, vdir: Path, staging: Path, what: str, progress: Progress) -> tuple[int, str]:
+    """Run ``copy-dependencies`` into ``staging``: (exit code, output). On a terminal Maven runs without
+    -q and its download and copy lines become the status line (files and MB so far); elsewhere it is
+    quiet. Batch mode either way: no colours and no transfer bars in the output."""
+    argv = [
+        mvn,
+        "-B",
+        *([] if progress.enabled else ["-q"]),
+        "-Dstyle.color=never",
+        "-f",
+        str(vdir / "pom.xml"),
+        f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=vdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        proc.kill()
+
+    timer = threading.Timer(MAVEN_TIMEOUT, kill)
+    timer.daemon = True
+    timer.start()
+    lines: list[str] = []
+    files, size, copied, t0 = 0, 0.0, 0, time.monotonic()
+    status = [f"kafka: resolving {what} from Maven Central"]
+    done = threading.Event()
+
+    def tick() -> None:  # the clock moves on while Maven is silent (resolving its plugin, slow downloads)
+        while not done.wait(1.0):
+            progress.update(f"{status[0]} ({elapsed(t0)})", force=True)
+
+    ticker = threading.Thread(target=tick, name="maven-progress", daemon=True)
+    if progress.enabled:
+        ticker.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if len(lines) > 400:
+                del lines[:200]
+            if (m := _DOWNLOADED.search(line)) is not None:
+                files += 1
+                size += float(m.group(2)) * _UNITS[m.group(3)]
+                name = m.group(1).rsplit("/", 1)[-1]
+                status[0] = f"kafka: resolving {what}: {files} files downloaded ({size / 1e6:.1f} MB), {name}"
+            elif (m := _COPYING.search(line)) is not None:
+                copied += 1
+                status[0] = f"kafka: resolving {what}: {copied} jars copied into the cache, {m.group(1)}"
+            else:
+                continue
+            progress.update(f"{status[0]} ({elapsed(t0)})")
+        returncode = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        timer.cancel()
+        done.set()
+        if ticker.is_alive():
+            ticker.join()
+    if timed_out.is_set():
+        raise KafkaLauncherError(
+            f"mvn did not finish within {MAVEN_TIMEOUT:.0f}s resolving {what}; "
+            f"check network/proxy settings in ~/.m2/settings.xml"
+        )
+    return returncode, "".join(lines)
 
 
 def _swap_in(staging: Path, libs: Path) -> None:

@@ -1,0 +1,176 @@
+"""`vcproxy kafka tool`: the tool table against the scripts of Kafka 4.2's bin/, and how each runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.kafka import tools
+from proxy.kafka.dist import BROKER_LOG4J, TOOLS_LOG4J, render_extras_pom
+from proxy.kafka.errors import KafkaLauncherError
+from proxy.kafka.tools import ALIASES, NOT_OFFERED, SPECS, TOOLS, main_class, spec, tool_names
+
+# The scripts of the Apache Kafka 4.2.0 binary release's bin/ (bin/windows holds the .bat twins), and
+# the main class each runs (`exec .../kafka-run-class.sh <class> "$@"`; trogdor.sh picks one per action).
+KAFKA_42_BIN = {
+    "connect-distributed.sh": "org.apache.kafka.connect.cli.ConnectDistributed",
+    "connect-mirror-maker.sh": "org.apache.kafka.connect.mirror.MirrorMaker",
+    "connect-plugin-path.sh": "org.apache.kafka.tools.ConnectPluginPath",
+    "connect-standalone.sh": "org.apache.kafka.connect.cli.ConnectStandalone",
+    "kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
+    "kafka-broker-api-versions.sh": "org.apache.kafka.tools.BrokerApiVersionsCommand",
+    "kafka-client-metrics.sh": "org.apache.kafka.tools.ClientMetricsCommand",
+    "kafka-cluster.sh": "org.apache.kafka.tools.ClusterTool",
+    "kafka-configs.sh": "kafka.admin.ConfigCommand",
+    "kafka-console-consumer.sh": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-console-producer.sh": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-console-share-consumer.sh": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+    "kafka-consumer-groups.sh": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-consumer-perf-test.sh": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-delegation-tokens.sh": "org.apache.kafka.tools.DelegationTokenCommand",
+    "kafka-delete-records.sh": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-dump-log.sh": "kafka.tools.DumpLogSegments",
+    "kafka-e2e-latency.sh": "org.apache.kafka.tools.EndToEndLatency",
+    "kafka-features.sh": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-get-offsets.sh": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-groups.sh": "org.apache.kafka.tools.GroupsCommand",
+    "kafka-jmx.sh": "org.apache.kafka.tools.JmxTool",
+    "kafka-leader-election.sh": "org.apache.kafka.tools.LeaderElectionCommand",
+    "kafka-log-dirs.sh": "org.apache.kafka.tools.LogDirsCommand",
+    "kafka-metadata-quorum.sh": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "kafka-metadata-shell.sh": "org.apache.kafka.shell.MetadataShell",
+    "kafka-producer-perf-test.sh": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-reassign-partitions.sh": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+    "kafka-replica-verification.sh": "org.apache.kafka.tools.ReplicaVerificationTool",
+    "kafka-run-class.sh": None,  # runs the class it is given
+    "kafka-server-start.sh": "kafka.Kafka",
+    "kafka-server-stop.sh": None,  # a ps | grep | kill script, no class
+    "kafka-share-consumer-perf-test.sh": "org.apache.kafka.tools.ShareConsumerPerformance",
+    "kafka-share-groups.sh": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+    "kafka-storage.sh": "kafka.tools.StorageTool",
+    "kafka-streams-application-reset.sh": "org.apache.kafka.tools.StreamsResetter",
+    "kafka-streams-groups.sh": "org.apache.kafka.tools.streams.StreamsGroupCommand",
+    "kafka-topics.sh": "org.apache.kafka.tools.TopicCommand",
+    "kafka-transactions.sh": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-verifiable-consumer.sh": "org.apache.kafka.tools.VerifiableConsumer",
+    "kafka-verifiable-producer.sh": "org.apache.kafka.tools.VerifiableProducer",
+    "kafka-verifiable-share-consumer.sh": "org.apache.kafka.tools.VerifiableShareConsumer",
+    "trogdor.sh": None,  # agent, coordinator, client, agent-client
+}
+TROGDOR_ACTIONS = {
+    "agent": "org.apache.kafka.trogdor.agent.Agent",
+    "coordinator": "org.apache.kafka.trogdor.coordinator.Coordinator",
+    "client": "org.apache.kafka.trogdor.coordinator.CoordinatorClient",
+    "agent-client": "org.apache.kafka.trogdor.agent.AgentClient",
+}
+
+
+@pytest.fixture
+def fake_jvm(monkeypatch, tmp_path):
+    """tool_argv without Java or Maven: the dist and extra libs are fixed paths."""
+    monkeypatch.setattr(tools, "java_executable", lambda: "/usr/bin/java")
+    monkeypatch.setattr(tools, "ensure_dist", lambda version: tmp_path / "dist")
+    resolved = []
+
+    def extra(artifacts, version):
+        resolved.append(tuple(artifacts))
+        return tmp_path / "extra"
+
+    monkeypatch.setattr(tools, "ensure_extra_libs", extra)
+    return resolved
+
+
+def test_every_script_of_kafka_42_bin_is_offered_or_said_why_not():
+    scripts = {name.removesuffix(".sh") for name in KAFKA_42_BIN}
+    assert set(SPECS) | set(NOT_OFFERED) == scripts
+    assert not set(SPECS) & set(NOT_OFFERED)
+    assert tool_names() == sorted(scripts - set(NOT_OFFERED))
+
+
+@pytest.mark.parametrize("script", sorted(KAFKA_42_BIN))
+def test_main_class_is_the_scripts(script):
+    name = script.removesuffix(".sh")
+    if name in NOT_OFFERED:
+        with pytest.raises(KafkaLauncherError, match=f"{name} is not offered: .*vcproxy kafka stop"):
+            spec(name)
+        return
+    assert spec(script).main == KAFKA_42_BIN[script]  # a trailing .sh is accepted
+    if KAFKA_42_BIN[script] is not None:
+        assert main_class(name) == TOOLS[name] == KAFKA_42_BIN[script]
+
+
+def test_the_tools_the_issue_missed_are_there():
+    for name in (
+        "kafka-delete-records",
+        "kafka-leader-election",
+        "kafka-log-dirs",
+        "kafka-reassign-partitions",
+        "kafka-delegation-tokens",
+        "kafka-client-metrics",
+    ):
+        assert name in TOOLS
+
+
+def test_aliases():
+    assert ALIASES == {"kafka-end-to-end-latency": "kafka-e2e-latency"}
+    assert TOOLS["kafka-end-to-end-latency"] == TOOLS["kafka-e2e-latency"]
+
+
+def test_unknown_tool_lists_the_known_ones():
+    with pytest.raises(KafkaLauncherError, match="unknown Kafka tool 'kafka-nope'") as exc:
+        spec("kafka-nope")
+    assert "kafka-delete-records" in str(exc.value) and "trogdor" in str(exc.value)
+
+
+def test_a_tool_runs_from_the_dist_quietly(fake_jvm, tmp_path):
+    argv = tools.tool_argv("kafka-delete-records", ["--bootstrap-server", "b:1"])
+    main = argv.index("org.apache.kafka.tools.DeleteRecordsCommand")
+    assert argv[main + 1 :] == ["--bootstrap-server", "b:1"]
+    assert argv[argv.index("-cp") + 1] == f"{tmp_path / 'dist'}/*"
+    assert f"-Dlog4j2.configurationFile={TOOLS_LOG4J}" in argv and "-XX:TieredStopAtLevel=1" in argv
+    assert "-Xmx256m" in argv and fake_jvm == []
+
+
+def test_connect_resolves_its_artifacts_and_runs_as_a_service(fake_jvm, tmp_path):
+    argv = tools.tool_argv("connect-standalone", ["worker.properties", "file-source.properties"])
+    assert fake_jvm == [tools.CONNECT_ARTIFACTS]
+    assert argv[argv.index("-cp") + 1] == f"{tmp_path / 'dist'}/*:{tmp_path / 'extra'}/*"
+    assert f"-Dlog4j2.configurationFile={BROKER_LOG4J}" in argv  # INFO on stdout, like connect-log4j2.yaml
+    assert "-XX:TieredStopAtLevel=1" not in argv and "-XX:+UseG1GC" in argv
+    assert [a for a in argv if a.startswith(("-Xms", "-Xmx"))] == ["-Xms256m", "-Xmx2g"]
+    with pytest.raises(KafkaLauncherError, match="-daemon is not supported"):
+        tools.tool_argv("connect-standalone", ["-daemon", "worker.properties"])
+
+
+def test_trogdor_takes_its_action_first(fake_jvm):
+    for action, main in TROGDOR_ACTIONS.items():
+        argv = tools.tool_argv("trogdor", [action, "--agent.config", "c.json", "--node-name", "n1"])
+        assert argv[argv.index(main) + 1 :] == ["--agent.config", "c.json", "--node-name", "n1"]
+    assert fake_jvm[0] == ("trogdor",)
+    with pytest.raises(KafkaLauncherError, match=r"trogdor needs an action first \(agent, coordinator"):
+        tools.tool_argv("trogdor", ["--help"])
+
+
+def test_kafka_run_class_takes_the_class_first(fake_jvm):
+    argv = tools.tool_argv("kafka-run-class", ["kafka.tools.DumpLogSegments", "--files", "x.log"])
+    assert argv[-3:] == ["kafka.tools.DumpLogSegments", "--files", "x.log"]
+    with pytest.raises(KafkaLauncherError, match="needs a main class first"):
+        tools.tool_argv("kafka-run-class", ["--help"])
+
+
+def test_server_start_runs_a_broker_in_the_foreground(fake_jvm):
+    argv = tools.tool_argv("kafka-server-start", ["server.properties", "--override", "node.id=1"])
+    assert argv[-4:] == ["kafka.Kafka", "server.properties", "--override", "node.id=1"]
+    assert [a for a in argv if a.startswith(("-Xms", "-Xmx"))] == ["-Xms1g", "-Xmx1g"]
+
+
+def test_metadata_shell_needs_kafka_shell(fake_jvm):
+    tools.tool_argv("kafka-metadata-shell", ["--snapshot", "x.log"])
+    assert fake_jvm == [("kafka-shell",)]
+
+
+def test_extras_pom_leaves_clients_and_logging_to_the_dist():
+    pom = render_extras_pom(["kafka-shell", "trogdor"], "4.2.0")
+    assert pom.count("<dependency>") == 2
+    assert "<artifactId>kafka-shell</artifactId><version>4.2.0</version>" in pom
+    for excluded in ("<artifactId>kafka-clients</artifactId>", "<groupId>org.slf4j</groupId>"):
+        assert pom.count(excluded) == 2
