@@ -26,8 +26,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vcproxy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--config", required=True, help="YAML configuration file")
+    serve = sub.add_parser(
+        "serve",
+        help="run the proxy",
+        description="Run the proxy with a YAML configuration (every key is in config/example.yaml): its "
+        "listeners, the upstream Kafka cluster, authentication, virtual clusters, limits, tracing and metrics. "
+        "It runs in the foreground until SIGINT or SIGTERM, then stops accepting, lets in-flight requests "
+        "finish (limits.drain_timeout_seconds) and exits. A configuration that cannot be used is refused "
+        "at start with the file, the key and the reason (exit code 2).",
+    )
+    serve.add_argument("--config", required=True, help="YAML configuration file (see config/example.yaml)")
     serve.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="override logging.level")
     serve.set_defaults(func=_serve)
 
@@ -55,7 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
         bench = None
     if bench is not None and hasattr(bench, "register"):
         bench.register(sub)
+    _describe_all(parser)
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, str | None, argparse.ArgumentParser]]:
+    """(name, one-line help, parser) of the direct subcommands of ``parser``."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            out += [(name, helps.get(name), sub) for name, sub in action.choices.items()]
+    return out
+
+
+def _describe_all(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's --help opens with a description: its own, else its one-line help."""
+    for _, help_text, sub in _subparsers(parser):
+        if not sub.description and help_text:
+            sub.description = help_text[0].upper() + help_text[1:] + "."
+        _describe_all(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

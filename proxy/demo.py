@@ -1,33 +1,42 @@
-"""`vcproxy demo`: a local 3-broker Kafka plus the proxy, in the foreground, until Ctrl-C."""
+"""`vcproxy demo`: a local 3-broker Kafka plus the proxy, in the foreground.
+
+The Kafka cluster lives in DIR/kafka (default ``.vcproxy/demo/kafka``) and is kept when the demo stops:
+the next run starts the same cluster again (same cluster id; the virtual clusters, their topics, records
+and groups are still there, the proxy's state being a topic on it). ``--fresh`` (or ``make clean``,
+which removes ``.vcproxy/``) starts over with a new, empty cluster.
+
+Ctrl-C, SIGTERM and SIGHUP (the terminal closing) all stop the proxy and then the brokers, which run in
+sessions of their own and would otherwise outlive the demo.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
 import shutil
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import ProxyConfig
+    from .kafka.cluster import ClusterInfo
+
+log = logging.getLogger(__name__)
 
 DEMO_KAFKA_BASE_PORT = 29092  # below Linux's ephemeral range (32768-60999): no outgoing connection holds it
+DEMO_BROKERS = 3
+DEMO_RACKS = ["r1", "r2", "r3"]
 
 
-def _plaintext_instructions(bootstrap: str) -> str:
-    return f"""
-vcproxy is running. Bootstrap servers: {bootstrap}
-
-  kcat:            kcat -b {bootstrap} -L
-  confluent-kafka: .venv/bin/python -c "from confluent_kafka.admin import AdminClient; \\
-                   print(AdminClient({{'bootstrap.servers': '{bootstrap}'}}).list_topics(timeout=10).brokers)"
-  Kafka's tools:   .venv/bin/vcproxy kafka tool kafka-topics --bootstrap-server {bootstrap} --list
-                   .venv/bin/vcproxy kafka tool kafka-console-producer --bootstrap-server {bootstrap} --topic demo
-                   .venv/bin/vcproxy kafka tool kafka-console-consumer --bootstrap-server {bootstrap} \\
-                       --topic demo --from-beginning
-
-Ctrl-C stops the proxy and the Kafka brokers.
-"""
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop the demo: SIGINT, SIGTERM, and SIGHUP unless it is ignored (``nohup``)."""
+    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hup)
 
 
 def demo_password(user: str) -> str:
@@ -103,88 +112,318 @@ def _where(config: ProxyConfig, user: str) -> str:
     return "the physical cluster (bound to no virtual cluster)" if config.tenancy.enabled else "the cluster"
 
 
-def _instructions(config: ProxyConfig, properties: dict[str, Path]) -> str:
+def _shown(path: Path) -> str:
+    """``path`` as the user would type it from here: relative when it is under the working directory."""
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
+def _executables() -> tuple[str, str]:
+    """(vcproxy, python) of this installation, as the banner prints them (``.venv/bin/...`` under make run)."""
+    bindir = Path(sys.executable).parent
+    vcproxy = bindir / "vcproxy"
+    return (
+        _shown(vcproxy) if vcproxy.exists() else "vcproxy",
+        _shown(Path(sys.executable)),
+    )
+
+
+def _command(*lines: str) -> str:
+    """One shell command over several lines: continuation backslashes, the later lines indented."""
+    return " \\\n       ".join(lines)
+
+
+def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[tuple[str, list[str]]]]:
+    """(intro, [(title, commands)]): what to try, in an order that works top to bottom."""
     lc = config.listeners
     bootstrap = f"{lc.effective_advertised_host}:{lc.bootstrap_port}"
-    if not lc.security_protocol.startswith("SASL_") or not properties:
-        return _plaintext_instructions(bootstrap)
-    users = "\n".join(
-        f"  {user:<8} password {demo_password(user):<15} -> {_where(config, user)}" for user in properties
-    )
-    user = "alice" if "alice" in properties else next(iter(properties))
-    password = demo_password(user)
-    props = properties[user]
-    tool = ".venv/bin/vcproxy kafka tool"
-    rdk = props.with_suffix(".librdkafka.conf")
-    sasl = (
-        f"-X security.protocol={lc.security_protocol} -X sasl.mechanisms={KCAT_MECHANISM} \\\n"
-        f"                       -X sasl.username={user} -X sasl.password={password}"
-    )
-    return f"""
-vcproxy is starting; clients can connect once the log says "proxy ready".
-Bootstrap servers: {bootstrap} ({lc.security_protocol}: {", ".join(lc.sasl_mechanisms)})
+    vcproxy, python = _executables()
+    tool = f"{vcproxy} kafka tool"
+    sasl = lc.security_protocol.startswith("SASL_") and bool(properties)
+    if sasl:
+        user = "alice" if "alice" in properties else next(iter(properties))
+        password = demo_password(user)
+        props = properties[user]
+        java_login = f"--bootstrap-server {bootstrap} --command-config {props}"
+        rdk = props.with_suffix(".librdkafka.conf")
+        kcat_list = _command(
+            f"kcat -b {bootstrap} -X security.protocol={lc.security_protocol} -X sasl.mechanisms={KCAT_MECHANISM}",
+            f"-X sasl.username={user} -X sasl.password={password} -L",
+        )
+        kcat = f"kcat -F {rdk}"
+        py_conf = [
+            f"conf = {{'bootstrap.servers': '{bootstrap}', 'security.protocol': '{lc.security_protocol}',",
+            f"'sasl.mechanism': 'SCRAM-SHA-512', 'sasl.username': '{user}', 'sasl.password': '{password}'}};",
+        ]
+        intro = (
+            f"Try it as {user}, top to bottom (the others: change the name; docs/tenancy.md walks through it).\n"
+            f"Client settings per user: {props.parent}/<user>.properties (Kafka's tools, SCRAM-SHA-512)\n"
+            f"and {props.parent}/<user>.librdkafka.conf (kcat -F)."
+        )
+        kcat_title = (
+            f"Produce and consume with kcat (apt-get install kcat; it logs in with {KCAT_MECHANISM}, which any "
+            "kcat can):"
+        )
+        py_title = "From Python (confluent-kafka, SCRAM-SHA-512):"
+    else:
+        java_login = f"--bootstrap-server {bootstrap}"
+        kcat_list = f"kcat -b {bootstrap} -L"
+        kcat = f"kcat -b {bootstrap}"
+        py_conf = [f"conf = {{'bootstrap.servers': '{bootstrap}'}};"]
+        intro = "Try it, top to bottom:"
+        kcat_title = "Produce and consume with kcat (apt-get install kcat):"
+        py_title = "From Python (confluent-kafka):"
+    steps = [
+        (
+            "Create a topic, with Kafka's own tools (from the jars the demo resolved):",
+            [
+                _command(
+                    f"{tool} kafka-topics",
+                    java_login,
+                    "--create --if-not-exists --topic demo --partitions 3 --replication-factor 3",
+                ),
+                _command(f"{tool} kafka-topics", java_login, "--list"),
+            ],
+        ),
+        (
+            kcat_title,
+            [kcat_list, f"echo hello | {kcat} -t demo -P", f"{kcat} -t demo -C -e"],
+        ),
+        (
+            "...or with Kafka's console tools (the consumer prints every record, then waits for more: Ctrl-C):",
+            [
+                _command(f"echo hi | {tool} kafka-console-producer", java_login, "--topic demo"),
+                _command(f"{tool} kafka-console-consumer", java_login, "--topic demo --from-beginning"),
+            ],
+        ),
+        (
+            py_title,
+            [
+                _command(
+                    f'{python} -c "from confluent_kafka.admin import AdminClient;',
+                    *py_conf,
+                    'print(AdminClient(conf).list_topics(timeout=10).topics)"',
+                )
+            ],
+        ),
+    ]
+    return intro, steps
 
-{users}
 
-As {user} (the others: change the name and password; docs/tenancy.md walks through it):
+def banner_commands(banner: str) -> list[str]:
+    """The shell commands of a banner, continuation lines joined (what tests/integration/test_demo.py runs)."""
+    commands, current = [], ""
+    for line in banner.splitlines():
+        if current:
+            current += "\n" + line
+        elif line.startswith("   ") and not line.startswith("    ") and line.strip():
+            current = line.strip()
+        if current and not current.endswith("\\"):
+            commands.append(current)
+            current = ""
+    return commands
 
-  kcat:            kcat -b {bootstrap} {sasl} -L
-                   echo hello | kcat -F {rdk} -t demo -P      (-F: the same settings from a file)
-                   kcat -F {rdk} -t demo -C -e
-                   (SCRAM-SHA-512 needs a kcat built with librdkafka >= 2.6.1)
-  confluent-kafka: .venv/bin/python -c "from confluent_kafka.admin import AdminClient; \\
-                   conf = {{'bootstrap.servers': '{bootstrap}', 'security.protocol': '{lc.security_protocol}', \\
-                   'sasl.mechanism': 'SCRAM-SHA-512', 'sasl.username': '{user}', 'sasl.password': '{password}'}}; \\
-                   print(AdminClient(conf).list_topics(timeout=10).topics)"
-  Kafka's tools:   (client settings for each user: {props.parent}/<user>.properties)
-                   {tool} kafka-topics --bootstrap-server {bootstrap} --command-config {props} \\
-                       --create --topic demo --partitions 3 --replication-factor 3
-                   {tool} kafka-topics --bootstrap-server {bootstrap} --command-config {props} --list
-                   {tool} kafka-console-producer --bootstrap-server {bootstrap} --command-config {props} --topic demo
-                   {tool} kafka-console-consumer --bootstrap-server {bootstrap} --command-config {props} \\
-                       --topic demo --from-beginning
 
-Ctrl-C stops the proxy and the Kafka brokers.
-"""
+def _instructions(
+    config: ProxyConfig, properties: dict[str, Path], cluster: ClusterInfo, kept: bool, kafka_dir: Path
+) -> str:
+    lc = config.listeners
+    bootstrap = f"{lc.effective_advertised_host}:{lc.bootstrap_port}"
+    lines = [
+        "",
+        f"vcproxy is ready. Bootstrap servers: {bootstrap} ({lc.security_protocol}"
+        + (f": {', '.join(lc.sasl_mechanisms)})" if lc.security_protocol.startswith("SASL_") else ")"),
+        "",
+    ]
+    if properties:
+        lines += [f"  {user:<8} password {demo_password(user):<15} -> {_where(config, user)}" for user in properties]
+        lines.append("")
+    intro, steps = _steps(config, properties)
+    lines += [intro, ""]
+    for number, (title, commands) in enumerate(steps, 1):
+        lines.append(f"{number}. {title}")
+        lines += [f"   {command}" for command in commands]
+        lines.append("")
+    racks = ", ".join(b.rack for b in cluster.brokers if b.rack)
+    state = "as the last run left it: its topics, records, groups and virtual clusters" if kept else "new and empty"
+    lines += [
+        f"Kafka: cluster {cluster.cluster_id} ({len(cluster.brokers)} brokers, racks {racks}) in {kafka_dir},",
+        f"{state}. The cluster is kept when the demo stops and started again by the next run;",
+        "`vcproxy demo --fresh` (or `make clean`) starts over with an empty one.",
+        "Ctrl-C (or closing the terminal) stops the proxy and the brokers.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- running -------------------------------------------------------------------------------------------------
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP outside the proxy's event loop: unwinds like Ctrl-C's KeyboardInterrupt, so the
+    brokers started so far are stopped on the way out."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _signals(handler: object, signals: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """``signals`` handled by ``handler`` (SIGINT keeps Python's KeyboardInterrupt unless the handler is
+    SIG_IGN) for the duration; the previous handlers afterwards."""
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        for sig in signals:
+            if sig != signal.SIGINT or handler is signal.SIG_IGN:
+                signal.signal(sig, handler)  # type: ignore[arg-type]
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _say(text: str) -> None:
+    """A line on stderr; nothing if the terminal is gone (SIGHUP: writes fail, the cleanup must not)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
+
+
+def _start_kafka(kafka_dir: Path, shown_dir: Path, args: argparse.Namespace) -> tuple[ClusterInfo, bool]:
+    """The demo's cluster: the kept one started again, or a new one; (cluster, kept)."""
+    from .kafka.cluster import has_cluster, restart_cluster, running_pids, start_cluster, stop_cluster
+    from .kafka.errors import KafkaLauncherError
+
+    if running_pids(kafka_dir):  # a demo killed without its cleanup (kill -9) left its brokers running
+        _say(f"stopping the brokers a previous demo left running in {shown_dir}...")
+        stop_cluster(kafka_dir)
+    if args.fresh and kafka_dir.exists():
+        _say(f"--fresh: removing the kept cluster in {shown_dir}")
+        shutil.rmtree(kafka_dir)
+    if has_cluster(kafka_dir):
+        _say(f"starting the demo's Kafka cluster kept in {shown_dir} again ({DEMO_BROKERS} brokers)...")
+        try:
+            return restart_cluster(kafka_dir, base_port=args.kafka_base_port), True
+        except KafkaLauncherError as exc:
+            raise KafkaLauncherError(
+                f"{exc}\nThe kept cluster in {shown_dir} did not start again; `vcproxy demo --fresh` (or `make clean`) "
+                "starts over with a new one."
+            ) from None
+    shutil.rmtree(kafka_dir, ignore_errors=True)  # a start that failed before formatting left a partial dir
+    _say(f"starting a new local {DEMO_BROKERS}-broker Kafka (racks {', '.join(DEMO_RACKS)}) in {shown_dir}...")
+    cluster = start_cluster(kafka_dir, brokers=DEMO_BROKERS, racks=DEMO_RACKS, base_port=args.kafka_base_port)
+    return cluster, False
+
+
+def _stop_kafka(kafka_dir: Path, shown_dir: Path, stops: tuple[signal.Signals, ...]) -> None:
+    """Stop the brokers (controlled shutdown); a second Ctrl-C, SIGTERM or SIGHUP meanwhile kills them."""
+    from .kafka.cluster import running_pids, stop_cluster
+
+    if not running_pids(kafka_dir):
+        return
+    _say(f"stopping Kafka (its data stays in {shown_dir} for the next run)...")
+    try:
+        with _signals(_raise_stopped, stops):
+            stop_cluster(kafka_dir)
+    except (KeyboardInterrupt, _Stopped):
+        with _signals(signal.SIG_IGN, stops):
+            _say("stopping Kafka at once (SIGKILL)...")
+            stop_cluster(kafka_dir, hard=True)
+
+
+async def _serve(config: ProxyConfig, banner: str, stops: tuple[signal.Signals, ...]) -> None:
+    """The proxy until SIGINT, SIGTERM or SIGHUP, then drained; the banner once it is ready."""
+    import trio
+
+    from .net.server import ProxyServer
+
+    server = ProxyServer(config)
+
+    async def announce() -> None:
+        await server.ready.wait()
+        with contextlib.suppress(OSError, ValueError):
+            print(banner, flush=True)
+
+    with trio.open_signal_receiver(*stops) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.run)  # not start(): a signal must work while tenancy replays
+            nursery.start_soon(announce)
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                await server.drain()
+                nursery.cancel_scope.cancel()
+                break
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    import trio
-
     from .config import load_for_command
-    from .kafka.cluster import start_cluster, stop_cluster
-    from .kafka.errors import KafkaLauncherError
-    from .net.server import serve
 
     config = load_for_command(args.config)
     if config is None:
         return 2
-    kafka_dir = Path(args.dir).resolve() / "kafka"
-    if (kafka_dir / "cluster.json").exists():  # a previous demo killed without cleanup
-        stop_cluster(kafka_dir)
-    shutil.rmtree(kafka_dir, ignore_errors=True)
-    try:
-        print("starting a local 3-broker Kafka (racks r1, r2, r3)...", file=sys.stderr)
-        cluster = start_cluster(kafka_dir, brokers=3, racks=["r1", "r2", "r3"], base_port=args.kafka_base_port)
-        upstream = config.upstream.model_copy(update={"bootstrap_servers": cluster.bootstrap.split(",")})
-        config = config.model_copy(update={"upstream": upstream})
-        properties = write_client_properties(config, _demo_dir(Path(args.dir)))
-        if config.tenancy.enabled:
-            # The tenant API table imports every response schema (seconds): build it now rather than
-            # on the first client's connection, which would stall the event loop (and time out kcat -L).
-            from .core.apiversions import tenant_versions
+    demo_dir = _demo_dir(Path(args.dir))
+    shown_dir = demo_dir / "kafka"  # as the user gave it, for messages
+    kafka_dir = shown_dir.resolve()
+    with _exclusive(demo_dir) as other:
+        if other is not None:
+            _say(f"vcproxy demo: another demo (pid {other}) runs with {demo_dir}; stop it first, or pass --dir")
+            return 2
+        return _run_demo(args, config, demo_dir, shown_dir, kafka_dir)
 
-            tenant_versions()
-        print(_instructions(config, properties), flush=True)
-        trio.run(serve, config)
+
+@contextlib.contextmanager
+def _exclusive(demo_dir: Path) -> Iterator[str | None]:
+    """Holds DIR/demo.lock while the demo runs; yields None, or the pid of the demo holding it (two demos
+    on one directory would stop and wipe each other's brokers)."""
+    import fcntl
+
+    path = demo_dir / "demo.lock"
+    with path.open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            yield lock.read().strip() or "?"
+            return
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        try:
+            yield None
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _run_demo(args: argparse.Namespace, config: ProxyConfig, demo_dir: Path, shown_dir: Path, kafka_dir: Path) -> int:
+    import trio
+
+    from .kafka.errors import KafkaLauncherError
+
+    stops = stop_signals()
+    try:
+        with _signals(_raise_stopped, stops):
+            cluster, kept = _start_kafka(kafka_dir, shown_dir, args)
+            upstream = config.upstream.model_copy(update={"bootstrap_servers": cluster.bootstrap.split(",")})
+            config = config.model_copy(update={"upstream": upstream})
+            properties = write_client_properties(config, demo_dir)
+            if config.tenancy.enabled:
+                # The tenant API table imports every response schema (seconds): build it now rather than
+                # on the first client's connection, which would stall the event loop (and time out kcat -L).
+                from .core.apiversions import tenant_versions
+
+                tenant_versions()
+            banner = _instructions(config, properties, cluster, kept, shown_dir)
+            _say("starting the proxy...")
+            trio.run(_serve, config, banner, stops)
     except KafkaLauncherError as exc:
-        print(f"vcproxy demo: {exc}", file=sys.stderr)
+        _say(f"vcproxy demo: {exc}")
         return 2
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, _Stopped) as exc:  # before the proxy ran (it handles them itself)
+        _say(f"vcproxy demo: {exc or 'SIGINT'} received: stopping")
     finally:
-        print("stopping Kafka...", file=sys.stderr)
-        stop_cluster(kafka_dir)
+        _stop_kafka(kafka_dir, shown_dir, stops)
     return 0
 
 
@@ -195,8 +434,39 @@ def _demo_dir(path: Path) -> Path:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    demo = sub.add_parser("demo", help="run a local Kafka and the proxy with the demo config (Ctrl-C stops both)")
-    demo.add_argument("--config", default="config/demo.yaml")
-    demo.add_argument("--dir", default=".vcproxy/demo", help="working directory for the Kafka brokers")
-    demo.add_argument("--kafka-base-port", type=int, default=DEMO_KAFKA_BASE_PORT)
+    description = (
+        "Run a local 3-broker Apache Kafka (racks r1, r2, r3, from Maven Central jars) and the proxy in front "
+        "of it, in the foreground, and print how to connect. This is what `make run` runs. The Kafka cluster "
+        "is kept in DIR/kafka when the demo stops and started again by the next run (same cluster id; the "
+        "virtual clusters' topics and records are still there); --fresh starts over. Ctrl-C, SIGTERM and SIGHUP "
+        "(closing the terminal) stop the proxy and the brokers."
+    )
+    demo = sub.add_parser(
+        "demo",
+        help="run a local Kafka and the proxy with the demo config (Ctrl-C stops both)",
+        description=description,
+    )
+    demo.add_argument(
+        "--config",
+        default="config/demo.yaml",
+        help="the proxy's configuration (default %(default)s); its upstream is replaced by the demo's Kafka",
+    )
+    demo.add_argument(
+        "--dir",
+        default=".vcproxy/demo",
+        help="working directory: the Kafka cluster (DIR/kafka) and the users' client settings (default %(default)s)",
+    )
+    demo.add_argument(
+        "--kafka-base-port",
+        type=int,
+        default=DEMO_KAFKA_BASE_PORT,
+        help="first port of the Kafka brokers: node n listens on BASE+10*(n-1), the controller on BASE+1 "
+        "(default %(default)s)",
+    )
+    demo.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: remove the cluster kept in DIR/kafka (its topics, records and virtual clusters) "
+        "and format a new one",
+    )
     demo.set_defaults(func=run_demo)

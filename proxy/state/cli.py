@@ -195,19 +195,46 @@ def _orphans(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    state = sub.add_parser("state", help="inspect the virtual-cluster state topic")
+    state = sub.add_parser(
+        "state",
+        help="inspect the virtual-cluster state topic",
+        description="Inspect, back up, restore and clean up the virtual-cluster state topic (tenancy.state_topic) "
+        "on the upstream cluster, reached with the configuration's upstream settings (docs/state.md).",
+    )
     state_sub = state.add_subparsers(dest="state_command", required=True)
-    dump = state_sub.add_parser("dump", help="replay the state topic and print it as YAML")
+    dump = state_sub.add_parser(
+        "dump",
+        help="replay the state topic and print it as YAML",
+        description="Replay the state topic from its beginning, as a proxy does when it starts, and print the "
+        "result as YAML: each virtual cluster with its VC id, cluster id, bound principals and client ids and "
+        "topic links (name -> physical topic), and the topic ids the proxy knows. Only reads.",
+    )
     dump.add_argument("--config", required=True, help="proxy YAML configuration (upstream and tenancy)")
     dump.add_argument("--timeout", type=float, default=30, help="seconds to wait for the cluster")
     dump.set_defaults(func=_dump)
-    export = state_sub.add_parser("export", help="write the replayed state as JSON lines (a backup) to stdout")
+    export = state_sub.add_parser(
+        "export",
+        help="write the replayed state as JSON lines (a backup) to stdout",
+        description="Replay the state topic and write its live records as JSON lines to stdout: a backup that "
+        "`vcproxy state import` restores. Only reads.",
+    )
     export.set_defaults(func=_export)
-    restore = state_sub.add_parser("import", help="restore a backup made by `state export` into the state topic")
+    restore = state_sub.add_parser(
+        "import",
+        help="restore a backup made by `state export` into the state topic",
+        description="Write the records of a backup made by `vcproxy state export` into the state topic (created "
+        "if missing). A state topic that already holds records is refused unless --force. Stop the proxies "
+        "first (docs/state.md#backup-and-restore).",
+    )
     restore.add_argument("backup", help="the JSON-lines file `state export` wrote")
     restore.add_argument("--force", action="store_true", help="overwrite a state topic that is not empty")
     restore.set_defaults(func=_import)
-    orphans = state_sub.add_parser("orphans", help="physical VC topics no link points to, and links without a topic")
+    orphans = state_sub.add_parser(
+        "orphans",
+        help="physical VC topics no link points to, and links without a topic",
+        description="List the physical topics of virtual clusters that no link points to, and the links whose "
+        "physical topic is gone. A dry run unless --delete, which deletes those topics and links.",
+    )
     orphans.add_argument("--delete", action="store_true", help="delete them (default: only list them)")
     orphans.set_defaults(func=_orphans)
     for command in (export, restore, orphans):

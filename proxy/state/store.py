@@ -55,7 +55,27 @@ class _Throttle(logging.Filter):
         return True
 
 
+# librdkafka retries these itself, and the state producer always meets one on a fresh or restarted
+# cluster: the transaction coordinator's partitions are still loading when it asks for its producer id.
+_ROUTINE_RETRY = re.compile(
+    r"Failed to acquire (?:idempotence|transactional) PID from broker \S+: "
+    r"Broker: (?:Coordinator load in progress|Coordinator not available|Not coordinator): retrying"
+)
+
+
+class _RoutineRetriesAtDebug(logging.Filter):
+    """librdkafka logs its routine retries of a producer id at WARNING; they are logged at DEBUG
+    (dropped unless DEBUG is on). Anything else keeps its level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and _ROUTINE_RETRY.search(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
 _client_log = logging.getLogger("proxy.state.librdkafka")  # the clients' own logs (connection failures...)
+_client_log.addFilter(_RoutineRetriesAtDebug())
 _client_log.addFilter(_Throttle())
 
 DEFAULT_STATE_TOPIC = "__vcproxy_state"
