@@ -2,42 +2,69 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+DEMO_ARGS ?=
+
+# pip shows what it downloads and how far on a terminal, and stays quiet elsewhere (CI logs). $(shell)
+# captures stdout, so the test looks at stderr, which make shares with the terminal.
+PIP := $(VENV)/bin/pip install --disable-pip-version-check $(shell [ -t 2 ] || echo -q)
 
 .PHONY: run test unit integration lint bench kafka-dist clean
 
-$(VENV)/.installed: pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(PIP) --upgrade pip
+
+# One marker per kind of install: the runtime (what `make run` needs: no PySpark, pyarrow or test
+# tools), and the runtime plus the test extra (pytest, ruff, PySpark and pyarrow for the analytics tests).
+$(VENV)/.installed-run: pyproject.toml | $(PY)
+	@echo "== installing vcproxy (runtime) into $(VENV)"
+	$(PIP) -e .
 	touch $@
 
-# Resolve the Apache Kafka jars from Maven Central into the cache (~/.cache/vcproxy/kafka).
-kafka-dist: $(VENV)/.installed
-	$(PY) -c "from proxy.kafka.dist import ensure_dist, ensure_streams_libs; print(ensure_dist()); print(ensure_streams_libs())"
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	@echo "== installing vcproxy with its test extra into $(VENV)"
+	$(PIP) -e '.[test]'
+	touch $@
+
+# Any install has the launcher; without one, the runtime is enough.
+$(VENV)/bin/vcproxy:
+	$(MAKE) $(VENV)/.installed-run
+
+# Resolve the Apache Kafka jars from Maven Central into the cache (~/.cache/vcproxy/kafka), Kafka
+# Streams included (the tests' Streams application); `make run` resolves what it needs by itself.
+kafka-dist: | $(VENV)/bin/vcproxy
+	$(VENV)/bin/vcproxy kafka dist --streams
 
 # A local 3-broker Kafka plus the proxy on 127.0.0.1:9192 with config/demo.yaml; Ctrl-C stops both.
-run: kafka-dist
-	$(PY) -m proxy demo --config config/demo.yaml
+# The Kafka cluster (and so the virtual clusters' topics) is kept in .vcproxy/demo for the next run:
+# `make clean` or `make run DEMO_ARGS=--fresh` starts over.
+run: $(VENV)/.installed-run
+	$(PY) -m proxy demo --config config/demo.yaml $(DEMO_ARGS)
 
 # Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts.
-test: kafka-dist
+test: $(VENV)/.installed-test
+	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/ruff check proxy tests benchmarks
 	$(VENV)/bin/ruff format --check proxy tests benchmarks
 	$(VENV)/bin/pytest -q -ra
 
-unit: $(VENV)/.installed
+unit: $(VENV)/.installed-test
 	$(VENV)/bin/pytest -q tests/unit
 
-integration: kafka-dist
+integration: $(VENV)/.installed-test
+	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/pytest -q -ra tests/integration
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check proxy tests benchmarks
 	$(VENV)/bin/ruff format --check proxy tests benchmarks
 
 # Direct-to-Kafka vs through-the-proxy, alternating rounds; figures go to docs/performance.md.
-bench: kafka-dist
+bench: $(VENV)/.installed-run
 	$(PY) -m proxy bench
 
+# Stops the demo's brokers if a killed demo left them running, then removes the demo's cluster and state.
 clean:
+	@if [ -x $(VENV)/bin/vcproxy ] && [ -f .vcproxy/demo/kafka/cluster.json ]; then \
+		$(VENV)/bin/vcproxy kafka stop --dir .vcproxy/demo/kafka; fi
 	rm -rf .vcproxy .pytest_cache .ruff_cache
