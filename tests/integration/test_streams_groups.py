@@ -195,6 +195,7 @@ def test_two_vcs_run_the_same_streams_application_in_isolation(
         admin = AdminClient(conf(streams_proxy, tenant))
         for topic in (INPUT, OUTPUT):
             create(admin, topic)
+        del admin  # closes its connections: the leak oracle below reads the tap once every one is closed
         produce(conf(streams_proxy, tenant), INPUT, LINES[tenant])
 
     apps = {t: StreamsApp(classpath, workdir, t, streams_proxy.bootstrap) for t in TENANTS}
