@@ -44,7 +44,7 @@ from proxy.kafka.dist import (
 )
 from proxy.kafka.errors import KafkaLauncherError
 from proxy.kafka.progress import Progress, elapsed
-from proxy.kafka.tools import TOOLS, java_tool_argv
+from proxy.kafka.tools import SERVICE_JVM_FLAGS, TOOLS, java_tool_argv
 
 log = logging.getLogger("proxy.kafka")
 
@@ -69,15 +69,8 @@ SASL_USERS: dict[str, str] = {
     "bob": "bob-secret",
 }
 
-# What kafka-server-start.sh / kafka-run-class.sh add, minus the 1G heap.
-BROKER_JVM_FLAGS = (
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-XX:MaxInlineLevel=15",
-    "-Djava.awt.headless=true",
-)
+# What kafka-server-start.sh / kafka-run-class.sh add, minus the 1G heap: the same as for Kafka's services.
+BROKER_JVM_FLAGS = SERVICE_JVM_FLAGS
 
 
 class BrokerInfo(NamedTuple):

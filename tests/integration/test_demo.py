@@ -29,6 +29,7 @@ from proxy.demo import banner_commands
 from proxy.kafka.cluster import load_cluster, running_pids
 
 from .ports import free_kafka_base_port, free_port, free_port_block
+from .processes import java_processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
 BANNER_END = "Ctrl-C (or closing the terminal) stops the proxy and the brokers."
@@ -81,7 +82,7 @@ class Demo:
             self.proc.kill()
             pytest.fail(f"the demo did not exit after {sig.name}:\n{self.log_tail()}")
         assert running_pids(self.kafka_dir) == []
-        assert _java_processes_mentioning(self.kafka_dir) == [], f"brokers left after {sig.name}"
+        assert java_processes_mentioning(self.kafka_dir) == [], f"brokers left after {sig.name}"
         assert all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in pids)
         return code
 
@@ -107,19 +108,6 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
-
-
-def _java_processes_mentioning(path: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "java" in cmdline and f"{path}/" in cmdline:
-                pids.append(int(proc.name))
-    return pids
 
 
 @pytest.fixture(scope="module")

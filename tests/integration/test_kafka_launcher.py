@@ -6,7 +6,6 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -18,6 +17,7 @@ from proxy.kafka.cluster import load_cluster, start_cluster, stop_cluster
 from proxy.kafka.tools import run_tool
 
 from .ports import free_kafka_base_port
+from .processes import java_processes_mentioning
 
 
 def _live_brokers(bootstrap: str) -> dict[int, str | None]:
@@ -138,19 +138,6 @@ def test_stop_and_start_broker(kafka_cluster, hard):
     _wait_until(lambda: _live_ids(kafka_cluster.bootstrap) == {1, 2, 3}, 120, "broker 3 is back")
 
 
-def _java_processes_mentioning(path: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "java" in cmdline and f"{path}/" in cmdline:
-                pids.append(int(proc.name))
-    return pids
-
-
 def test_stop_cluster_leaves_no_process(tmp_path, monkeypatch):
     base_port = free_kafka_base_port(brokers=1)
     # Exercise the launcher's no-confluent-kafka path too: readiness through Kafka's own Java tools.
@@ -159,9 +146,9 @@ def test_stop_cluster_leaves_no_process(tmp_path, monkeypatch):
     try:
         assert info.bootstrap == f"127.0.0.1:{base_port}" and info.sasl_bootstrap is None
         assert _live_brokers(info.bootstrap) == {1: None}
-        assert _java_processes_mentioning(info.dir)
+        assert java_processes_mentioning(info.dir)
     finally:
         stop_cluster(info.dir)
-    assert _java_processes_mentioning(info.dir) == []
+    assert java_processes_mentioning(info.dir) == []
     stop_cluster(info.dir)  # idempotent
     cluster_mod.check_ports_free([(base_port, "client"), (base_port + 1, "controller")])
