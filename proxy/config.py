@@ -273,6 +273,8 @@ class VirtualClusterSeedConfig(_Strict):
     principals: list[str] = []
     """Principals bound to this VC, e.g. "User:alice" (moved here if bound elsewhere)."""
     client_ids: list[str] = []
+    admins: list[str] = []
+    """Principals that may describe and alter this VC with the management RPCs (`vcproxy virtual-clusters`)."""
 
     @field_validator("name")
     @classmethod
@@ -282,7 +284,7 @@ class VirtualClusterSeedConfig(_Strict):
         validate_vc_name(name)
         return name
 
-    _principals = field_validator("principals")(_principal_list)
+    _principals = field_validator("principals", "admins")(_principal_list)
 
     @field_validator("client_ids")
     @classmethod
@@ -316,7 +318,11 @@ class TenancyConfig(_Strict):
     """How often a running proxy checks that its state topic still exists, is compacted and is the one it
     replayed; when not, /readyz says why and topic changes in VCs are refused."""
 
-    _readers = field_validator("state_topic_readers")(_principal_list)
+    super_admins: list[str] = []
+    """Operators (e.g. "User:admin") allowed every management RPC on every VC: the KIP's *_CLUSTER operations
+    on `kafka-cluster`. They must be bound to no VC."""
+
+    _readers = field_validator("state_topic_readers", "super_admins")(_principal_list)
 
     @model_validator(mode="after")
     def _bound_once(self) -> TenancyConfig:
@@ -332,6 +338,10 @@ class TenancyConfig(_Strict):
                     first = seen.setdefault((kind, value), path)
                     if first != path:
                         raise ValueError(f"{path}: {value!r} is already bound at {first} (one virtual cluster each)")
+        for i, admin in enumerate(self.super_admins):
+            if ("principals", admin) in seen:
+                where = seen[("principals", admin)]
+                raise ValueError(f"super_admins.{i}: {admin!r} is bound to a virtual cluster at {where}")
         return self
 
 

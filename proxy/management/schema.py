@@ -1,0 +1,289 @@
+"""The KIP-1134 management RPCs, version 0, as kio-style entities (so proxy.protocol.codec reads and
+writes them like any Kafka message, validation included).
+
+Kafka 4.x has assigned the KIP's keys 91-95 to other APIs (share-group offsets, Streams topology
+updates, UnregisterController), so vcproxy serves the RPCs under 1134-1138, far from Kafka's range.
+Where the KIP's schemas contradict themselves (fields "versions 1+" in an API whose only version is 0:
+`validateOnly`, `ErrorMessage`, `ThrottleTimeMs`), version 0 carries them. What the KIP leaves out is
+added as tagged fields, which a reader of the KIP's exact schema skips: the link name of a topic
+resource, and a described VC's cluster id, admins and error message. docs/management.md lists it all.
+"""
+
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.response_header.v1.header import ResponseHeader
+from kio.static.constants import EntityType
+from kio.static.primitive import i8, i16, i32
+
+CREATE_VIRTUAL_CLUSTERS = 1134
+ALTER_VIRTUAL_CLUSTERS = 1135
+DELETE_VIRTUAL_CLUSTERS = 1136
+LIST_VIRTUAL_CLUSTERS = 1137
+DESCRIBE_VIRTUAL_CLUSTERS = 1138
+KEYS = (
+    CREATE_VIRTUAL_CLUSTERS,
+    ALTER_VIRTUAL_CLUSTERS,
+    DELETE_VIRTUAL_CLUSTERS,
+    LIST_VIRTUAL_CLUSTERS,
+    DESCRIBE_VIRTUAL_CLUSTERS,
+)
+NAMES = {
+    CREATE_VIRTUAL_CLUSTERS: "CreateVirtualClusters",
+    ALTER_VIRTUAL_CLUSTERS: "AlterVirtualClusters",
+    DELETE_VIRTUAL_CLUSTERS: "DeleteVirtualClusters",
+    LIST_VIRTUAL_CLUSTERS: "ListVirtualClusters",
+    DESCRIBE_VIRTUAL_CLUSTERS: "DescribeVirtualClusters",
+}
+
+
+class ResourceType(enum.IntEnum):
+    """AlterVirtualClusters resource types: Kafka's ResourceType codes where Kafka has one."""
+
+    TOPIC = 2  # ResourceName: the physical topic; LinkName: the name the VC sees (default: the same)
+    GROUP = 3
+    TRANSACTIONAL_ID = 5
+    USER = 7  # a principal, "User:alice" (a bare "alice" means User:alice)
+    CLIENT = 64  # a client id (Kafka has no resource type for it)
+    ADMIN = 65  # a principal allowed DESCRIBE/ALTER_VIRTUAL_CLUSTER on this VC (until VC-scoped ACLs)
+
+
+class ResourceOperation(enum.IntEnum):
+    ADD = 1
+    REMOVE = 2
+
+
+def _meta(kafka_type: str, tag: int | None = None) -> dict[str, object]:
+    return {"kafka_type": kafka_type} if tag is None else {"kafka_type": kafka_type, "tag": tag}
+
+
+class _Request:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+
+
+class _Response:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+
+
+class _Nested:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+
+
+# -- CreateVirtualClusters --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableVirtualCluster(_Nested):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateVirtualClustersRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    virtual_clusters: tuple[CreatableVirtualCluster, ...] = field(default=())
+    timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
+    validate_only: bool = field(metadata=_meta("bool"), default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableVirtualClustersResult(_Nested):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata=_meta("string"))
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateVirtualClustersResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    virtual_clusters: tuple[CreatableVirtualClustersResult, ...] = field(default=())
+
+
+# -- AlterVirtualClusters ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterResource(_Nested):
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    resource_type: i8 = field(metadata=_meta("int8"))
+    resource_name: str = field(metadata=_meta("string"))
+    resource_operation: i8 = field(metadata=_meta("int8"))
+    link_name: str | None = field(metadata=_meta("string", 0), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterData(_Nested):
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata=_meta("string"))
+    resources: tuple[VirtualClusterResource, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterVirtualClustersRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    virtual_cluster: tuple[VirtualClusterData, ...] = field(default=())
+    timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
+    validate_only: bool = field(metadata=_meta("bool"), default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterResourceResult(_Nested):
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    resource_type: i8 = field(metadata=_meta("int8"))
+    resource_name: str = field(metadata=_meta("string"))
+    resource_operation: i8 = field(metadata=_meta("int8"))
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+    link_name: str | None = field(metadata=_meta("string", 0), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterDataResult(_Nested):
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata=_meta("string"))
+    resources: tuple[VirtualClusterResourceResult, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterVirtualClustersResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    virtual_cluster: tuple[VirtualClusterDataResult, ...] = field(default=())
+    throttle_time_ms: i32 = field(metadata=_meta("int32", 0), default=i32(0))
+
+
+# -- DeleteVirtualClusters --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletableVirtualCluster(_Nested):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClustersRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    virtual_clusters: tuple[DeletableVirtualCluster, ...] = field(default=())
+    timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
+    validate_only: bool = field(metadata=_meta("bool"), default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletableVirtualClusterResult(_Nested):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata=_meta("string"))
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClustersResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    responses: tuple[DeletableVirtualClusterResult, ...] = field(default=())
+
+
+# -- ListVirtualClusters ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListVirtualClustersRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(LIST_VIRTUAL_CLUSTERS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedVirtualCluster(_Nested):
+    __api_key__: ClassVar[i16] = i16(LIST_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListVirtualClustersResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(LIST_VIRTUAL_CLUSTERS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    virtual_clusters: tuple[ListedVirtualCluster, ...] = field(default=())
+
+
+# -- DescribeVirtualClusters ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedVirtualClusterName(_Nested):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeVirtualClustersRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    virtual_clusters: tuple[DescribedVirtualClusterName, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicLink(_Nested):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    link_name: str = field(metadata=_meta("string"))
+    physical_name: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterResults(_Nested):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata=_meta("string"))
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    topic_links: tuple[TopicLink, ...] = field(default=())
+    users: tuple[str, ...] = field(metadata=_meta("string"), default=())
+    client_ids: tuple[str, ...] = field(metadata=_meta("string"), default=())
+    transactional_ids: tuple[str, ...] = field(metadata=_meta("string"), default=())
+    consumer_groups: tuple[str, ...] = field(metadata=_meta("string"), default=())
+    cluster_id: str | None = field(metadata=_meta("string", 0), default=None)
+    admins: tuple[str, ...] = field(metadata=_meta("string", 1), default=())
+    error_message: str | None = field(metadata=_meta("string", 2), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeVirtualClustersResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    virtual_clusters: tuple[VirtualClusterResults, ...] = field(default=())
+
+
+REQUESTS: dict[int, type] = {
+    CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersRequest,
+    ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersRequest,
+    DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersRequest,
+    LIST_VIRTUAL_CLUSTERS: ListVirtualClustersRequest,
+    DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersRequest,
+}
+RESPONSES: dict[int, type] = {
+    CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersResponse,
+    ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersResponse,
+    DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersResponse,
+    LIST_VIRTUAL_CLUSTERS: ListVirtualClustersResponse,
+    DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersResponse,
+}
