@@ -1,4 +1,9 @@
-"""Loads the rewrite rules (``rewrite_rules/*.yaml``): data, validated once at import."""
+"""The one loader of the rewrite rules (``rewrite_rules/*.yaml``): data, validated when first loaded.
+
+* apis.yaml: every API key, its class and what the proxy does with it for the physical cluster;
+* tenant.yaml: what the tenancy stage does with it for a principal in a virtual cluster;
+* endpoints.yaml: where broker endpoints sit in responses.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +55,6 @@ class ApiRule:
     name: str
     api_class: str
     physical: str
-    tenant: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,8 @@ class EndpointRule:
 
 
 _PHYSICAL = {"forward", "local", "reject"}
+_TENANT_ACTIONS = {"rewrite", "deny", "pass"}
+_TENANT_KEYS = {"action", "error", "request", "response", "filter", "splice", "handler", "versions"}
 _KINDS = {"list", "single"}
 _MODES = {"decode", "splice", "keep"}
 
@@ -73,7 +79,7 @@ _MODES = {"decode", "splice", "keep"}
 def api_rules() -> dict[int, ApiRule]:
     rules = {}
     for entry in load_yaml("apis.yaml")["apis"]:
-        rule = ApiRule(entry["key"], entry["name"], entry["class"], entry["physical"], entry["tenant"])
+        rule = ApiRule(entry["key"], entry["name"], entry["class"], entry["physical"])
         if rule.physical not in _PHYSICAL:
             raise ValueError(f"apis.yaml: {rule.name}: unknown physical action {rule.physical!r}")
         rules[rule.key] = rule
@@ -98,3 +104,51 @@ def endpoint_rules() -> tuple[EndpointRule, ...]:
             raise ValueError(f"endpoints.yaml: bad entry {entry!r}")
         out.append(rule)
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class TenantRule:
+    api: str
+    action: str  # rewrite | deny | pass
+    error: int = 0  # deny: the Kafka error code
+    request: tuple[tuple[str, str], ...] = ()  # extra {path: kind} to translate in requests
+    response: tuple[tuple[str, str], ...] = ()  # ... and in responses
+    filters: tuple[tuple[str, str, str], ...] = ()  # (array path, item field, kind)
+    splice: frozenset[str] = frozenset()  # "request" / "response": walked, never decoded
+    handler: str | None = None  # the name of the API's handler (proxy/tenancy/handlers.py HANDLERS)
+    versions: VersionRange | None = None  # None: every version the proxy can parse
+
+
+@functools.cache
+def tenant_rules() -> dict[int, TenantRule]:
+    from kio.schema.errors import ErrorCode
+
+    by_name = {r.name: key for key, r in api_rules().items()}
+    rules = {}
+    for name, entry in load_yaml("tenant.yaml")["tenant"].items():
+        where = f"tenant.yaml: {name}"
+        if name not in by_name:
+            raise ValueError(f"{where}: unknown API")
+        unknown = set(entry) - _TENANT_KEYS
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}")
+        if entry.get("action") not in _TENANT_ACTIONS:
+            raise ValueError(f"{where}: action must be one of {sorted(_TENANT_ACTIONS)}, not {entry.get('action')!r}")
+        error = entry.get("error")
+        if error is not None and not hasattr(ErrorCode, str(error).lower()):
+            raise ValueError(f"{where}: unknown error {error!r}")
+        if (entry["action"] == "deny") != (error is not None):
+            raise ValueError(f"{where}: `error` goes with action deny, and only there")
+        versions = entry.get("versions")
+        rules[by_name[name]] = TenantRule(
+            api=name,
+            action=entry["action"],
+            error=int(getattr(ErrorCode, error.lower())) if error else 0,
+            request=tuple((entry.get("request") or {}).items()),
+            response=tuple((entry.get("response") or {}).items()),
+            filters=tuple((p, f, k) for p, (f, k) in (entry.get("filter") or {}).items()),
+            splice=frozenset(entry.get("splice") or ()),
+            handler=entry.get("handler"),
+            versions=VersionRange.parse(versions) if versions is not None else None,
+        )
+    return rules

@@ -37,7 +37,8 @@ from scramp import ScramMechanism
 from scramp.utils import ScramException
 
 from ..core.admission import LoginGuard
-from ..core.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, PasswordCheck, ProtocolViolation, SaslReply
+from ..core.exchange import PasswordCheck, ProtocolViolation
+from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslReply
 from ..protocol import codec
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 from scramp.utils import ScramException
 
-from ..core.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
+from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from ..identity import CLIENT_ID
 from ..net.frames import FrameReader
 from ..protocol import codec

@@ -15,7 +15,7 @@ from ..protocol import codec
 from ..protocol.apis import known_apis, response_type
 from ..protocol.codec import UNSUPPORTED_VERSION
 from ..protocol.headers import API_VERSIONS_KEY
-from ..rules import api_rules
+from ..rules import api_rules, tenant_rules
 
 VersionTable = dict[int, tuple[int, int]]
 
@@ -39,20 +39,21 @@ def tenant_versions() -> VersionTable:
 
     ApiVersions comes before authentication, so this applies to every client of such a proxy.
     """
-    from ..protocol.apis import response_type
-    from ..tenancy.engine import tenant_rules
-
     table = {}
     for key, (low, high) in proxy_versions().items():
         rule = tenant_rules().get(key)
         if rule is None:
             continue
+        if rule.versions is not None:  # tenant.yaml narrows what the tenant may use
+            low = max(low, rule.versions.low)
+            high = high if rule.versions.high is None else min(high, rule.versions.high)
         if rule.action == "deny":
             usable = [v for v in range(low, high + 1) if "error_code" in response_type(key, v).__dataclass_fields__]
             if not usable:
                 continue
             low = usable[0]
-        table[key] = (low, high)
+        if low <= high:
+            table[key] = (low, high)
     return table
 
 

@@ -37,6 +37,9 @@ NAMES = {
     LIST_VIRTUAL_CLUSTERS: "ListVirtualClusters",
     DESCRIBE_VIRTUAL_CLUSTERS: "DescribeVirtualClusters",
 }
+SNAKE_NAMES = {
+    key: "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_") for key, name in NAMES.items()
+}
 
 
 class ResourceType(enum.IntEnum):

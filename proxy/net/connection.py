@@ -119,12 +119,14 @@ class ClientConnection:
         self.requests = 0
         self.telemetry = telemetry  # spans and metrics; None when both are off (no cost)
         self.close_reason = "client closed the connection"
+        self._scope: trio.CancelScope | None = None
         if telemetry is not None:
-            telemetry.session = session
+            telemetry.state = session.ctx
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
                 nursery.start_soon(self._request_pump, nursery.cancel_scope)
                 nursery.start_soon(self._response_pump, nursery.cancel_scope)
                 nursery.start_soon(self._watchdog, nursery.cancel_scope)
@@ -155,6 +157,11 @@ class ClientConnection:
         self.close_reason = "proxy draining"
         if self._request_scope is not None:
             self._request_scope.cancel()
+
+    def close_now(self, reason: str) -> None:
+        """End the connection from outside (its VC binding changed): the client reconnects."""
+        if self._scope is not None:
+            self._close(self._scope, reason)
 
     def _wake(self) -> None:
         self._work.set()
@@ -243,6 +250,8 @@ class ClientConnection:
                     assert decision.check is not None and decision.resume is not None
                     ok = await trio.to_thread.run_sync(decision.check.run, limiter=PASSWORD_CHECKS)
                     decision = decision.resume(ok)
+                if decision.delay > 0:  # a stage holds the request back (quotas)
+                    await trio.sleep(decision.delay)
                 trace = telemetry.on_request(frame, decision, started) if telemetry is not None else None
                 self.requests += 1
                 if decision.action is Action.FORWARD:
@@ -279,7 +288,7 @@ class ClientConnection:
                     await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
                 await self._send(local.reply)
                 if self.telemetry is not None:
-                    self.telemetry.on_reply([local.reply], None)
+                    self.telemetry.on_reply(local, [local.reply], None)
                 self._answered()
                 if local.close_after:
                     log.info("%s: closing after failed authentication", self.name)
@@ -306,6 +315,6 @@ class ClientConnection:
             await self._persist(result.writes)
             for piece in result.pieces:
                 await self._send(piece)
-            if self.telemetry is not None:
-                self.telemetry.on_reply(result.pieces, frame)
+            if self.telemetry is not None and result.exchange is not None:
+                self.telemetry.on_reply(result.exchange, result.pieces, frame)
             self._answered()

@@ -109,6 +109,7 @@ class ProxyServer:
 
                 self.tenancy = TenancyService.from_config(self.config)
                 await handlers.start(self.tenancy.run)
+                handlers.start_soon(self._follow_bindings, self.tenancy)
             with self._listener_scope:
                 async with trio.open_nursery() as listeners:
                     self._listener_nursery = listeners
@@ -116,6 +117,17 @@ class ProxyServer:
                     listeners.start_soon(self._discovery_loop)
                     task_status.started()
             # Listeners are gone (drain): connections finish in the handler nursery.
+
+    async def _follow_bindings(self, tenancy: TenancyService) -> None:
+        """Close the connections whose VC binding a followed change undid (VC deleted, principal moved or
+        unbound, or newly bound while on the physical cluster): the client reconnects under its new binding."""
+        seen = tenancy.image.version
+        while True:
+            seen = await tenancy.wait_for_change(seen)
+            for connection in list(self.connections):
+                why = connection.session.stale_binding()
+                if why is not None:
+                    connection.close_now(why)
 
     async def _serve_http(self, *, task_status: trio.TaskStatus[None]) -> None:
         """/metrics, /healthz and /readyz (proxy/observability/http.py)."""
@@ -376,6 +388,7 @@ class ProxyServer:
             principal=principal,
             header_v3=lc.request_header_v3,
             upstream_versions=versions,
+            super_admins=self.config.tenancy.super_admins,
         )
 
 

@@ -21,7 +21,6 @@ import logging
 import random
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .. import __version__
-from ..core.session import PRODUCE_KEY, SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, Action, Pending, RequestDecision
+from ..core.exchange import Action, Exchange, RequestDecision
+from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import API_VERSIONS_KEY, peek_request, response_body_offset
 from ..protocol.primitives import read_nullable_string
@@ -37,12 +37,14 @@ from ..rules import api_rules
 from .metrics import PHYSICAL_VC, Metrics
 from .scan import Facts, TopicKey, scan, top_error
 
+PRODUCE_KEY = 0
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import Span
 
     from ..config import ProxyConfig
-    from ..core.session import ProxySession
+    from ..core.stages.context import ConnectionState
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +187,7 @@ class RequestTrace:
         api_key: int,
         api_version: int,
         correlation_id: int,
-        pending: Pending | None,
+        pending: Exchange | None,
     ):
         self.started = started
         self.trace_id = trace_id  # 0: not sampled (metrics only)
@@ -257,7 +259,8 @@ class Telemetry:
 class ConnectionTelemetry:
     """The recorder of one client connection. ClientConnection calls `on_request` after the session
     decided, `on_forwarded` after an acks=0 Produce went upstream, `on_reply` after each answer was
-    written (answers leave in request order, so traces are a FIFO) and `on_close` at the end."""
+    written and `on_close` at the end. A request's record travels with its exchange; who the client
+    is comes from the connection's state (`state`), which the stages keep."""
 
     def __init__(self, telemetry: Telemetry, peer: tuple[str, int] | None, node_id: int | None):
         self.telemetry = telemetry
@@ -266,10 +269,9 @@ class ConnectionTelemetry:
         self.address, self.port = peer if peer is not None else ("", 0)
         self.node_id = -1 if node_id is None else node_id
         self.listener = "bootstrap" if node_id is None else f"broker-{node_id}"
-        self.session: ProxySession | None = None
+        self.state: ConnectionState | None = None
         self.client_id: str | None = None
         self.requests = 0
-        self.outstanding: deque[RequestTrace | None] = deque()
         self._unbound: list[tuple[RequestTrace, Facts | None, int, int, bool]] = []
         self._vc_label = PHYSICAL_VC
         self._upstream_open = False
@@ -334,29 +336,27 @@ class ConnectionTelemetry:
         self.requests += 1
         trace_id = self.tracing.sample() if self.tracing is not None else 0
         if not trace_id and self.metrics is None and api_key not in SASL_KEYS:
-            if pending is not None:
-                self.outstanding.append(None)
             return None
         trace = RequestTrace(started, trace_id, len(frame), api_key, version, correlation_id, pending)
         if trace_id and api_key not in RECORDS_IN_RESPONSE:
-            session = self.session
-            if api_key == PRODUCE_KEY or session is None or session.engine is None:
+            state = self.state
+            if api_key == PRODUCE_KEY or state is None or state.engine is None:
                 trace.request_topics = self._scan_request(wire_frame, api_key, wire_version)
         if pending is not None:
-            self.outstanding.append(trace)
+            pending.trace = trace
         return trace
 
     def on_forwarded(self, trace: RequestTrace) -> None:
         self._finish(trace, None, None)
 
-    def on_reply(self, pieces: list[bytes | memoryview], upstream_frame: memoryview | None) -> None:
-        trace = self.outstanding.popleft() if self.outstanding else None
+    def on_reply(self, ex: Exchange, pieces: list[bytes | memoryview], upstream_frame: memoryview | None) -> None:
+        trace = ex.trace
         if trace is not None:
             self._finish(trace, pieces, upstream_frame)
 
     def _read_client_id(self, frame: memoryview) -> None:
-        if self.session is not None:  # the session parsed it (any header version; KIP-1313 clients may omit it later)
-            self.client_id = self.session.client_id
+        if self.state is not None:  # the session parsed it (any header version; KIP-1313 clients may omit it later)
+            self.client_id = self.state.client_id
             return
         try:  # at offset 12 in request header v1, v2 and v3 alike
             self.client_id = read_nullable_string(frame, 12)[0]
@@ -410,11 +410,11 @@ class ConnectionTelemetry:
         bytes_out = sum(map(len, pieces)) if pieces is not None else 0
         api_key = trace.api_key
         facts = self._scan_response(trace, pieces, upstream_frame) if pieces is not None else None
-        session = self.session
+        state = self.state
         local = pieces is not None and upstream_frame is None
-        if api_key in SASL_KEYS and session is not None:
-            self._sasl_progress(trace, session, ended)
-        if session is not None and session.tenancy is not None and session.engine is None and api_key in UNBOUND_APIS:
+        if api_key in SASL_KEYS and state is not None:
+            self._sasl_progress(trace, state, ended)
+        if state is not None and state.image is not None and state.engine is None and api_key in UNBOUND_APIS:
             # Before its first other request a tenant's connection is bound to no VC yet: recorded at binding.
             self._unbound.append((trace, facts, bytes_out, ended, local))
             return
@@ -430,8 +430,8 @@ class ConnectionTelemetry:
     def _record(self, trace: RequestTrace, facts: Facts | None, bytes_out: int, ended: int, local: bool) -> None:
         """Metrics and the span of a finished request, with the connection's virtual cluster as it is now."""
         api_key = trace.api_key
-        session = self.session
-        vc = session.vc if session is not None else None
+        state = self.state
+        vc = state.vc if state is not None else None
         if vc is not None:
             vc_name, cluster_id = vc.name, vc.cluster_id
         else:
@@ -457,14 +457,14 @@ class ConnectionTelemetry:
             attributes["vcproxy.virtual_cluster"] = vc_name
         if cluster_id:
             attributes["vcproxy.virtual_cluster.id"] = cluster_id
-        principal = session.principal if session is not None else None
+        principal = state.principal if state is not None else None
         if principal is not None:
             attributes["vcproxy.principal"] = principal
         if self.client_id is not None:
             attributes["vcproxy.client_id"] = self.client_id
-        if session is not None:
-            attributes["vcproxy.client_instance_id"] = session.client_instance_id
-            attributes["vcproxy.client_instance_id.source"] = session.client_instance_id_source
+        if state is not None:
+            attributes["vcproxy.client_instance_id"] = state.client_instance_id
+            attributes["vcproxy.client_instance_id.source"] = state.client_instance_id_source
         attributes["client.address"] = self.address
         attributes["client.port"] = self.port
         attributes["vcproxy.api.name"] = api_name
@@ -515,8 +515,7 @@ class ConnectionTelemetry:
     def _topic_name(self, key: TopicKey, vc: Any, exchange: Any, from_upstream: bool) -> str | None:
         if vc is None:  # the physical cluster: names as they are; ids if a Metadata response named them
             return key if isinstance(key, str) else self.telemetry.topic_names.get(key)
-        session = self.session
-        image = session.tenancy.image if session is not None and session.tenancy is not None else None
+        image = self.state.image if self.state is not None else None
         if isinstance(key, uuid.UUID):
             physical = image.physical_for_id(key) if image is not None else None
             if physical is None:
@@ -530,10 +529,10 @@ class ConnectionTelemetry:
 
     # -- authentication --------------------------------------------------------------------------
 
-    def _sasl_progress(self, trace: RequestTrace, session: ProxySession, now: int) -> None:
+    def _sasl_progress(self, trace: RequestTrace, state: ConnectionState, now: int) -> None:
         from ..auth.sasl import SaslServer
 
-        auth = session.authenticator
+        auth = state.authenticator
         if not isinstance(auth, SaslServer) or self._auth_done:
             return
         if self._auth_started is None:
@@ -572,12 +571,12 @@ class ConnectionTelemetry:
         if self._closed:
             return
         self._closed = True
-        session = self.session
+        state = self.state
         if self._unbound:
             self._record_unbound()
-        if self._auth_started is not None and not self._auth_done and session is not None:
+        if self._auth_started is not None and not self._auth_done and state is not None:
             self._auth_done = True
-            mechanism = getattr(session.authenticator, "mechanism", None) or "none"
+            mechanism = getattr(state.authenticator, "mechanism", None) or "none"
             self._auth_span(mechanism, None, False, self._auth_started, time.time_ns(), f"closed: {reason}")
         if self.metrics is not None:
             self.metrics.connection_moved(self.listener, self._vc_label, None)
@@ -586,8 +585,8 @@ class ConnectionTelemetry:
         if self.span is None:
             return
         span = self.span
-        vc = session.vc if session is not None else None
-        principal = session.principal if session is not None else self._tls_principal
+        vc = state.vc if state is not None else None
+        principal = state.principal if state is not None else self._tls_principal
         attributes: dict[str, Any] = {"vcproxy.close_reason": reason, "vcproxy.requests": self.requests}
         if principal is not None:
             attributes["vcproxy.principal"] = principal
@@ -598,9 +597,9 @@ class ConnectionTelemetry:
             attributes["vcproxy.virtual_cluster.id"] = cluster_id
         if self.client_id is not None:
             attributes["vcproxy.client_id"] = self.client_id
-        if session is not None:
-            attributes["vcproxy.client_instance_id"] = session.client_instance_id
-            attributes["vcproxy.client_instance_id.source"] = session.client_instance_id_source
+        if state is not None:
+            attributes["vcproxy.client_instance_id"] = state.client_instance_id
+            attributes["vcproxy.client_instance_id.source"] = state.client_instance_id_source
         span.set_attributes(attributes)
         span.end()
         self.span = None

@@ -2,6 +2,8 @@
 
 The version ranges come from kio, which is generated from Kafka's own JSON schemas: a version
 kio does not know is a version the proxy cannot parse, so it is never advertised (fail closed).
+The proxy's own APIs (the KIP-1134 management RPCs, proxy/management/schema.py) are listed beside
+Kafka's, so that every layer parses, validates and refuses them like any other API.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 
+from ..management import schema as management
 from .headers import API_VERSIONS_KEY
 
 
@@ -39,6 +42,8 @@ def known_apis() -> dict[int, ApiInfo]:
         versions = sorted(schema_name_map[name])
         flexible = [v for v in versions if load_request_schema(key, v).__flexible__]
         apis[key] = ApiInfo(key, name, versions[0], versions[-1], flexible[0] if flexible else None)
+    for key in management.REQUESTS:
+        apis[key] = ApiInfo(key, management.SNAKE_NAMES[key], 0, 0, 0)
     return apis
 
 
@@ -48,9 +53,13 @@ def api_info(key: int) -> ApiInfo | None:
 
 @functools.cache
 def request_type(key: int, version: int) -> type:
+    if key in management.REQUESTS:
+        return management.REQUESTS[key]
     return load_request_schema(key, version)
 
 
 @functools.cache
 def response_type(key: int, version: int) -> type:
+    if key in management.RESPONSES:
+        return management.RESPONSES[key]
     return load_response_schema(key, version)

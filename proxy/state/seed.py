@@ -1,9 +1,12 @@
 """Seeding the state topic from the `tenancy.virtual_clusters` section of the proxy config.
 
-The seed is a floor, not a mirror: it creates missing VCs and (re)binds the principals and client
-ids it names, and never deletes anything. A VC that exists keeps its id and cluster id, since its
-groups, transactional ids and the cluster id its clients saw all hang off them. Topics are not
-seeded: a link needs a physical topic, which the proxy creates when a tenant creates a topic.
+The seed bootstraps; the management RPCs change things at runtime (docs/management.md). Each entry of
+the seed (a VC, a principal or client-id binding, an admin) is applied once, the first time a proxy
+starts with it, and remembered in a `seeded` record of its VC; later starts apply only entries never
+applied before. So a restart never undoes a runtime change (an unbound principal stays unbound, a
+deleted VC stays deleted), and an entry added to the seed still takes effect. A VC that exists keeps
+its id and cluster id, since its groups, transactional ids and the cluster id its clients saw all
+hang off them. Topics are not seeded: links are made by CreateTopics or the management RPCs.
 """
 
 from __future__ import annotations
@@ -11,7 +14,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from ..tenancy.model import TenancyError, TenancyImage, client_record, principal_record, validate_vc_name, vc_record
+from ..tenancy.model import (
+    TenancyError,
+    TenancyImage,
+    admin_record,
+    client_record,
+    principal_record,
+    seeded_record,
+    validate_vc_name,
+    vc_record,
+)
 from .store import Record
 
 
@@ -24,13 +36,18 @@ class VirtualClusterSeed(Protocol):
     def principals(self) -> Sequence[str]: ...
     @property
     def client_ids(self) -> Sequence[str]: ...
+    @property
+    def admins(self) -> Sequence[str]: ...
 
 
 def seed_records(image: TenancyImage, seed: Iterable[VirtualClusterSeed]) -> list[Record]:
-    """The records that bring `image` up to `seed`: empty when it already is (a restart writes nothing).
+    """The records that apply the seed's entries never applied before: empty when there are none (a
+    restart writes nothing, and undoes nothing done at runtime).
 
-    VC records come first, so a binding never names a VC that a reader has not seen yet.
-    Raises TenancyError for an invalid seed (bad name, a VC twice, a principal or client id in two VCs).
+    VC records come first, so a binding never names a VC that a reader has not seen yet; each VC's
+    `seeded` record comes after its bindings. A binding whose principal or client id is bound elsewhere
+    by then (a runtime change) is left alone. Raises TenancyError for an invalid seed (bad name, a VC
+    twice, a principal or client id in two VCs).
     """
     vcs: list[Record] = []
     bindings: list[Record] = []
@@ -41,16 +58,33 @@ def seed_records(image: TenancyImage, seed: Iterable[VirtualClusterSeed]) -> lis
         if vc.name in names:
             raise TenancyError(f"virtual cluster {vc.name!r} is seeded twice")
         names.add(vc.name)
-        if vc.name not in image.vcs:
-            vcs.append(vc_record(vc.name))
-        for kind, values, bound, record in (
-            ("principal", vc.principals, image.principals, principal_record),
-            ("client id", vc.client_ids, image.client_ids, client_record),
+        done = image.seeded.get(vc.name)
+        if done is None:  # never seeded: create it unless it exists (made at runtime, or by an older proxy)
+            if vc.name not in image.vcs:
+                vcs.append(vc_record(vc.name))
+            done = {}
+        elif vc.name not in image.vcs:
+            continue  # seeded once, deleted at runtime since: stays deleted
+        applied = {kind: set(done.get(kind, ())) for kind in ("vc", "principals", "client_ids", "admins")}
+        for kind, label, values, bound, record in (
+            ("principals", "principal", vc.principals, image.principals, principal_record),
+            ("client_ids", "client id", vc.client_ids, image.client_ids, client_record),
         ):
             for value in values:
                 first = owner.setdefault((kind, value), vc.name)
                 if first != vc.name:
-                    raise TenancyError(f"{kind} {value!r} is seeded in both {first!r} and {vc.name!r}")
-                if bound.get(value) != vc.name:
+                    raise TenancyError(f"{label} {value!r} is seeded in both {first!r} and {vc.name!r}")
+                if value in applied[kind]:
+                    continue
+                applied[kind].add(value)
+                if bound.get(value) is None:  # bound elsewhere at runtime: the runtime change stands
                     bindings.append(record(value, vc.name))
+        for admin in vc.admins:
+            if admin not in applied["admins"]:
+                applied["admins"].add(admin)
+                bindings.append(admin_record(vc.name, admin, True))
+        applied["vc"] = {vc.name}
+        entries = {kind: sorted(values) for kind, values in applied.items()}
+        if entries != {kind: sorted(done.get(kind, ())) for kind in entries}:
+            bindings.append(seeded_record(vc.name, entries))
     return vcs + bindings

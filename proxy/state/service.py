@@ -87,6 +87,7 @@ class TenancyService:
         self._repairs: list[Record] = []
         self._repaired: set[tuple[str, str]] = set()
         self.start_error: str | None = None  # why the last attempt to replay failed (while not ready)
+        self._changed = trio.Event()  # set (and replaced) whenever a followed record changed the image
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> TenancyService:
@@ -294,8 +295,16 @@ class TenancyService:
 
     def _from_log(self, key: str, value: dict[str, Any] | None) -> None:
         self._apply(key, value)
+        self._changed.set()
+        self._changed = trio.Event()
         if self.ready.is_set():
             self._schedule_repairs()
+
+    async def wait_for_change(self, seen: int) -> int:
+        """The image's version once it is no longer `seen` (live bindings are checked against it)."""
+        while self.image.version == seen:
+            await self._changed.wait()
+        return self.image.version
 
     def _advance(self, offset: int) -> None:
         self.applied_offset = max(self.applied_offset, offset)

@@ -10,17 +10,14 @@ durably before the client sees the answer.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from ..protocol import codec, splice
 from ..protocol.apis import request_type, response_type
-from ..rules import api_rules, load_yaml
+from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
 from .model import TenancyImage, VirtualCluster
 from .translate import Translation
@@ -28,39 +25,47 @@ from .translate import Translation
 Record = tuple[str, dict[str, Any] | None]
 
 
+KindFn = Callable[["TenantEngine", "TenantCall", Any, bool], Any]
+
+
 @dataclass(frozen=True)
-class TenantRule:
-    api: str
-    action: str
-    error: int = 0
-    request: tuple[tuple[str, str], ...] = ()
-    response: tuple[tuple[str, str], ...] = ()
-    filters: tuple[tuple[str, str, str], ...] = ()  # (array path, item field, kind)
-    splice: frozenset[str] = frozenset()
-    handler: str | None = None
+class Handler:
+    """An API's extra logic (proxy/tenancy/handlers.py), each part optional: `request` edits the decoded
+    request (or raises LocalAnswer), `response` edits the decoded response before the generic
+    translation, `finish` after it, `spliced` reads a spliced response's fixed fields."""
+
+    request: Callable[[TenantEngine, TenantCall, Any], Any] | None = None
+    response: Callable[[TenantEngine, TenantCall, Any], Any] | None = None
+    finish: Callable[[TenantEngine, TenantCall, Any], Any] | None = None
+    spliced: Callable[[TenantEngine, TenantCall, memoryview, int], None] | None = None
 
 
-@functools.cache
-def tenant_rules() -> dict[int, TenantRule]:
-    by_name = {r.name: key for key, r in api_rules().items()}
-    rules = {}
-    for name, entry in load_yaml("tenant.yaml")["tenant"].items():
-        if name not in by_name:
-            raise ValueError(f"tenant.yaml: unknown API {name!r}")
-        error = entry.get("error")
-        rules[by_name[name]] = TenantRule(
-            api=name,
-            action=entry["action"],
-            error=int(getattr(ErrorCode, error.lower())) if error else 0,
-            request=tuple((entry.get("request") or {}).items()),
-            response=tuple((entry.get("response") or {}).items()),
-            filters=tuple((p, f, k) for p, (f, k) in (entry.get("filter") or {}).items()),
-            splice=frozenset(entry.get("splice") or ()),
-            handler=entry.get("handler"),
-        )
-        if rules[by_name[name]].action not in ("rewrite", "deny", "pass"):
-            raise ValueError(f"tenant.yaml: {name}: unknown action {entry['action']!r}")
-    return rules
+@dataclass(frozen=True)
+class Registry:
+    """The handlers by the name tenant.yaml gives them, and the identifier kinds that need code."""
+
+    handlers: dict[str, Handler]
+    kinds: dict[str, KindFn]
+
+    def check(self, rules: dict[int, TenantRule]) -> None:
+        """Rules and handlers must match one to one (by name): a typo must fail the load, not be ignored."""
+        named = {rule.handler for rule in rules.values() if rule.handler}
+        missing = sorted(named - set(self.handlers))
+        unused = sorted(set(self.handlers) - named)
+        kinds = {kind for rule in rules.values() for _, kind in rule.request + rule.response}
+        unknown_kinds = sorted(kinds - set(self.kinds) - PLAIN_KINDS)
+        problems = []
+        if missing:
+            problems.append(f"tenant.yaml names handlers that do not exist: {missing}")
+        if unused:
+            problems.append(f"handlers no rule in tenant.yaml uses: {unused}")
+        if unknown_kinds:
+            problems.append(f"tenant.yaml names identifier kinds nothing translates: {unknown_kinds}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+PLAIN_KINDS = frozenset({"topic", "group", "txn", "topic_id"})  # translate.Translation's own
 
 
 @dataclass
@@ -73,8 +78,8 @@ class Policy:
 
 
 @dataclass
-class Exchange:
-    """One request/response pair of a tenant connection."""
+class TenantCall:
+    """The tenancy stage's state for one request/response pair of a tenant connection."""
 
     api_key: int
     version: int
@@ -93,23 +98,25 @@ class LocalAnswer(Exception):
 
 
 class TenantEngine:
-    def __init__(self, vc: VirtualCluster, image: TenancyImage, policy: Policy, session: Any = None):
+    """One tenant connection's translator: per-connection facts (group protocols, regex expansions) live here."""
+
+    def __init__(self, vc: VirtualCluster, image: TenancyImage, policy: Policy, registry: Registry):
         self.vc = vc
         self.image = image
         self.policy = policy
-        self.session = session  # for per-connection facts handlers need (group protocol types)
+        self.registry = registry
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
         # group -> (regex, expansion last sent), least recently used first (bounded by the handler)
         self.regex_subscriptions: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def request(self, api_key: int, version: int, frame: memoryview, body_offset: int) -> tuple[Exchange, Any]:
-        """Returns the exchange and either new frame pieces (forward) or a response entity (answer)."""
-        from . import handlers
-
+    def request(
+        self, api_key: int, version: int, frame: memoryview | bytes, body_offset: int
+    ) -> tuple[TenantCall, Any]:
+        """Returns the call and either new frame pieces (forward) or a response entity (answer)."""
         rule = tenant_rules()[api_key]
-        ex = Exchange(api_key, version, rule, Translation(self.vc, self.image))
+        ex = TenantCall(api_key, version, rule, Translation(self.vc, self.image))
         if rule.action == "pass":
             return ex, [frame]
         cls = request_type(api_key, version)
@@ -117,7 +124,7 @@ class TenantEngine:
         if "request" in rule.splice:
             return ex, splice.rewrite_fields(cls, frame, body_offset, frozenset(paths), self._to_physical(ex))
         body, _ = codec.decode(cls, frame, body_offset)
-        hook = getattr(handlers, f"{rule.handler}_request", None) if rule.handler else None
+        hook = self.registry.handlers[rule.handler].request if rule.handler else None
         try:
             if hook is not None:
                 body = hook(self, ex, body)
@@ -129,50 +136,38 @@ class TenantEngine:
         head = frame[4:body_offset]
         return ex, [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
 
-    def _to_physical(self, ex: Exchange):  # type: ignore[no-untyped-def]
+    def _to_physical(self, ex: TenantCall) -> Callable[[str, Any], Any]:
         return lambda kind, value: ex.tx.to_physical(kind, value)
 
-    def _translate(self, body: Any, path: str, kind: str, ex: Exchange, *, to_physical: bool) -> Any:
-        from . import handlers
-
-        if kind in handlers.SPECIAL_KINDS:
-            fn = handlers.SPECIAL_KINDS[kind]
+    def _translate(self, body: Any, path: str, kind: str, ex: TenantCall, *, to_physical: bool) -> Any:
+        fn = self.registry.kinds.get(kind)
+        if fn is not None:
             return apply_path(body, path, lambda v: fn(self, ex, v, to_physical))
         translate = ex.tx.to_physical if to_physical else ex.tx.to_virtual
         return apply_path(body, path, lambda v: translate(kind, v))
 
     # -- responses --------------------------------------------------------------------------------
 
-    def response(
-        self, ex: Exchange, frame: memoryview, body_offset: int, post: Callable[[Any], Any] | None = None
-    ) -> list[bytes | memoryview]:
-        """Translate a broker response into frame pieces; `post` edits the decoded body last (endpoints)."""
+    def splices_response(self, ex: TenantCall) -> bool:
+        return "response" in ex.rule.splice
+
+    def response_spliced(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> list[bytes | memoryview]:
+        """A response carrying record batches: names rewritten in place, records never decoded."""
+        rule = ex.rule
+        hook = self.registry.handlers[rule.handler].spliced if rule.handler else None
+        if hook is not None:  # facts at fixed offsets (fetch session ids), read without decoding
+            hook(self, ex, frame, body_offset)  # type: ignore[arg-type]
+        cls = response_type(ex.api_key, ex.version)
+        paths = frozenset(identifier_paths(cls))
+        return splice.rewrite_fields(cls, frame, body_offset, paths, lambda k, v: ex.tx.to_virtual(k, v))
+
+    def translate_response(self, ex: TenantCall, body: Any) -> Any:
         rule = ex.rule
         if rule.action == "pass":
-            return [frame]
-        cls = response_type(ex.api_key, ex.version)
-        if "response" in rule.splice:
-            from . import handlers
-
-            hook = getattr(handlers, f"{rule.handler}_spliced", None) if rule.handler else None
-            if hook is not None:  # facts at fixed offsets (fetch session ids), read without decoding
-                hook(self, ex, frame, body_offset)
-            paths = frozenset(identifier_paths(cls))
-            return splice.rewrite_fields(cls, frame, body_offset, paths, lambda k, v: ex.tx.to_virtual(k, v))
-        body, _ = codec.decode(cls, frame, body_offset)
-        body = self.translate_response(ex, body)
-        if post is not None:
-            body = post(body)
-        new_body = codec.encode(body)
-        head = frame[4:body_offset]
-        return [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
-
-    def translate_response(self, ex: Exchange, body: Any) -> Any:
-        from . import handlers
-
-        rule = ex.rule
+            return body
         cls = type(body)
-        hook = getattr(handlers, f"{rule.handler}_response", None) if rule.handler else None
+        handler = self.registry.handlers[rule.handler] if rule.handler else None
+        hook = handler.response if handler is not None else None
         if hook is not None:
             body = hook(self, ex, body)
         for array, item_field, kind in rule.filters:
@@ -181,7 +176,7 @@ class TenantEngine:
         extra = tuple((p, k) for p, k in rule.response if _has_path(cls, p))
         for path, kind in identifier_paths(cls) + extra:
             body = self._translate(body, path, kind, ex, to_physical=False)
-        finish = getattr(handlers, f"{rule.handler}_finish", None) if rule.handler else None
+        finish = handler.finish if handler is not None else None
         if finish is not None:  # additions that are already in the client's terms
             body = finish(self, ex, body)
         return scrub_messages(body, ex.tx)
@@ -192,7 +187,7 @@ class TenantEngine:
         return codec.error_response_body(api_key, version, error)
 
 
-def _keep(ex: Exchange, item: Any, field_name: str, kind: str) -> Any:
+def _keep(ex: TenantCall, item: Any, field_name: str, kind: str) -> Any:
     value = getattr(item, field_name, None)
     return item if ex.tx.visible(kind, value) else DROP
 

@@ -305,37 +305,3 @@ def filter_response(guard: StateTopicGuard, listing: ListingFilter, body: Any) -
                 changes["topic_id"] = uuid.UUID(int=0)
             kept.append(dataclasses.replace(topic, **changes))
     return dataclasses.replace(body, topics=tuple(kept))
-
-
-# -- the session's side ------------------------------------------------------------------------------------
-
-
-def guard_request(session: Any, frame: memoryview, info: Any, version: int, correlation_id: int) -> Any:
-    """The session's decision for a request of a principal bound to no VC, or None to go on as usual.
-    Fails closed: a request naming topics that cannot be parsed here closes the connection (the broker
-    might accept what kio does not, e.g. an unknown tagged field)."""
-    from ..core.endpoints import rules_for
-    from ..core.session import Action, Pending, RequestDecision
-    from ..protocol.headers import parse_request_header
-
-    guard = getattr(session.tenancy.image, "guard", None)
-    if guard is None:
-        return None
-    try:
-        header = parse_request_header(frame, info.request_header_version(version))
-        outcome = check(guard, session.principal, info.key, version, frame, header.body_offset)
-    except (codec.CodecError, ValueError, IndexError, KeyError) as exc:  # TruncatedError is a ValueError
-        return RequestDecision(Action.CLOSE, reason=f"cannot check {info.name} v{version} for the state topic: {exc}")
-    if outcome is None:
-        return None
-    pending = Pending(info.key, version, correlation_id, info.response_header_version(version))
-    if isinstance(outcome, Refusal):
-        log.warning("refusing %s: %s", info.name, outcome.why)
-        if outcome.body is None or outcome.acks == 0:
-            return RequestDecision(Action.CLOSE, reason=outcome.why)
-        return session._local(pending, codec.encode(outcome.body))
-    rule = rules_for(info.key, version)
-    pending.endpoint_rule = None if rule is None or rule.mode == "keep" else rule
-    pending.exchange = outcome
-    session.in_flight.append(pending)
-    return RequestDecision(Action.FORWARD, pending)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import importlib
 import logging
 import typing
@@ -19,14 +20,15 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from ..protocol import codec
+from ..rules import tenant_rules
 from . import names
-from .engine import Exchange, LocalAnswer, TenantEngine
+from .engine import Handler, LocalAnswer, Registry, TenantCall, TenantEngine
 from .fetch_sessions import FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSIONS, FIRST_SESSION_VERSION
 from .model import TenancyError, created_topic_for, derived_topic_for, gen_record, link_record, topic_record
 from .regex import REGEXES, Expansion, InvalidRegex, compile_client_regex
 
-# Kafka Streams groups (KIP-1071) live in a module of their own; the engine looks handlers up here.
-from .streams import streams_group_heartbeat_request, streams_group_heartbeat_response  # noqa: F401
+# Kafka Streams groups (KIP-1071) live in a module of their own, registered in HANDLERS below.
+from .streams import streams_group_heartbeat_request, streams_group_heartbeat_response
 from .translate import HIDDEN, ZERO_UUID
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ def _item_type(cls: type, field_name: str) -> type:
     return inner
 
 
-def _error_answer(ex: Exchange, error: int, message: str | None = None) -> LocalAnswer:
+def _error_answer(ex: TenantCall, error: int, message: str | None = None) -> LocalAnswer:
     body = codec.error_response_body(ex.api_key, ex.version, error)
     if body is None:
         raise TenancyError(f"api {ex.api_key} v{ex.version} cannot carry error {error}")
@@ -59,7 +61,7 @@ def _error_answer(ex: Exchange, error: int, message: str | None = None) -> Local
     return LocalAnswer(entity)
 
 
-def _response_cls(ex: Exchange) -> type:
+def _response_cls(ex: TenantCall) -> type:
     from ..protocol.apis import response_type
 
     return response_type(ex.api_key, ex.version)
@@ -68,7 +70,7 @@ def _response_cls(ex: Exchange) -> type:
 # -- Metadata ---------------------------------------------------------------------------------------
 
 
-def metadata_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     item = _item_type(type(body), "topics")
     topics = body.topics
     if topics is None or (ex.version == 0 and not topics):
@@ -111,7 +113,7 @@ def auto_physical_name(vc_id: str, link: str) -> str:
 LEADER_NOT_AVAILABLE = 5  # what a freshly auto-created topic reports first
 
 
-def metadata_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     kept = []
     invalid = ex.state.get("invalid")
     for topic in body.topics:
@@ -131,7 +133,7 @@ def metadata_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     return dataclasses.replace(body, **changes)
 
 
-def _learn_topic_id(engine: TenantEngine, ex: Exchange, physical: str | None, topic_id: Any) -> None:
+def _learn_topic_id(engine: TenantEngine, ex: TenantCall, physical: str | None, topic_id: Any) -> None:
     if physical is None or topic_id in (None, ZERO_UUID) or physical not in engine.vc.physical_links:
         return
     if engine.image.topic_ids.get(physical) != topic_id:
@@ -143,7 +145,7 @@ def _learn_topic_id(engine: TenantEngine, ex: Exchange, physical: str | None, to
 # -- Fetch, ListOffsets, OffsetForLeaderEpoch: consumers only -------------------------------------------
 
 
-def fetch_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def fetch_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     replica = body.replica_state.replica_id if hasattr(body, "replica_state") else getattr(body, "replica_id", -1)
     if int(replica) >= 0:
         raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))  # follower fetch: brokers only
@@ -159,13 +161,13 @@ def fetch_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     return body
 
 
-def fetch_spliced(engine: TenantEngine, ex: Exchange, frame: memoryview, body_offset: int) -> None:
+def fetch_spliced(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_offset: int) -> None:
     """Fetch responses are spliced, never decoded: the session id sits at the head of the body."""
     if ex.version >= FIRST_SESSION_VERSION:
         FETCH_SESSIONS.on_response(engine.vc.id, ex.state.get("fetch_session"), frame[body_offset:])
 
 
-def replica_id_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def replica_id_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if int(getattr(body, "replica_id", -1)) >= 0:
         raise TenancyError("replica requests are for brokers only")
     return body
@@ -174,20 +176,20 @@ def replica_id_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
 # -- FindCoordinator -----------------------------------------------------------------------------------
 
 
-def find_coordinator_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def find_coordinator_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     key_type = int(getattr(body, "key_type", 0))
     if key_type not in (0, 1):  # 2 = share partition keys: broker-internal (CLUSTER_ACTION)
         raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))
-    ex.state["kind"] = "group" if key_type == 0 else "txn"
+    kind = ex.state["kind"] = "group" if key_type == 0 else "txn"
     changes = {}
     if hasattr(body, "key") and body.key is not None:
-        changes["key"] = engine.vc.physical_id(body.key)
+        changes["key"] = ex.tx.to_physical(kind, body.key)
     if getattr(body, "coordinator_keys", None):
-        changes["coordinator_keys"] = tuple(engine.vc.physical_id(k) for k in body.coordinator_keys)
+        changes["coordinator_keys"] = tuple(ex.tx.to_physical(kind, k) for k in body.coordinator_keys)
     return dataclasses.replace(body, **changes)
 
 
-def find_coordinator_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def find_coordinator_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if not getattr(body, "coordinators", None):
         return body
     kind = ex.state.get("kind", "group")
@@ -199,7 +201,7 @@ def find_coordinator_response(engine: TenantEngine, ex: Exchange, body: Any) -> 
 # -- Classic groups: consumer-protocol bytes ------------------------------------------------------------
 
 
-def _consumer_protocol(module: str, data: bytes, to_physical: bool, ex: Exchange) -> bytes:
+def _consumer_protocol(module: str, data: bytes, to_physical: bool, ex: TenantCall) -> bytes:
     if not data or len(data) < 2:
         return data
     version = int.from_bytes(data[:2], "big", signed=True)
@@ -231,15 +233,15 @@ def _consumer_protocol(module: str, data: bytes, to_physical: bool, ex: Exchange
     return use.to_bytes(2, "big") + codec.encode(entity)
 
 
-def subscription_kind(engine: TenantEngine, ex: Exchange, value: bytes, to_physical: bool) -> bytes:
+def subscription_kind(engine: TenantEngine, ex: TenantCall, value: bytes, to_physical: bool) -> bytes:
     return _consumer_protocol("subscription", value, to_physical, ex)
 
 
-def assignment_kind(engine: TenantEngine, ex: Exchange, value: bytes, to_physical: bool) -> bytes:
+def assignment_kind(engine: TenantEngine, ex: TenantCall, value: bytes, to_physical: bool) -> bytes:
     return _consumer_protocol("assignment", value, to_physical, ex)
 
 
-def join_group_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def join_group_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     engine.group_protocols[body.group_id] = body.protocol_type
     if body.protocol_type != CONSUMER:
         return body
@@ -252,7 +254,7 @@ def join_group_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     )
 
 
-def join_group_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def join_group_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if not ex.state.get("consumer"):
         return body
     return dataclasses.replace(
@@ -263,7 +265,7 @@ def join_group_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     )
 
 
-def sync_group_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def sync_group_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     protocol_type = getattr(body, "protocol_type", None) or engine.group_protocols.get(body.group_id)
     if protocol_type != CONSUMER:
         return body
@@ -276,13 +278,13 @@ def sync_group_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     )
 
 
-def sync_group_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def sync_group_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if not ex.state.get("consumer"):
         return body
     return dataclasses.replace(body, assignment=assignment_kind(engine, ex, body.assignment, False))
 
 
-def describe_groups_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def describe_groups_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     groups = []
     for group in body.groups:
         if group.protocol_type == CONSUMER:
@@ -304,7 +306,7 @@ def describe_groups_response(engine: TenantEngine, ex: Exchange, body: Any) -> A
 # -- Regexes ------------------------------------------------------------------------------------------
 
 
-def topic_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_physical: bool) -> str | None:
+def topic_regex_kind(engine: TenantEngine, ex: TenantCall, value: str | None, to_physical: bool) -> str | None:
     """KIP-848 regex subscriptions, confined to the VC.
 
     The broker evaluates the regex over every physical topic, and physical names carry random
@@ -320,7 +322,7 @@ def topic_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_p
     return _expand(engine, ex, value).pattern
 
 
-def _expand(engine: TenantEngine, ex: Exchange, regex: str) -> Expansion:
+def _expand(engine: TenantEngine, ex: TenantCall, regex: str) -> Expansion:
     try:
         what = "SourceTopicRegex" if ex.rule.api == "StreamsGroupHeartbeat" else "SubscribedTopicRegex"
         return REGEXES.expand(engine.vc, regex, what)
@@ -329,14 +331,14 @@ def _expand(engine: TenantEngine, ex: Exchange, regex: str) -> Expansion:
         raise _error_answer(ex, int(ErrorCode.invalid_regular_expression), str(exc)) from None
 
 
-def _api_name(ex: Exchange) -> str:
+def _api_name(ex: TenantCall) -> str:
     return ex.rule.api
 
 
 MAX_REGEX_GROUPS = 1024  # regex subscriptions a connection tracks (least recently used dropped)
 
 
-def consumer_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """Clients send their regex once; the proxy's expansion is a list of topics, so when the VC gains
     or loses a matching topic (or the VC's matching budget let only part of it be computed) the
     proxy re-sends the regex on the member's next heartbeat."""
@@ -365,7 +367,7 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: A
     return body
 
 
-def txn_regex_kind(engine: TenantEngine, ex: Exchange, value: str | None, to_physical: bool) -> str | None:
+def txn_regex_kind(engine: TenantEngine, ex: TenantCall, value: str | None, to_physical: bool) -> str | None:
     if value is None or not to_physical:
         return value
     # The broker evaluates it, wrapped in the VC's fixed prefix. Checked first: a pattern that does
@@ -389,7 +391,7 @@ SPECIAL_KINDS = {
 # -- Topic administration --------------------------------------------------------------------------------
 
 
-def create_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """Links are created exactly once (docs/state.md, "Creating topics").
 
     The physical name is derived from (VC id, link, generation), so concurrent creators on any
@@ -451,7 +453,7 @@ def _create_topics_local(cls: type, local: list[tuple[str, int, str]]) -> tuple[
 TOPIC_ALREADY_EXISTS = 36
 
 
-def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def create_topics_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if ex.state.get("validate_only"):
         return body
     for topic in body.topics:
@@ -473,14 +475,14 @@ def create_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any
     return body
 
 
-def create_topics_finish(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def create_topics_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     local = ex.state.get("create_local")
     if not local:
         return body
     return dataclasses.replace(body, topics=body.topics + _create_topics_local(type(body), local))
 
 
-def delete_topics_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """Deleting a topic in a VC deletes the link; the physical topic goes only with its last link
     (and only if policy.delete_physical_topic), as KIP-1134 describes."""
     problem = engine.image.state_problem
@@ -524,7 +526,7 @@ def _unlink(engine: TenantEngine, link: str) -> list[Any]:
     return [gen_record(engine.vc.name, link, generation), link_record(engine.vc.name, link, None)]
 
 
-def _delete_topics_refused(ex: Exchange, body: Any, message: str) -> Any:
+def _delete_topics_refused(ex: TenantCall, body: Any, message: str) -> Any:
     cls = _response_cls(ex)
     item = _item_type(cls, "responses")
     fields = {f.name for f in dataclasses.fields(item)}
@@ -544,7 +546,7 @@ def _delete_topics_refused(ex: Exchange, body: Any, message: str) -> Any:
     return codec._empty(cls, responses=tuple(results))
 
 
-def _delete_topics_local(ex: Exchange, cls: type) -> Any:
+def _delete_topics_local(ex: TenantCall, cls: type) -> Any:
     item = _item_type(cls, "responses")
     fields = {f.name for f in dataclasses.fields(item)}
     results = []
@@ -556,7 +558,7 @@ def _delete_topics_local(ex: Exchange, cls: type) -> Any:
     return codec._empty(cls, responses=tuple(results))
 
 
-def delete_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def delete_topics_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     for result in body.responses:
         physical = result.name or (
             engine.image.physical_for_id(result.topic_id) if getattr(result, "topic_id", None) else None
@@ -572,7 +574,7 @@ def delete_topics_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any
     return body
 
 
-def delete_topics_finish(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def delete_topics_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     extra = ex.state.get("local_results")
     return dataclasses.replace(body, responses=body.responses + extra) if extra else body
 
@@ -580,7 +582,7 @@ def delete_topics_finish(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
 # -- Configs --------------------------------------------------------------------------------------------
 
 
-def configs_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def configs_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     denied: dict[str, tuple[int, str]] = {}
     resources = []
     for resource in body.resources:
@@ -588,7 +590,7 @@ def configs_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
         if rtype == TOPIC:
             name = ex.tx.topic(name)
         elif rtype == GROUP:
-            name = engine.vc.physical_id(name)
+            name = engine.vc.physical_group(name)
         else:
             # Broker, logger and client-metrics configs describe the physical cluster: never forwarded.
             # Asked as an unknown topic so the answer keeps the API's shape; the error is set on the way back.
@@ -600,7 +602,7 @@ def configs_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
     return dataclasses.replace(body, resources=tuple(resources))
 
 
-def configs_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def configs_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     field_name = "results" if hasattr(body, "results") else "responses"
     out = []
     for result in getattr(body, field_name):
@@ -624,14 +626,14 @@ def configs_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
 # -- DescribeCluster (KIP-700) ------------------------------------------------------------------------------
 
 
-def describe_cluster_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def describe_cluster_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if int(getattr(body, "endpoint_type", 1)) != 1:
         raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))  # controllers are not proxied
     ex.state["ops"] = bool(body.include_cluster_authorized_operations)
     return body
 
 
-def describe_cluster_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def describe_cluster_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     ops = TENANT_CLUSTER_OPERATIONS if ex.state.get("ops") else ALL_OPERATIONS_UNSET
     return dataclasses.replace(body, cluster_id=engine.vc.cluster_id, cluster_authorized_operations=i32(ops))
 
@@ -639,7 +641,7 @@ def describe_cluster_response(engine: TenantEngine, ex: Exchange, body: Any) -> 
 # -- DescribeTopicPartitions (KIP-966) -----------------------------------------------------------------------
 
 
-def describe_topic_partitions_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def describe_topic_partitions_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if body.topics:
         return body
     item = _item_type(type(body), "topics")
@@ -648,7 +650,7 @@ def describe_topic_partitions_request(engine: TenantEngine, ex: Exchange, body: 
     return dataclasses.replace(body, topics=tuple(item(name=link) for link in links))
 
 
-def describe_topic_partitions_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def describe_topic_partitions_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     topics = body.topics
     if ex.state.get("all"):
         topics = tuple(t for t in topics if int(t.error_code) == 0)
@@ -661,7 +663,7 @@ def describe_topic_partitions_response(engine: TenantEngine, ex: Exchange, body:
 # -- ListConfigResources (KIP-1142) -----------------------------------------------------------------------
 
 
-def list_config_resources_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def list_config_resources_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """A VC lists only its topics and groups; broker, logger and client-metrics resources are the
     physical cluster's. v0 lists client-metrics resources only: nothing for a VC."""
     if not hasattr(body, "resource_types"):
@@ -673,10 +675,47 @@ def list_config_resources_request(engine: TenantEngine, ex: Exchange, body: Any)
     return dataclasses.replace(body, resource_types=kept)
 
 
-def list_config_resources_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def list_config_resources_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     out = []
     for resource in body.config_resources:
         kind = {TOPIC: "topic", GROUP: "group"}.get(int(getattr(resource, "resource_type", -1)))
         if kind is not None and ex.tx.visible(kind, resource.resource_name):
             out.append(dataclasses.replace(resource, resource_name=ex.tx.to_virtual(kind, resource.resource_name)))
     return dataclasses.replace(body, config_resources=tuple(out))
+
+
+# -- registration: each handler under the name tenant.yaml gives it (checked both ways at load) ----------
+
+HANDLERS: dict[str, Handler] = {
+    "metadata": Handler(request=metadata_request, response=metadata_response),
+    "fetch": Handler(request=fetch_request, spliced=fetch_spliced),
+    "replica_id": Handler(request=replica_id_request),
+    "find_coordinator": Handler(request=find_coordinator_request, response=find_coordinator_response),
+    "join_group": Handler(request=join_group_request, response=join_group_response),
+    "sync_group": Handler(request=sync_group_request, response=sync_group_response),
+    "describe_groups": Handler(response=describe_groups_response),
+    "consumer_group_heartbeat": Handler(request=consumer_group_heartbeat_request),
+    "streams_group_heartbeat": Handler(
+        request=streams_group_heartbeat_request, response=streams_group_heartbeat_response
+    ),
+    "create_topics": Handler(
+        request=create_topics_request, response=create_topics_response, finish=create_topics_finish
+    ),
+    "delete_topics": Handler(
+        request=delete_topics_request, response=delete_topics_response, finish=delete_topics_finish
+    ),
+    "configs": Handler(request=configs_request, response=configs_response),
+    "describe_cluster": Handler(request=describe_cluster_request, response=describe_cluster_response),
+    "describe_topic_partitions": Handler(
+        request=describe_topic_partitions_request, response=describe_topic_partitions_response
+    ),
+    "list_config_resources": Handler(request=list_config_resources_request, response=list_config_resources_response),
+}
+
+
+@functools.cache
+def registry() -> Registry:
+    """The handlers and special kinds, checked against tenant.yaml (ValueError if they do not match)."""
+    reg = Registry(HANDLERS, SPECIAL_KINDS)
+    reg.check(tenant_rules())
+    return reg

@@ -12,6 +12,8 @@ Naming (all injective, so no two tenants can ever collide):
 * group ids, share/streams group ids and transactional ids: `<vc.id>.<name>`, where vc.id is the
   VC's immutable UUID string (always 36 characters). The prefix has a fixed length, so the mapping
   is unambiguous whatever the VC or group names contain (separators, one VC name a prefix of another).
+  Existing physical groups and transactional ids can be assigned to one VC (migration, KIP-1134): the
+  VC then uses them under the same name, so committed offsets and producer state carry over.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class VirtualCluster:
     links: dict[str, str] = field(default_factory=dict)  # link name -> physical topic
     physical_links: dict[str, list[str]] = field(default_factory=dict)  # physical -> link names, in order
     links_version: int = 0  # bumped whenever `links` changes: keys caches of what was computed from them
+    groups: set[str] = field(default_factory=set)  # physical group ids assigned to this VC (same name in it)
+    txns: set[str] = field(default_factory=set)  # physical transactional ids assigned likewise
+    admins: set[str] = field(default_factory=set)  # principals that may describe and alter this VC
 
     # -- topics ----------------------------------------------------------------------------------
     def physical_topic(self, link: str) -> str | None:
@@ -119,6 +124,22 @@ class VirtualCluster:
         """The VC-local name of a physical group/transactional id, or None if it is not this VC's."""
         return physical[len(self.prefix) :] if physical.startswith(self.prefix) else None
 
+    def physical_group(self, name: str) -> str:
+        return name if name in self.groups else self.prefix + name
+
+    def virtual_group(self, physical: str) -> str | None:
+        return physical if physical in self.groups else self.virtual_id(physical)
+
+    def physical_txn(self, name: str) -> str:
+        return name if name in self.txns else self.prefix + name
+
+    def virtual_txn(self, physical: str) -> str | None:
+        return physical if physical in self.txns else self.virtual_id(physical)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.links or self.groups or self.txns or self.admins)
+
 
 @dataclass
 class TenancyImage:
@@ -130,6 +151,9 @@ class TenancyImage:
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # physical topic -> topic id
     topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
     generations: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, link) -> incarnation
+    group_owners: dict[str, str] = field(default_factory=dict)  # assigned physical group id -> vc name
+    txn_owners: dict[str, str] = field(default_factory=dict)  # assigned physical transactional id -> vc name
+    seeded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # vc -> seed entries applied once
     version: int = 0  # bumped on every applied record
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
@@ -166,6 +190,8 @@ class TenancyImage:
             if vc is not None:
                 self.principals = {p: v for p, v in self.principals.items() if v != name}
                 self.client_ids = {c: v for c, v in self.client_ids.items() if v != name}
+                self.group_owners = {g: v for g, v in self.group_owners.items() if v != name}
+                self.txn_owners = {t: v for t, v in self.txn_owners.items() if v != name}
             return
         existing = self.vcs.get(name)
         if existing is not None:
@@ -206,6 +232,39 @@ class TenancyImage:
             self.generations.pop((vc_name, link), None)
         else:
             self.generations[(vc_name, link)] = int(value["gen"])
+
+    def _apply_group(self, vc_name: str, group: str, *, value: dict[str, Any] | None) -> None:
+        self._assign(vc_name, group, value, "groups", self.group_owners)
+
+    def _apply_txn(self, vc_name: str, txn: str, *, value: dict[str, Any] | None) -> None:
+        self._assign(vc_name, txn, value, "txns", self.txn_owners)
+
+    def _assign(self, vc_name: str, name: str, value: Any, attr: str, owners: dict[str, str]) -> None:
+        vc = self.vcs.get(vc_name)
+        if value is None:
+            if vc is not None:
+                getattr(vc, attr).discard(name)
+            if owners.get(name) == vc_name:
+                del owners[name]
+        elif vc is not None and owners.get(name, vc_name) == vc_name:  # one owner: the first in log order
+            getattr(vc, attr).add(name)
+            owners[name] = vc_name
+
+    def _apply_admin(self, vc_name: str, principal: str, *, value: dict[str, Any] | None) -> None:
+        vc = self.vcs.get(vc_name)
+        if vc is not None:
+            (vc.admins.discard if value is None else vc.admins.add)(principal)
+
+    def _apply_seeded(self, vc_name: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.seeded.pop(vc_name, None)
+        else:
+            self.seeded[vc_name] = {k: list(v) for k, v in value.items()}
+
+    def bound_to(self, vc_name: str) -> tuple[list[str], list[str]]:
+        """The principals and client ids bound to a VC."""
+        principals = sorted(p for p, v in self.principals.items() if v == vc_name)
+        return principals, sorted(c for c, v in self.client_ids.items() if v == vc_name)
 
     def generation(self, vc_name: str, link: str) -> int:
         return self.generations.get((vc_name, link), 0)
@@ -253,6 +312,24 @@ def link_record(vc: str, link: str, physical: str | None) -> tuple[str, dict[str
 def gen_record(vc: str, link: str, generation: int) -> tuple[str, dict[str, Any]]:
     """The incarnation the next CreateTopics of `link` uses (written when the link is deleted)."""
     return _key("gen", vc, link), {"gen": generation}
+
+
+def group_record(vc: str, group: str, assigned: bool) -> tuple[str, dict[str, Any] | None]:
+    """An existing physical consumer group assigned to (or released from) a VC."""
+    return _key("group", vc, group), ({} if assigned else None)
+
+
+def txn_record(vc: str, txn: str, assigned: bool) -> tuple[str, dict[str, Any] | None]:
+    return _key("txn", vc, txn), ({} if assigned else None)
+
+
+def admin_record(vc: str, principal: str, admin: bool) -> tuple[str, dict[str, Any] | None]:
+    return _key("admin", vc, principal), ({} if admin else None)
+
+
+def seeded_record(vc: str, entries: dict[str, list[str]]) -> tuple[str, dict[str, Any]]:
+    """What of a VC's seed entry has been applied (each entry is applied once; see proxy/state/seed.py)."""
+    return _key("seeded", vc), {k: sorted(v) for k, v in entries.items()}
 
 
 def topic_record(physical: str, topic_id: uuid.UUID | None) -> tuple[str, dict[str, Any] | None]:

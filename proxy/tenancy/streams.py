@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol import codec
 from . import names
-from .engine import Exchange, LocalAnswer, TenantEngine
+from .engine import LocalAnswer, TenantCall, TenantEngine
 from .model import derived_topic_for, link_record
 
 
@@ -44,7 +44,7 @@ def _topology_topics(topology: Any) -> tuple[set[str], set[str]]:
     return internal, sources - internal
 
 
-def streams_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if body.topology is None:
         return body
     internal, sources = _topology_topics(body.topology)
@@ -67,14 +67,14 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: Exchange, body: An
     return body
 
 
-def _invalid_topology(ex: Exchange, message: str) -> LocalAnswer:
+def _invalid_topology(ex: TenantCall, message: str) -> LocalAnswer:
     from ..protocol.apis import response_type
 
     cls = response_type(ex.api_key, ex.version)
     return LocalAnswer(codec._empty(cls, error_code=ErrorCode.streams_invalid_topology, error_message=message))
 
 
-def streams_group_heartbeat_response(engine: TenantEngine, ex: Exchange, body: Any) -> Any:
+def streams_group_heartbeat_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if int(body.error_code) == 0:
         for physical, link in ex.state.get("links", {}).items():
             ex.writes.append(link_record(engine.vc.name, link, physical))

@@ -43,8 +43,10 @@ class Translation:
             return self.topic(value)
         if kind == "txn" and value == "":
             return ""  # the empty id is no one's: the broker answers it as Kafka does (INVALID_REQUEST)
-        if kind in ("group", "txn"):
-            return self.vc.physical_id(value)
+        if kind == "group":
+            return self.vc.physical_group(value)
+        if kind == "txn":
+            return self.vc.physical_txn(value)
         if kind == "topic_id":
             return self.topic_id(value)
         raise ValueError(f"unknown identifier kind {kind!r}")
@@ -73,7 +75,7 @@ class Translation:
         if kind == "txn" and value == "":
             return ""
         if kind in ("group", "txn"):
-            virtual = self.vc.virtual_id(value)
+            virtual = self.vc.virtual_group(value) if kind == "group" else self.vc.virtual_txn(value)
             return HIDDEN if virtual is None else virtual
         if kind == "topic_id":
             return self.virtual_topic_id(value)
@@ -101,8 +103,10 @@ class Translation:
             return True
         if kind == "topic":
             return value in self.topics or self.vc.link_for(value) is not None
-        if kind in ("group", "txn"):
-            return self.vc.virtual_id(value) is not None
+        if kind == "group":
+            return self.vc.virtual_group(value) is not None
+        if kind == "txn":
+            return self.vc.virtual_txn(value) is not None
         if kind == "topic_id":
             return value == ZERO_UUID or value in self.fake_ids or self.owns_id(value)
         return False

@@ -388,5 +388,5 @@ def test_apis_without_a_header_v3_version_stay_usable_after_it():
 
 def test_api_the_broker_lacks_keeps_header_v2_after_it():
     s = negotiated(ProxySession(LAYOUT))  # the broker's table there lacks Fetch (1)
-    assert not s._offers_header_v3(api_info(1))
-    assert s._offers_header_v3(api_info(16))
+    assert not s.identify._offers_header_v3(1)
+    assert s.identify._offers_header_v3(16)

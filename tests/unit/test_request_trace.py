@@ -52,7 +52,7 @@ def recorder(
         tr.provider.add_span_processor(collect)
     telemetry = Telemetry(tr, Metrics() if metrics else None, lambda: PHYSICAL_ID)
     connection = telemetry.connection(PEER, node_id)
-    connection.session = session
+    connection.state = session.ctx
     return connection, collect
 
 
@@ -77,7 +77,7 @@ def exchange(
     if decision.action is Action.LOCAL:
         local = session.next_local_reply()
         assert local is not None and local.reply is not None
-        connection.on_reply([local.reply], None)
+        connection.on_reply(local, [local.reply], None)
         return decision, [local.reply]
     assert decision.action is Action.FORWARD, decision.reason
     if decision.pending is None:  # acks=0
@@ -86,7 +86,7 @@ def exchange(
         return decision, []
     upstream = memoryview(bytearray(response_frame(key, version, cid, response)))
     result = session.on_response(upstream)
-    connection.on_reply(result.pieces, upstream)
+    connection.on_reply(result.exchange, result.pieces, upstream)
     return decision, result.pieces
 
 
@@ -300,7 +300,7 @@ def test_acks_0_produce_ends_when_forwarded():
     assert decision.pending is None
     a = attrs(spans.named("Produce")[0])
     assert a["vcproxy.bytes_out"] == 0 and a["vcproxy.local"] is False
-    assert "vcproxy.error_codes" not in a and not connection.outstanding
+    assert "vcproxy.error_codes" not in a and not session.in_flight
 
 
 # -- sampling and cost ------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ def test_unsampled_requests_compute_no_attributes(monkeypatch):
     connection, spans = recorder(session, metrics=False, ratio=0.0)
     for cid in range(1, 20):
         exchange(session, connection, 0, 9, produce_request("orders", [10]), produce_response("orders", [6]), cid)
-    assert spans.named("Produce") == [] and not connection.outstanding
+    assert spans.named("Produce") == [] and not session.in_flight
 
 
 def test_sample_ratio_applies_per_request():

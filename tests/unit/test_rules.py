@@ -10,7 +10,55 @@ from proxy.rules import api_rules, endpoint_rules
 
 
 def test_every_api_key_has_a_rule():
-    assert sorted(api_rules()) == list(range(95))
+    from proxy.management import schema
+
+    assert sorted(api_rules()) == list(range(95)) + sorted(schema.REQUESTS)
+    assert all(api_rules()[key].physical == "local" for key in schema.REQUESTS)
+
+
+def test_tenant_rules_parse_versions_and_reject_unknown_keys(monkeypatch):
+    import pytest
+
+    from proxy import rules
+
+    def loaded(tenant: dict) -> dict:
+        monkeypatch.setattr(
+            rules, "load_yaml", lambda name: {"tenant": tenant} if name == "tenant.yaml" else real(name)
+        )
+        rules.tenant_rules.cache_clear()
+        try:
+            return rules.tenant_rules()
+        finally:
+            monkeypatch.undo()
+            rules.tenant_rules.cache_clear()
+
+    real = rules.load_yaml
+    got = loaded({"Metadata": {"action": "rewrite", "versions": "4-12"}})
+    assert got[3].versions == rules.VersionRange(4, 12)
+    for bad, why in (
+        ({"Metadata": {"action": "rewrite", "verisons": "4+"}}, "unknown key"),
+        ({"Metadata": {"action": "rewrit"}}, "action must be"),
+        ({"Metadata": {"action": "deny"}}, "`error` goes with action deny"),
+        ({"Metadta": {"action": "pass"}}, "unknown API"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            loaded(bad)
+
+
+def test_handlers_and_rules_match_one_to_one():
+    import pytest
+
+    from proxy.rules import TenantRule, tenant_rules
+    from proxy.tenancy.engine import Handler, Registry
+    from proxy.tenancy.handlers import HANDLERS, SPECIAL_KINDS, registry
+
+    assert registry().handlers is HANDLERS  # the real ones match
+    rules = dict(tenant_rules())
+    rules[3] = TenantRule(api="Metadata", action="rewrite", handler="metdata")  # a typo
+    with pytest.raises(ValueError, match=r"handlers that do not exist: \['metdata'\].*no rule .* uses: \['metadata'\]"):
+        Registry(HANDLERS, SPECIAL_KINDS).check(rules)
+    with pytest.raises(ValueError, match=r"no rule in tenant\.yaml uses"):
+        Registry({**HANDLERS, "spare": Handler()}, SPECIAL_KINDS).check(tenant_rules())
 
 
 def test_rejected_apis_are_never_advertised():

@@ -12,7 +12,7 @@ from proxy.state.cli import image_to_dict
 from proxy.state.seed import seed_records
 from proxy.state.service import TenancyService
 from proxy.state.store import StateStore, StateStoreError, decode, encode_value
-from proxy.tenancy.model import TenancyError, TenancyImage, link_record, principal_record, vc_record
+from proxy.tenancy.model import TenancyError, TenancyImage, link_record, principal_record, vc_delete, vc_record
 
 
 def _seed(*vcs: dict) -> list[VirtualClusterSeedConfig]:
@@ -35,7 +35,7 @@ def test_seed_creates_vcs_before_bindings_and_is_idempotent():
     image = TenancyImage()
     records = seed_records(image, SEED)
     kinds = [json.loads(key)[0] for key, _ in records]
-    assert kinds == ["vc", "vc", "principal", "client", "principal", "principal"]
+    assert kinds == ["vc", "vc", "principal", "client", "seeded", "principal", "principal", "seeded"]
     _apply(image, records)
     assert image.vc_for("User:alice", None).name == "team-a"
     assert image.vc_for(None, "app-a").name == "team-a"
@@ -51,20 +51,30 @@ def test_existing_vc_keeps_its_ids():
     assert (image.vcs["team-a"].id, image.vcs["team-a"].cluster_id) == ("11111111-1111-1111-1111-111111111111", "cid")
 
 
-def test_moved_binding_and_no_deletions():
+def test_seed_entries_apply_once_and_never_undo_runtime_changes():
     image = _apply(TenancyImage(), seed_records(TenancyImage(), SEED))
     _apply(image, [principal_record("User:dave", "team-a"), link_record("team-a", "orders", "u.orders")])
+    # At runtime: alice is unbound, carol moves to team-a, and team-b gets an admin.
+    _apply(image, [principal_record("User:alice", None), principal_record("User:carol", "team-a")])
+    assert seed_records(image, SEED) == []  # a restart re-applies nothing
+    assert image.vc_for("User:alice") is None and image.vc_for("User:carol").name == "team-a"
+    # An entry new to the seed applies once, unless the runtime has bound it elsewhere since.
     moved = _seed(
-        {"name": "team-a", "principals": ["User:alice"]},
-        {"name": "team-b", "principals": ["User:bob", "User:carol"], "client_ids": ["app-a"]},
+        {"name": "team-a", "principals": ["User:alice"], "admins": ["User:ops"]},
+        {"name": "team-b", "principals": ["User:bob", "User:carol", "User:erin"], "client_ids": ["app-a"]},
     )
     records = seed_records(image, moved)
-    assert records == [('["client","app-a"]', {"vc": "team-b"})]
     _apply(image, records)
-    assert image.vc_for(None, "app-a").name == "team-b"
+    assert image.vcs["team-a"].admins == {"User:ops"}
+    assert image.vc_for("User:erin").name == "team-b"
+    assert image.vc_for(None, "app-a").name == "team-a"  # bound to team-a already: left there
+    assert seed_records(image, moved) == []
     assert image.vc_for("User:dave").name == "team-a"  # not in the seed: left alone
     assert image.vcs["team-a"].links == {"orders": "u.orders"}
     assert seed_records(image, []) == []  # an empty seed deletes nothing
+    # A seeded VC deleted at runtime stays deleted.
+    _apply(image, [vc_delete("team-b")])
+    assert seed_records(image, moved) == []
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,189 @@
+"""One request and its response as they pass the stages of a session (sans-I/O).
+
+The session parses each request frame once into an `Exchange`; the stages (proxy/core/stages/) read
+and annotate it on the way in and see it again, with the answer, on the way out. It lives until the
+answer has left, so telemetry reads what it needs from it instead of from the session.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..protocol import codec
+from ..protocol.apis import ApiInfo, response_type
+from ..protocol.headers import RequestHeader, response_body_offset
+from ..protocol.primitives import INT32
+from ..rules import EndpointRule
+
+
+class ProtocolViolation(Exception):
+    """The client or the broker broke the protocol: close this one connection."""
+
+
+class Action(enum.Enum):
+    FORWARD = "forward"  # send the request upstream; a response follows unless `pending` is None (acks=0)
+    LOCAL = "local"  # answer with the exchange's `reply`, in request order
+    CLOSE = "close"  # close the connection (what a broker does with a request it cannot parse)
+    CHECK = "check"  # run `check.run` off the event loop, then `resume(result)` gives the real decision
+
+
+@dataclass(slots=True)
+class PasswordCheck:
+    """Work too slow for the event loop (a PLAIN key derivation): the shell runs `run` in a worker thread,
+    then `finish` with its result on the loop, which gives the reply."""
+
+    run: Callable[[], bool]
+    finish: Callable[[bool], Any]
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    """One request until its response leaves."""
+
+    api_key: int
+    api_version: int  # the version sent upstream (KIP-1313: the version before the client's)
+    correlation_id: int
+    response_header_version: int
+    info: ApiInfo | None = None
+    frame: bytes | memoryview | None = None  # the request as it goes upstream
+    header: RequestHeader | None = None  # the header of `frame`, parsed once
+    client_version: int = -1  # the client's version when it differs (KIP-1313 header v3), else -1
+    principal: str | None = None
+    vc: Any = None  # the connection's virtual cluster when the request passed the binding stage
+    pieces: list[bytes | memoryview] | None = None  # a rewritten request to forward instead of `frame`
+    endpoint_rule: EndpointRule | None = None
+    tenant: Any = None  # the tenancy stage's state (a TenantCall, or a state-topic listing filter)
+    reply: bytes | None = None  # a local answer (the whole frame)
+    close_after: bool = False  # close the connection once the reply is written
+    delay_factor: int = 1  # failed logins: times the failed-authentication delay before the reply
+    writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
+    depth: int = 0  # how many stages saw the request: their response sides see the answer
+    trace: Any = None  # telemetry's record of the request
+
+    @property
+    def version_seen_by_client(self) -> int:
+        return self.client_version if self.client_version >= 0 else self.api_version
+
+    @property
+    def exchange(self) -> Any:  # the tenancy state, under the name the shell and tests know
+        return self.tenant
+
+
+Pending = Exchange
+
+
+@dataclass(slots=True)
+class RequestDecision:
+    action: Action
+    pending: Exchange | None = None  # None: no response will come (acks=0 Produce) or CLOSE
+    reason: str = ""
+    pieces: list[bytes | memoryview] | None = None  # the request to forward (None: the frame as received)
+    frame: bytes | memoryview | None = None  # the request in the version sent upstream, if the proxy changed it
+    check: PasswordCheck | None = None  # CHECK: the slow work
+    resume: Callable[[bool], RequestDecision] | None = None  # CHECK: the decision once the work is done
+    delay: float = 0.0  # seconds to hold the request before acting on it (quotas)
+
+
+@dataclass(slots=True)
+class ResponseResult:
+    pieces: list[bytes | memoryview]  # the frame to send, size prefix first
+    brokers: list[Any] = field(default_factory=list)  # upstream endpoints seen (BrokerEndpoint)
+    full_broker_list: bool = False  # True for Metadata: `brokers` is the whole cluster
+    writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
+    exchange: Exchange | None = None  # the request answered
+
+
+class ResponseMessage:
+    """A broker response on its way back through the stages. Stages that need the body decoded share
+    one decode (`entity()`); edits that must come last (broker endpoints) wait in `post` until the
+    body is encoded once, in `materialize()`."""
+
+    __slots__ = ("_entity", "body_offset", "brokers", "ex", "full_broker_list", "pieces", "post", "writes")
+
+    def __init__(self, ex: Exchange, frame: memoryview):
+        self.ex = ex
+        self.pieces: list[bytes | memoryview] = [frame]
+        self.body_offset = response_body_offset(frame, ex.response_header_version)
+        self._entity: Any = None
+        self.post: list[Callable[[Any], Any]] = []
+        self.brokers: list[Any] = []
+        self.full_broker_list = False
+        self.writes: list[Any] = []
+
+    @property
+    def frame(self) -> bytes | memoryview:
+        """The response as one buffer (pieces joined if an edit split it)."""
+        if len(self.pieces) > 1:
+            self.pieces = [b"".join(bytes(p) for p in self.pieces)]
+        return self.pieces[0]
+
+    def entity(self) -> Any:
+        if self._entity is None:
+            self._entity, _ = codec.decode(
+                response_type(self.ex.api_key, self.ex.api_version), self.frame, self.body_offset
+            )
+        return self._entity
+
+    def set_entity(self, entity: Any) -> None:
+        self._entity = entity
+
+    def replace(self, pieces: list[bytes | memoryview]) -> None:
+        """A stage rewrote the frame without decoding it (splicing)."""
+        self.pieces = pieces
+        self._entity = None
+
+    def materialize(self) -> list[bytes | memoryview]:
+        """The frame to send: encoded once if any stage decoded or edits the body."""
+        if self._entity is None and not self.post:
+            return self.pieces
+        entity = self.entity()
+        for edit in self.post:
+            entity = edit(entity)
+        self.post = []
+        body = codec.encode(entity)
+        head = self.frame[4 : self.body_offset]
+        self.pieces = [INT32.pack(len(head) + len(body)), head, body]
+        self._entity = None
+        return self.pieces
+
+
+class Stage(Protocol):
+    """A step of the request path. `on_request` returns None to pass the exchange on, or a decision
+    that ends the request side here (answer, close, forward now, check). Stages with a response side
+    also have `on_response(ex, message)`, run in reverse order for the stages the request passed."""
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None: ...
+
+
+# -- decisions a stage returns --------------------------------------------------------------------------
+
+
+def answer(ex: Exchange, body: bytes) -> RequestDecision:
+    ex.reply = codec.response_frame(ex.correlation_id, ex.response_header_version, body)
+    return RequestDecision(Action.LOCAL, ex)
+
+
+def refuse(ex: Exchange, error: int, why: str) -> RequestDecision:
+    """Answer with `error` in the API's own response shape, or close when it has no place for one."""
+    import logging
+
+    info = ex.info
+    if info is None or not info.min_version <= ex.api_version <= info.max_version:
+        return close(f"{why}: version {ex.api_version} cannot be parsed")
+    body = codec.error_response_body(ex.api_key, ex.api_version, error)
+    if body is None:
+        return close(f"{why}: refused (no error field to answer with)")
+    logging.getLogger("proxy.core.session").info("refusing request: %s (error %d)", why, error)
+    return answer(ex, body)
+
+
+def close(why: str) -> RequestDecision:
+    return RequestDecision(Action.CLOSE, reason=why)
+
+
+def forward(ex: Exchange) -> RequestDecision:
+    """Forward now, skipping the stages after this one."""
+    return RequestDecision(Action.FORWARD, ex)

@@ -1,0 +1,126 @@
+"""The KIP-1134 management RPCs, answered by the proxy itself (proxy/management/plane.py decides; this
+stage decodes, asks, and hands the state records to the shell to write before the answer leaves).
+
+Authorization is two-fold: `AuthorizationStage` refuses a caller who may use none of the RPCs (the
+KIP's *_CLUSTER operations on kafka-cluster for super-admins, *_VIRTUAL_CLUSTER for a VC's admins);
+the plane checks each item (which VC, which resource) and answers per item."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kio.static.primitive import i16
+
+from ...management import plane
+from ...management import schema as management
+from ...protocol import codec
+from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.primitives import MALFORMED
+from ..exchange import Exchange, RequestDecision, answer, close
+from .context import ConnectionState
+
+
+class Caller:
+    """Who is asking, as the plane needs to know."""
+
+    def __init__(self, ctx: ConnectionState, super_admins: frozenset[str]):
+        self.ctx = ctx
+        self.super_admins = super_admins
+
+    def now(self) -> plane.Caller:
+        principal = self.ctx.principal
+        return plane.Caller(principal, principal is not None and principal in self.super_admins, self.super_admins)
+
+
+class AuthorizationStage:
+    """Who may do what. Today: the management RPCs; VC-scoped ACLs will be decided here too."""
+
+    def __init__(self, caller: Caller, image: Callable[[], Any]):
+        self.caller = caller
+        self.image = image
+
+    def advertised(self) -> dict[int, tuple[int, int]]:
+        """The management APIs this caller may use, for ApiVersions."""
+        return {key: (0, 0) for key in plane.advertised(self.image(), self.caller.now())}
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if ex.api_key not in management.REQUESTS:
+            return None
+        if ex.api_key in plane.advertised(self.image(), self.caller.now()):
+            return None
+        return _refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
+
+
+class ManagementStage:
+    def __init__(self, caller: Caller, image: Callable[[], Any]):
+        self.caller = caller
+        self.image = image
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if ex.api_key not in management.REQUESTS:
+            return None
+        request = _decode(ex)
+        if request is None:
+            return close(f"malformed {management.NAMES[ex.api_key]} request")
+        response, records = plane.handle(self.image(), self.caller.now(), request)
+        ex.writes = list(records)
+        return answer(ex, codec.encode(response))
+
+
+def _decode(ex: Exchange) -> Any:
+    assert ex.header is not None and ex.frame is not None
+    try:
+        request, _ = codec.decode(management.REQUESTS[ex.api_key], ex.frame, ex.header.body_offset)
+    except (CodecError, *MALFORMED):
+        return None
+    return request
+
+
+def _refuse_all(ex: Exchange, error: int, message: str) -> RequestDecision:
+    request = _decode(ex)
+    if request is None:
+        return close(f"malformed {management.NAMES[ex.api_key]} request")
+    return answer(ex, codec.encode(refusal(request, error, message)))
+
+
+def refusal(request: Any, error: int, message: str) -> Any:
+    """The response refusing every item of `request` with `error`."""
+    m, code = management, i16(error)
+    if isinstance(request, m.CreateVirtualClustersRequest):
+        items = tuple(
+            m.CreatableVirtualClustersResult(name=vc.name, error_code=code, error_message=message)
+            for vc in request.virtual_clusters
+        )
+        return m.CreateVirtualClustersResponse(virtual_clusters=items)
+    if isinstance(request, m.AlterVirtualClustersRequest):
+        results = tuple(
+            m.VirtualClusterDataResult(
+                name=vc.name,
+                resources=tuple(
+                    m.VirtualClusterResourceResult(
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                        resource_operation=r.resource_operation,
+                        link_name=r.link_name,
+                        error_code=code,
+                        error_message=message,
+                    )
+                    for r in vc.resources
+                ),
+            )
+            for vc in request.virtual_cluster
+        )
+        return m.AlterVirtualClustersResponse(virtual_cluster=results)
+    if isinstance(request, m.DeleteVirtualClustersRequest):
+        deleted = tuple(
+            m.DeletableVirtualClusterResult(name=vc.name, error_code=code, error_message=message)
+            for vc in request.virtual_clusters
+        )
+        return m.DeleteVirtualClustersResponse(responses=deleted)
+    if isinstance(request, m.ListVirtualClustersRequest):
+        return m.ListVirtualClustersResponse(error_code=code)
+    described = tuple(
+        m.VirtualClusterResults(name=vc.name, error_code=code, error_message=message) for vc in request.virtual_clusters
+    )
+    return m.DescribeVirtualClustersResponse(virtual_clusters=described)

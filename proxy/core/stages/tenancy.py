@@ -1,0 +1,99 @@
+"""The tenancy stage: a tenant's requests and answers translated between its virtual cluster and the
+physical one (proxy/tenancy/engine.py), and the state topic guarded from principals in no VC."""
+
+from __future__ import annotations
+
+import logging
+
+from ...protocol import codec
+from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.primitives import MALFORMED
+from ...rules import tenant_rules
+from ...tenancy import guard as state_guard
+from ...tenancy.engine import TenantEngine
+from ...tenancy.handlers import registry
+from ...tenancy.model import TenancyError
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refuse
+from .binding import Tenancy
+from .context import ConnectionState
+
+log = logging.getLogger(__name__)
+
+
+class TenancyStage:
+    def __init__(self, ctx: ConnectionState, tenancy: Tenancy):
+        self.ctx = ctx
+        self.tenancy = tenancy
+        self.registry = registry()  # checked against tenant.yaml: a mismatch fails here, not per request
+
+    def engine_for(self, vc: object) -> TenantEngine:
+        return TenantEngine(vc, self.tenancy.image, self.tenancy.policy, self.registry)  # type: ignore[arg-type]
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if self.ctx.engine is not None:
+            return self._tenant(ex, self.ctx.engine)
+        return self._guard(ex)
+
+    def _tenant(self, ex: Exchange, engine: TenantEngine) -> RequestDecision | None:
+        info, header = ex.info, ex.header
+        assert info is not None and header is not None and ex.frame is not None
+        rule = tenant_rules().get(ex.api_key)
+        if rule is None or rule.action == "deny":
+            error = rule.error if rule is not None else CLUSTER_AUTHORIZATION_FAILED
+            return refuse(ex, error, f"{info.name} in virtual cluster {engine.vc.name}")
+        try:
+            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset)
+        except (CodecError, TenancyError, KeyError, *MALFORMED) as exc:
+            return close(f"cannot translate {info.name} v{ex.api_version}: {exc}")
+        ex.tenant = call
+        if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
+            try:
+                body = codec.encode(out)
+            except CodecError as exc:  # e.g. a message quoting the client's 32,767-byte name: too long to send
+                return close(f"cannot answer {info.name} v{ex.api_version}: {exc}")
+            ex.writes = list(call.writes)
+            return answer(ex, body)
+        if rule.action != "pass":
+            ex.pieces = out
+        return None
+
+    def _guard(self, ex: Exchange) -> RequestDecision | None:
+        """A principal in no VC: the state topic is hidden, and only its readers may read it."""
+        guard = getattr(self.tenancy.image, "guard", None)
+        if guard is None:
+            return None
+        info, header = ex.info, ex.header
+        assert info is not None and header is not None and isinstance(ex.frame, memoryview)
+        try:
+            outcome = state_guard.check(
+                guard, self.ctx.principal, ex.api_key, ex.api_version, ex.frame, header.body_offset
+            )
+        except (CodecError, ValueError, IndexError, KeyError) as exc:  # TruncatedError is a ValueError
+            # Fails closed: the broker might accept what kio does not (e.g. an unknown tagged field).
+            return close(f"cannot check {info.name} v{ex.api_version} for the state topic: {exc}")
+        if outcome is None:
+            return None
+        if isinstance(outcome, state_guard.Refusal):
+            log.warning("refusing %s: %s", info.name, outcome.why)
+            if outcome.body is None or outcome.acks == 0:
+                return close(outcome.why)
+            return answer(ex, codec.encode(outcome.body))
+        ex.tenant = outcome
+        return None
+
+    def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
+        call = ex.tenant
+        if call is None:
+            return
+        if isinstance(call, state_guard.ListingFilter):
+            msg.set_entity(state_guard.filter_response(call.guard, call, msg.entity()))
+            return
+        engine = self.ctx.engine
+        assert engine is not None
+        if call.rule.action == "pass":
+            return
+        if engine.splices_response(call):
+            msg.replace(engine.response_spliced(call, msg.frame, msg.body_offset))
+        else:
+            msg.set_entity(engine.translate_response(call, msg.entity()))
+        msg.writes.extend(call.writes)

@@ -1,0 +1,99 @@
+"""The version gate: ApiVersions is answered with what both the broker and this proxy can handle, and
+a request outside what was agreed, or for an API no client may use, is refused with the API's error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...management import schema as management
+from ...protocol import codec, kip1313
+from ...protocol.apis import known_apis
+from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION
+from ...protocol.headers import API_VERSIONS_KEY
+from ...rules import api_rules
+from .. import apiversions
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, forward, refuse
+from .authenticate import AuthenticationStage
+from .context import ConnectionState
+
+# The proxy's own APIs this caller may use now (management RPCs), advertised beside the broker's.
+ExtraVersions = Callable[[], apiversions.VersionTable]
+
+
+class VersionStage:
+    def __init__(
+        self,
+        ctx: ConnectionState,
+        auth: AuthenticationStage,
+        header_v3: bool,
+        upstream_versions: apiversions.UpstreamVersions | None,
+        extra: ExtraVersions | None = None,
+    ):
+        self.ctx = ctx
+        self.auth = auth
+        self.header_v3 = header_v3
+        self.upstream_versions = upstream_versions  # the broker's ApiVersions answers, for clients not logged in
+        self.extra = extra
+        self._too_new_reply: bytes | None = None  # the body for ApiVersions versions above ours, built once
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if ex.api_key == API_VERSIONS_KEY:
+            return self._api_versions(ex)
+        assert ex.info is not None
+        if api_rules()[ex.api_key].physical == "reject":
+            return refuse(ex, CLUSTER_AUTHORIZATION_FAILED, f"{ex.info.name} is internal")
+        if ex.api_key in management.REQUESTS and ex.header is not None:
+            return None  # advertised only to callers who may use them; authorization answers the others
+        low, high = self.ctx.versions.get(ex.api_key, (0, -1))
+        if not low <= ex.api_version <= high:
+            return refuse(ex, UNSUPPORTED_VERSION, f"{ex.info.name} v{ex.api_version}")
+        return None
+
+    def _api_versions(self, ex: Exchange) -> RequestDecision:
+        info = ex.info
+        assert info is not None
+        if ex.header is None:
+            # Too new for us (or negative): answer as a broker would (v0 body), so the client retries lower.
+            # Like a broker, name only ApiVersions' own range: enough to retry, nothing more before login.
+            if self._too_new_reply is None:
+                supported = self.ctx.supported
+                advertised = kip1313.advertised(supported, known_apis()) if self.header_v3 else supported
+                self._too_new_reply = apiversions.unsupported_version_body(
+                    {API_VERSIONS_KEY: advertised[API_VERSIONS_KEY]}
+                )
+            ex.response_header_version = 0
+            return answer(ex, self._too_new_reply)
+        if not self.auth.complete and self.upstream_versions is not None:
+            # Before login the broker's answer comes from the cache: no broker connection for a stranger.
+            cached = self.upstream_versions.get(ex.api_version)
+            if cached is not None:
+                response, built = cached
+                key = (id(self.ctx.supported), self.header_v3)  # what the answer depends on besides the broker's
+                if key not in built:
+                    built[key] = (self._body(ex, response), self.ctx.versions, self.ctx.v3_keys)
+                body, self.ctx.versions, self.ctx.v3_keys = built[key]  # shared, never mutated
+                return answer(ex, body)
+        return forward(ex)
+
+    def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
+        if ex.api_key != API_VERSIONS_KEY:
+            return
+        response = apiversions.decode_response(ex.api_version, msg.frame[msg.body_offset :])
+        if self.upstream_versions is not None:
+            self.upstream_versions.put(ex.api_version, response)
+        msg.replace([codec.response_frame(ex.correlation_id, 0, self._body(ex, response))])
+
+    def _body(self, ex: Exchange, response: Any) -> bytes:
+        """The broker's ApiVersions answer cut down to what this proxy and session can handle."""
+        ctx = self.ctx
+        upstream = apiversions.table_of(response)
+        versions = apiversions.intersect(upstream, ctx.supported)
+        if self.extra is not None and self.auth.complete:
+            versions.update(self.extra())
+        ctx.versions = versions
+        advertised = kip1313.advertised(versions, known_apis(), upstream) if self.header_v3 else versions
+        ctx.v3_keys = {k for k, (_, high) in advertised.items() if high > versions[k][1]}
+        if int(response.error_code) == UNSUPPORTED_VERSION:
+            ex.api_version = 0
+        return codec.encode(apiversions.with_table(response, advertised))

@@ -1,0 +1,234 @@
+"""The management plane (proxy/management/plane.py) and its stages, sans-I/O: who may do what, the
+per-item answers, and the records a change writes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from kio.static.primitive import i8
+
+from proxy.core.endpoints import ListenerLayout
+from proxy.core.session import Action, ProxySession
+from proxy.management import schema as m
+from proxy.management.plane import Caller, advertised, handle
+from proxy.protocol import codec
+from proxy.protocol.apis import request_type
+from proxy.protocol.headers import response_body_offset
+from proxy.tenancy.engine import Policy
+from proxy.tenancy.model import TenancyImage, admin_record, link_record, principal_record, vc_record
+
+from .wire import request_frame
+
+ADMIN = Caller("User:admin", True, frozenset({"User:admin"}))
+DAVE = Caller("User:dave", False, frozenset({"User:admin"}))  # team-a's VC admin
+ALICE = Caller("User:alice", False, frozenset({"User:admin"}))  # a tenant of team-a
+
+
+def image() -> TenancyImage:
+    img = TenancyImage()
+    for record in (
+        vc_record("team-a"),
+        vc_record("team-b"),
+        principal_record("User:alice", "team-a"),
+        principal_record("User:bob", "team-b"),
+        admin_record("team-a", "User:dave", True),
+        link_record("team-a", "orders", "phys.orders"),
+        link_record("team-b", "events", "phys.events"),
+    ):
+        img.apply(*record)
+    return img
+
+
+def apply(img: TenancyImage, records) -> TenancyImage:
+    for key, value in records:
+        img.apply(key, value)
+    return img
+
+
+def alter(vc: str, *resources: tuple[m.ResourceType, str, m.ResourceOperation, str | None], validate_only=False):
+    items = tuple(
+        m.VirtualClusterResource(resource_type=i8(t), resource_name=n, resource_operation=i8(o), link_name=link)
+        for t, n, o, link in resources
+    )
+    return m.AlterVirtualClustersRequest(
+        virtual_cluster=(m.VirtualClusterData(name=vc, resources=items),), validate_only=validate_only
+    )
+
+
+ADD, REMOVE = m.ResourceOperation.ADD, m.ResourceOperation.REMOVE
+T = m.ResourceType
+
+
+def codes(response) -> list[int]:
+    return [int(r.error_code) for vc in response.virtual_cluster for r in vc.resources]
+
+
+def test_create_and_delete_by_super_admin_only_and_only_when_empty():
+    img = image()
+    response, records = handle(
+        img, ADMIN, m.CreateVirtualClustersRequest(virtual_clusters=(m.CreatableVirtualCluster(name="team-c"),))
+    )
+    assert int(response.virtual_clusters[0].error_code) == 0 and len(records) == 1
+    apply(img, records)
+    again, none = handle(
+        img,
+        ADMIN,
+        m.CreateVirtualClustersRequest(
+            virtual_clusters=(m.CreatableVirtualCluster(name="team-c"), m.CreatableVirtualCluster(name="kafka-cluster"))
+        ),
+    )
+    assert [int(r.error_code) for r in again.virtual_clusters] == [92, 42] and none == []
+    refused, _ = handle(
+        img, DAVE, m.CreateVirtualClustersRequest(virtual_clusters=(m.CreatableVirtualCluster(name="x"),))
+    )
+    assert int(refused.virtual_clusters[0].error_code) == 31
+    deleted, records = handle(
+        img,
+        ADMIN,
+        m.DeleteVirtualClustersRequest(
+            virtual_clusters=tuple(m.DeletableVirtualCluster(name=n) for n in ("team-a", "team-c", "nope"))
+        ),
+    )
+    assert [int(r.error_code) for r in deleted.responses] == [44, 0, 91]
+    assert "1 user" in deleted.responses[0].error_message and "1 topic link" in deleted.responses[0].error_message
+    apply(img, records)
+    assert "team-c" not in img.vcs and "team-a" in img.vcs
+
+
+def test_validate_only_answers_the_same_and_writes_nothing():
+    request = alter("team-a", (T.USER, "carol", ADD, None))
+    checked, records = handle(image(), ADMIN, dataclasses.replace(request, validate_only=True))
+    done, written = handle(image(), ADMIN, request)
+    assert codes(checked) == codes(done) == [0] and records == [] and len(written) == 1
+
+
+def test_alter_items_apply_in_order_with_their_own_answers():
+    img = image()
+    request = alter(
+        "team-a",
+        (T.USER, "carol", ADD, None),
+        (T.USER, "User:carol", ADD, None),  # already added by the item before
+        (T.USER, "bob", ADD, None),  # bound to team-b
+        (T.TOPIC, "phys.orders", REMOVE, "orders"),
+        (T.TOPIC, "phys.orders", ADD, "orders"),  # re-added after the removal above
+        (T.CLIENT, "batch", ADD, None),
+        (T.GROUP, "legacy-group", ADD, None),
+        (T.TRANSACTIONAL_ID, "legacy-tx", ADD, None),
+        (T.ADMIN, "User:admin", ADD, None),
+        (T.USER, "admin", ADD, None),  # a super-admin is never bound
+    )
+    response, records = handle(img, ADMIN, request)
+    assert codes(response) == [0, 92, 92, 0, 0, 0, 0, 0, 0, 42]
+    assert "team-b" in response.virtual_cluster[0].resources[2].error_message  # a super-admin is told where
+    apply(img, records)
+    vc = img.vcs["team-a"]
+    assert img.principals["User:carol"] == "team-a" and img.client_ids["batch"] == "team-a"
+    assert vc.links == {"orders": "phys.orders"} and vc.groups == {"legacy-group"} and vc.txns == {"legacy-tx"}
+    assert vc.physical_group("legacy-group") == "legacy-group" and vc.physical_group("new") == vc.prefix + "new"
+    # One owner per group: team-b cannot have it, nor team-a's own prefixed ids.
+    taken, _ = handle(
+        img, ADMIN, alter("team-b", (T.GROUP, "legacy-group", ADD, None), (T.GROUP, vc.prefix + "x", ADD, None))
+    )
+    assert codes(taken) == [92, 92]
+
+
+def test_a_vc_admin_stays_inside_its_vc():
+    img = image()
+    response, records = handle(
+        img,
+        DAVE,
+        alter(
+            "team-a",
+            (T.USER, "carol", ADD, None),  # allowed
+            (T.TOPIC, "phys.orders", ADD, "orders-alias"),  # an alias of a topic already in team-a: allowed
+            (T.TOPIC, "phys.events", ADD, "events"),  # team-b's topic: no
+            (T.GROUP, "someone-elses", ADD, None),  # an existing group: no
+            (T.USER, "bob", ADD, None),  # bound elsewhere: refused without saying where
+            (T.ADMIN, "User:erin", ADD, None),  # allowed
+        ),
+    )
+    assert codes(response) == [0, 0, 31, 31, 92, 0]
+    assert "team-b" not in response.virtual_cluster[0].resources[4].error_message
+    other, nothing = handle(img, DAVE, alter("team-b", (T.USER, "carol", ADD, None)))
+    assert codes(other) == [31] and nothing == []
+    missing, _ = handle(img, DAVE, alter("no-such-vc", (T.USER, "carol", ADD, None)))
+    assert codes(missing) == [31]  # never says whether it exists
+    apply(img, records)
+    assert img.vcs["team-a"].links == {"orders": "phys.orders", "orders-alias": "phys.orders"}
+
+
+def test_list_describe_and_what_is_advertised():
+    img = image()
+    assert advertised(img, ADMIN) == set(m.KEYS)
+    assert advertised(img, DAVE) == {m.LIST_VIRTUAL_CLUSTERS, m.DESCRIBE_VIRTUAL_CLUSTERS, m.ALTER_VIRTUAL_CLUSTERS}
+    assert advertised(img, ALICE) == set()
+    listed, _ = handle(img, DAVE, m.ListVirtualClustersRequest())
+    assert [v.name for v in listed.virtual_clusters] == ["team-a"]
+    refused, _ = handle(img, ALICE, m.ListVirtualClustersRequest())
+    assert int(refused.error_code) == 31
+    names = (m.DescribedVirtualClusterName(name="team-a"), m.DescribedVirtualClusterName(name="team-b"))
+    described, _ = handle(img, DAVE, m.DescribeVirtualClustersRequest(virtual_clusters=names))
+    a, b = described.virtual_clusters
+    assert int(a.error_code) == 0 and a.users == ("User:alice",) and a.admins == ("User:dave",)
+    assert a.topic_links == (m.TopicLink(link_name="orders", physical_name="phys.orders"),)
+    assert a.cluster_id == img.vcs["team-a"].cluster_id
+    assert int(b.error_code) == 31
+
+
+# -- through the session: advertised in ApiVersions to those who may, refused to the others ------------
+
+
+@dataclasses.dataclass
+class _Tenancy:
+    image: TenancyImage
+    policy: Policy = dataclasses.field(default_factory=Policy)
+    refuse_unbound: bool = False
+
+
+def _session(principal: str, img: TenancyImage) -> ProxySession:
+    return ProxySession(
+        ListenerLayout("127.0.0.1", 9192, 9193), tenancy=_Tenancy(img), principal=principal, super_admins=["User:admin"]
+    )
+
+
+def _local_body(session: ProxySession, api_key: int):
+    reply = session.next_local_reply()
+    assert reply is not None and reply.reply is not None
+    body, _ = codec.decode(m.RESPONSES[api_key], reply.reply, response_body_offset(reply.reply, 1))
+    return body, reply
+
+
+@pytest.mark.parametrize(
+    ("principal", "code"), [("User:admin", 0), ("User:dave", 0), ("User:alice", 31), ("User:eve", 31)]
+)
+def test_session_answers_management_requests_itself(principal: str, code: int):
+    img = image()
+    session = _session(principal, img)
+    frame = request_frame(m.LIST_VIRTUAL_CLUSTERS, 0, 3, m.ListVirtualClustersRequest())
+    decision = session.on_request(memoryview(bytearray(frame)))
+    assert decision.action is Action.LOCAL
+    body, _ = _local_body(session, m.LIST_VIRTUAL_CLUSTERS)
+    assert int(body.error_code) == code
+
+
+def test_session_hands_the_records_of_a_change_to_the_shell():
+    img = image()
+    session = _session("User:admin", img)
+    request = m.CreateVirtualClustersRequest(virtual_clusters=(m.CreatableVirtualCluster(name="team-c"),))
+    decision = session.on_request(memoryview(bytearray(request_frame(m.CREATE_VIRTUAL_CLUSTERS, 0, 4, request))))
+    assert decision.action is Action.LOCAL
+    body, reply = _local_body(session, m.CREATE_VIRTUAL_CLUSTERS)
+    assert int(body.virtual_clusters[0].error_code) == 0 and len(reply.writes) == 1
+
+
+def test_binding_change_closes_the_connection_at_its_next_request():
+    img = image()
+    session = _session("User:alice", img)
+    metadata = request_frame(3, 12, 1, codec._empty(request_type(3, 12)))
+    assert session.on_request(memoryview(bytearray(metadata))).action is Action.FORWARD
+    session.in_flight.clear()
+    assert session.stale_binding() is None
+    img.apply(*principal_record("User:alice", None))
+    assert "no longer bound to team-a" in (session.stale_binding() or "")
+    assert session.on_request(memoryview(bytearray(metadata))).action is Action.CLOSE
