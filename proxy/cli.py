@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .state import cli as state_cli
 
     state_cli.register(sub)
+    from .management import cli as management_cli
+
+    management_cli.register(sub)
     from .analytics import cli as analytics_cli
 
     analytics_cli.register(sub)

@@ -1,0 +1,242 @@
+"""`vcproxy virtual-clusters`: the KIP-1134 tool (create, alter, delete, list, describe) over the proxy's
+management RPCs (docs/management.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kio.static.primitive import i8, i32
+
+from . import schema as m
+from .client import ConfigProblem, ConnectError, Connection, login_from
+
+OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+EPILOG = """\
+--topic names the physical topic and --link the name the virtual cluster sees (default: the same name);
+the KIP's examples leave open which is which.
+
+exit codes: 0 done; 1 the proxy refused an item (each item's error is printed); 2 usage error;
+3 cannot connect or log in; 4 not authorized (this principal may not manage these virtual clusters).
+"""
+
+_RESOURCES = (
+    ("user", m.ResourceType.USER, "PRINCIPAL", "a principal (alice means User:alice)"),
+    ("client", m.ResourceType.CLIENT, "CLIENT_ID", "a client id"),
+    ("topic", m.ResourceType.TOPIC, "TOPIC", "a physical topic, linked under --link"),
+    ("group", m.ResourceType.GROUP, "GROUP", "an existing consumer group (migration)"),
+    ("transactional_id", m.ResourceType.TRANSACTIONAL_ID, "TRANSACTIONAL_ID", "an existing transactional id"),
+    ("admin", m.ResourceType.ADMIN, "PRINCIPAL", "a principal that may describe and alter this VC"),
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    tool = subparsers.add_parser(
+        "virtual-clusters",
+        help="create, alter, delete, list and describe virtual clusters on a running proxy (KIP-1134)",
+        description="Manage virtual clusters at runtime through a proxy's management RPCs, as the KIP's "
+        "virtual-clusters tool does. Log in with --command-config, as Kafka's tools do.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = tool.add_subparsers(dest="vc_command", required=True)
+
+    def command(name: str, help_text: str, vc: bool = True) -> argparse.ArgumentParser:
+        parser = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.add_argument("--bootstrap-server", required=True, help="host:port[,host:port...] of the proxy")
+        parser.add_argument("--command-config", type=Path, help="client properties (security.protocol, sasl.*, ssl.*)")
+        parser.add_argument("--output", choices=("text", "json"), default="text", help="text (default) or json")
+        parser.add_argument("--timeout-ms", type=int, default=60000, help="how long the proxy may take (default 60000)")
+        if vc:
+            parser.add_argument("--virtual-cluster", required=True, help="the virtual cluster's name")
+        parser.set_defaults(func=_run)
+        return parser
+
+    for name, text in (("create", "create a virtual cluster"), ("delete", "delete an empty virtual cluster")):
+        command(name, text).add_argument("--validate-only", action="store_true", help="check only; change nothing")
+    command("list", "list the virtual clusters this principal may see", vc=False)
+    command("describe", "show a virtual cluster's links, users, client ids, groups, transactional ids and admins")
+    alter = command("alter", "add a resource to a virtual cluster, or remove one")
+    alter.add_argument("--validate-only", action="store_true", help="check only; change nothing")
+    op = alter.add_mutually_exclusive_group(required=True)
+    op.add_argument("--add", action="store_true", help="add the resource")
+    op.add_argument("--remove", action="store_true", help="remove the resource")
+    what = alter.add_mutually_exclusive_group()
+    for dest, _, metavar, text in _RESOURCES:
+        what.add_argument(f"--{dest.replace('_', '-')}", dest=dest, metavar=metavar, help=text)
+    alter.add_argument("--link", help="with --topic: the name the virtual cluster sees (default: the topic's)")
+    for flag in ("--copy-acls-from", "--migrate-acls-from", "--remove-old-acls-from"):
+        alter.add_argument(flag, metavar="SOURCE", help="ACL migration (needs VC-scoped ACLs; not yet available)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        request = _request(args)
+    except ValueError as exc:
+        print(f"vcproxy virtual-clusters: {exc}", file=sys.stderr)
+        return USAGE
+    try:
+        login = login_from(args.command_config)
+    except ConfigProblem as exc:
+        print(f"vcproxy virtual-clusters: {exc}", file=sys.stderr)
+        return USAGE
+    key = type(request).__api_key__
+    try:
+        with Connection(args.bootstrap_server, login, timeout=max(args.timeout_ms / 1000, 1) + 5) as conn:
+            if key not in conn.versions:
+                print(
+                    f"vcproxy virtual-clusters: {m.NAMES[key]} is not offered to this principal: it may not manage "
+                    "virtual clusters here, or the server is not a vcproxy with virtual clusters on",
+                    file=sys.stderr,
+                )
+                return UNAUTHORIZED
+            response = conn.request(key, 0, request)
+    except (ConnectError, OSError) as exc:
+        print(f"vcproxy virtual-clusters: {exc}", file=sys.stderr)
+        return UNREACHABLE
+    out, codes = _result(args, response)
+    if args.output == "json":
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        print(_text(args, out))
+    if codes and all(c == CLUSTER_AUTHORIZATION_FAILED for c in codes):
+        return UNAUTHORIZED
+    return REFUSED if any(codes) else OK
+
+
+def _request(args: argparse.Namespace) -> Any:
+    timeout = i32(args.timeout_ms)
+    validate = bool(getattr(args, "validate_only", False))
+    name = getattr(args, "virtual_cluster", None)
+    if args.vc_command == "create":
+        return m.CreateVirtualClustersRequest(
+            virtual_clusters=(m.CreatableVirtualCluster(name=name),), timeout_ms=timeout, validate_only=validate
+        )
+    if args.vc_command == "delete":
+        return m.DeleteVirtualClustersRequest(
+            virtual_clusters=(m.DeletableVirtualCluster(name=name),), timeout_ms=timeout, validate_only=validate
+        )
+    if args.vc_command == "list":
+        return m.ListVirtualClustersRequest()
+    if args.vc_command == "describe":
+        return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=name),))
+    migration = [f for f in ("copy_acls_from", "migrate_acls_from", "remove_old_acls_from") if getattr(args, f)]
+    if migration:
+        flag = "--" + migration[0].replace("_", "-")
+        raise ValueError(
+            f"{flag}: ACL migration needs VC-scoped ACLs, which this proxy does not have yet; nothing changed"
+        )
+    chosen = [(dest, kind) for dest, kind, _, _ in _RESOURCES if getattr(args, dest) is not None]
+    if not chosen:
+        raise ValueError("alter needs one of --user, --client, --topic, --group, --transactional-id, --admin")
+    dest, kind = chosen[0]
+    if args.link is not None and kind is not m.ResourceType.TOPIC:
+        raise ValueError("--link goes with --topic")
+    operation = m.ResourceOperation.ADD if args.add else m.ResourceOperation.REMOVE
+    resource = m.VirtualClusterResource(
+        resource_type=i8(kind),
+        resource_name=getattr(args, dest),
+        resource_operation=i8(operation),
+        link_name=args.link if kind is m.ResourceType.TOPIC else None,
+    )
+    return m.AlterVirtualClustersRequest(
+        virtual_cluster=(m.VirtualClusterData(name=name, resources=(resource,)),),
+        timeout_ms=timeout,
+        validate_only=validate,
+    )
+
+
+def _result(args: argparse.Namespace, response: Any) -> tuple[dict[str, Any], list[int]]:
+    """(the json object, every error code in it)."""
+    if isinstance(response, m.ListVirtualClustersResponse):
+        code = int(response.error_code)
+        return {"error_code": code, "virtual_clusters": [v.name for v in response.virtual_clusters]}, [code]
+    if isinstance(response, m.DescribeVirtualClustersResponse):
+        vc = response.virtual_clusters[0]
+        out = {
+            "name": vc.name,
+            "error_code": int(vc.error_code),
+            "error_message": vc.error_message,
+            "cluster_id": vc.cluster_id,
+            "topic_links": [{"link": t.link_name, "physical": t.physical_name} for t in vc.topic_links],
+            "users": list(vc.users),
+            "client_ids": list(vc.client_ids),
+            "consumer_groups": list(vc.consumer_groups),
+            "transactional_ids": list(vc.transactional_ids),
+            "admins": list(vc.admins),
+        }
+        return out, [int(vc.error_code)]
+    if isinstance(response, m.AlterVirtualClustersResponse):
+        items = [
+            {
+                "virtual_cluster": vc.name,
+                "resource_type": m.ResourceType(int(r.resource_type)).name
+                if int(r.resource_type) in set(m.ResourceType)
+                else int(r.resource_type),
+                "resource_name": r.resource_name,
+                "link_name": r.link_name,
+                "operation": "add" if int(r.resource_operation) == m.ResourceOperation.ADD else "remove",
+                "error_code": int(r.error_code),
+                "error_message": r.error_message,
+            }
+            for vc in response.virtual_cluster
+            for r in vc.resources
+        ]
+    else:  # Create, Delete
+        entries = (
+            response.virtual_clusters if isinstance(response, m.CreateVirtualClustersResponse) else response.responses
+        )
+        items = [{"name": e.name, "error_code": int(e.error_code), "error_message": e.error_message} for e in entries]
+    return {"validate_only": bool(getattr(args, "validate_only", False)), "results": items}, [
+        i["error_code"] for i in items
+    ]
+
+
+def _text(args: argparse.Namespace, out: dict[str, Any]) -> str:
+    command = args.vc_command
+    if command == "list":
+        if out["error_code"]:
+            return f"Error {out['error_code']}: not authorized to list virtual clusters."
+        return "\n".join(out["virtual_clusters"])
+    if command == "describe":
+        if out["error_code"]:
+            return f"Error {out['error_code']} describing {out['name']}: {out['error_message']}"
+        lines = [f"Virtual cluster: {out['name']}", f"  Cluster id:        {out['cluster_id']}"]
+        links = [f"{t['link']} -> {t['physical']}" for t in out["topic_links"]]
+        for title, values in (
+            ("Topic links", links),
+            ("Users", out["users"]),
+            ("Client ids", out["client_ids"]),
+            ("Consumer groups", out["consumer_groups"]),
+            ("Transactional ids", out["transactional_ids"]),
+            ("Admins", out["admins"]),
+        ):
+            lines.append(f"  {title + ':':<19}{', '.join(values) if values else '-'}")
+        return "\n".join(lines)
+    done = (
+        "Validated" if out["validate_only"] else {"create": "Created", "delete": "Deleted", "alter": "Changed"}[command]
+    )
+    lines = []
+    for item in out["results"]:
+        what = item.get("name") or f"{item['operation']} {item['resource_type']} {item['resource_name']}"
+        if item.get("link_name"):
+            what += f" as {item['link_name']}"
+        where = item.get("virtual_cluster") or args.virtual_cluster
+        if item["error_code"]:
+            lines.append(f"Error {item['error_code']} ({what}, virtual cluster {where}): {item['error_message']}")
+        elif command == "alter":
+            lines.append(f"{done} virtual cluster {where}: {what}.")
+        else:
+            lines.append(f"{done} virtual cluster {what}.")
+    return "\n".join(lines)

@@ -1,0 +1,352 @@
+"""The KIP-1134 management plane end to end: `vcproxy virtual-clusters` against two real proxy replicas
+(one state topic) in front of the real Kafka, with real clients of two libraries as tenants.
+
+* the KIP's lifecycle: create a VC, link a topic, bind users, clients and groups, a confluent-kafka
+  producer and a Java console consumer on the happy path, then remove it all and delete the VC, each
+  step checked from the tenant's side and from the physical cluster;
+* migration: a topic with data and a group with committed offsets, used on the physical cluster, moved
+  into a VC: the tenant's consumer resumes at the committed offset, nothing lost or repeated;
+* who may call what (super-admin, VC admin, tenant, unbound), as exit codes and per-item errors;
+* changes reach the other replica within a second, and live connections are closed when unbound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from proxy.auth.credentials import make_entry
+from proxy.demo import java_client_properties
+from proxy.kafka.tools import run_tool
+from proxy.management import schema
+from proxy.process import ProxyProcess, proxy_config
+from proxy.protocol import codec
+
+from .hardening_attacks import login
+from .ports import free_port_block
+from .tenants import replayed
+from .test_tenancy_sasl import consume, produce
+
+USERS = {
+    "admin": "admin-secret",  # super-admin, bound to no VC
+    "alice": "alice-secret",  # tenant of team-a (seed)
+    "dave": "dave-secret",  # team-a's VC admin (seed)
+    "carol": "carol-secret",  # bound at runtime
+    "mallory": "mallory-secret",  # bound at runtime (migration)
+    "eve": "eve-secret",  # bound to nothing, not an admin
+}
+TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("management")
+
+
+def _replica(kafka_cluster: Any, workdir: Path, name: str, state_topic: str) -> ProxyProcess:
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN", "SCRAM-SHA-512"]},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        tenancy={
+            "enabled": True,
+            "state_topic": state_topic,
+            "super_admins": ["User:admin"],
+            "virtual_clusters": [{"name": "team-a", "principals": ["User:alice"], "admins": ["User:dave"]}],
+        },
+    )
+    return ProxyProcess(config, workdir, name=name).start(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def replicas(kafka_cluster, workdir) -> Iterator[tuple[ProxyProcess, ProxyProcess]]:
+    state_topic = f"__vcproxy_state_mgmt_{uuid.uuid4().hex[:6]}"
+    first = _replica(kafka_cluster, workdir, "mgmt-1", state_topic)
+    second = _replica(kafka_cluster, workdir, "mgmt-2", state_topic)
+    yield first, second
+    second.stop()
+    first.stop()
+    for process in (first, second):
+        log = process.log_path.read_text(errors="replace")
+        assert "Traceback" not in log and " ERROR " not in log, process.log_tail(lines=60)
+
+
+@pytest.fixture(scope="module")
+def logins(workdir) -> dict[str, Path]:
+    """--command-config files, as Kafka's tools take them (SCRAM-SHA-512)."""
+    paths = {}
+    for user, password in USERS.items():
+        paths[user] = workdir / f"{user}.properties"
+        paths[user].write_text(java_client_properties(user, password))
+    return paths
+
+
+def vc_tool(proxy: ProxyProcess, login_file: Path, *args: str) -> tuple[int, Any]:
+    """`vcproxy virtual-clusters ARGS --output json` as a user would run it: (exit code, parsed output)."""
+    command, *rest = args
+    argv = [sys.executable, "-m", "proxy", "virtual-clusters", command, "--bootstrap-server", proxy.bootstrap]
+    argv += ["--command-config", str(login_file), "--output", "json", *rest]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=os.environ
+    )
+    try:
+        out = json.loads(done.stdout) if done.stdout.strip() else None
+    except json.JSONDecodeError:
+        out = done.stdout
+    assert done.returncode in (0, 1, 4), f"exit {done.returncode}: {done.stdout}\n{done.stderr}"
+    return done.returncode, out
+
+
+def ok(proxy: ProxyProcess, login_file: Path, *args: str) -> Any:
+    code, out = vc_tool(proxy, login_file, *args)
+    assert code == 0, out
+    return out
+
+
+def conf(proxy: ProxyProcess, user: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": proxy.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+        **extra,
+    }
+
+
+def topics_seen(proxy: ProxyProcess, user: str) -> set[str]:
+    admin = AdminClient(conf(proxy, user))
+    return {t for t in admin.list_topics(timeout=30).topics if not t.startswith("__")}
+
+
+def physical_topic(kafka_cluster: Any, name: str, partitions: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 3)], operation_timeout=30)[name].result(60)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        if topic is not None and topic.error is None and all(p.leader >= 0 for p in topic.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{name} has no leaders")
+
+
+def until(condition: Any, timeout: float = 30.0, step: float = 0.05) -> float:
+    """Seconds until `condition()` holds (AssertionError on timeout)."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout, "condition not reached"
+        time.sleep(step)
+    return time.monotonic() - start
+
+
+def describe(proxy: ProxyProcess, user: str, vc: str) -> Any:
+    """DescribeVirtualClusters over a raw connection (no process start: for timing)."""
+    with login(proxy.bootstrap, user, USERS[user]) as client:
+        request = schema.DescribeVirtualClustersRequest(virtual_clusters=(schema.DescribedVirtualClusterName(name=vc),))
+        _, body = client.request(schema.DESCRIBE_VIRTUAL_CLUSTERS, 0, 9, request)
+    return body.virtual_clusters[0]
+
+
+# -- the KIP's lifecycle --------------------------------------------------------------------------------
+
+
+def test_lifecycle_of_a_virtual_cluster(kafka_cluster, replicas, logins):
+    proxy, _ = replicas
+    admin = logins["admin"]
+    physical = f"teamC.orders.{uuid.uuid4().hex[:6]}"
+    physical_topic(kafka_cluster, physical)
+
+    # Create the VC: the state topic has it, with its own cluster id.
+    ok(proxy, admin, "create", "--virtual-cluster", "team-c")
+    assert "team-c" in ok(proxy, admin, "list")["virtual_clusters"]
+    image = replayed(kafka_cluster, proxy)
+    assert "team-c" in image.vcs and image.vcs["team-c"].cluster_id
+
+    # Link the physical topic as "orders", bind carol and a client id, assign a group.
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-c", "--add", "--topic", physical, "--link", "orders")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-c", "--add", "--user", "carol")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-c", "--add", "--client", "team-c-batch")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-c", "--add", "--group", "team-c-readers")
+    described = ok(proxy, admin, "describe", "--virtual-cluster", "team-c")
+    assert {"link": "orders", "physical": physical} in [
+        {"link": t["link"], "physical": t["physical"]} for t in described["topic_links"]
+    ], described
+    assert "User:carol" in described["users"] and "team-c-batch" in described["client_ids"]
+    assert "team-c-readers" in described["consumer_groups"]
+    image = replayed(kafka_cluster, proxy)
+    assert image.principals["User:carol"] == "team-c" and image.client_ids["team-c-batch"] == "team-c"
+
+    # The tenant's view: just its link, under its name; alice (team-a) does not see it.
+    assert until(lambda: "orders" in topics_seen(proxy, "carol")) < TIMEOUT
+    assert topics_seen(proxy, "carol") == {"orders"}
+    assert "orders" not in topics_seen(proxy, "alice") and physical not in topics_seen(proxy, "alice")
+
+    # Happy path with two client libraries: confluent-kafka produces, Kafka's Java console consumer reads.
+    values = [f"c{i}" for i in range(20)]
+    produce(conf(proxy, "carol"), "orders", values)
+    consumed = run_tool(
+        "kafka-console-consumer",
+        [
+            "--bootstrap-server", proxy.bootstrap,
+            "--command-config", str(logins["carol"]),
+            "--topic", "orders",
+            "--group", "team-c-readers",
+            "--from-beginning",
+            "--max-messages", str(len(values)),
+            "--timeout-ms", "60000",
+        ],
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert sorted(consumed.stdout.split()) == sorted(values), consumed.stderr[-2000:]
+    # ...and the records are in the physical topic, the committed offsets in the physical group.
+    reader = Consumer({"bootstrap.servers": kafka_cluster.bootstrap, "group.id": "team-c-readers"})
+    try:
+        committed = reader.committed([TopicPartition(physical, p) for p in range(3)], timeout=30)
+        assert sum(max(tp.offset, 0) for tp in committed) == len(values)
+    finally:
+        reader.close()
+
+    # Deleting a VC that is not empty is refused, and says what is left.
+    code, out = vc_tool(proxy, admin, "delete", "--virtual-cluster", "team-c")
+    assert code == 1 and out["results"][0]["error_code"] == 44, out
+
+    # Remove link and resources: the tenant loses the topic at once; the physical topic stays.
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-c", "--remove", "--topic", physical, "--link", "orders")
+    assert "orders" not in topics_seen(proxy, "carol")
+    assert physical in AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=30).topics
+    for flag, value in (("--user", "carol"), ("--client", "team-c-batch"), ("--group", "team-c-readers")):
+        ok(proxy, admin, "alter", "--virtual-cluster", "team-c", "--remove", flag, value)
+    ok(proxy, admin, "delete", "--virtual-cluster", "team-c")
+    assert "team-c" not in ok(proxy, admin, "list")["virtual_clusters"]
+    image = replayed(kafka_cluster, proxy)
+    assert "team-c" not in image.vcs and "User:carol" not in image.principals
+
+
+# -- migration ------------------------------------------------------------------------------------------
+
+
+def test_migration_keeps_data_and_committed_offsets(kafka_cluster, replicas, logins):
+    proxy, _ = replicas
+    admin = logins["admin"]
+    physical = f"teamM.orders.{uuid.uuid4().hex[:6]}"
+    group = f"orders-app-{uuid.uuid4().hex[:6]}"
+    physical_topic(kafka_cluster, physical, partitions=1)
+    direct = {"bootstrap.servers": kafka_cluster.bootstrap}
+    values = [f"m{i}" for i in range(20)]
+    produce(direct, physical, values)
+    # The application, still on the physical cluster, reads and commits the first half.
+    first = read_and_commit(direct, physical, group, 10)
+
+    ok(proxy, admin, "create", "--virtual-cluster", "team-m")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-m", "--add", "--topic", physical, "--link", "orders")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-m", "--add", "--group", group)
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-m", "--add", "--user", "mallory")
+
+    # Moved: the same group, through the proxy, resumes where it committed: nothing lost, nothing twice.
+    rest = consume(conf(proxy, "mallory"), "orders", group, len(values) - len(first))
+    assert sorted(first + rest) == sorted(values), (first, rest)
+    assert topics_seen(proxy, "mallory") == {"orders"}
+
+
+def read_and_commit(conf: dict[str, Any], topic: str, group: str, count: int) -> list[str]:
+    """Read exactly `count` records of partition 0 as `group` and commit the offset after them."""
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen: list[str] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(seen) < count:
+            assert time.monotonic() < deadline, seen
+            msg = consumer.poll(1)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value().decode())
+        consumer.commit(offsets=[TopicPartition(topic, 0, count)], asynchronous=False)
+    finally:
+        consumer.close()
+    return seen
+
+
+# -- who may call what ----------------------------------------------------------------------------------
+
+
+def test_authorization_matrix(replicas, logins):
+    proxy, _ = replicas
+    ok(proxy, logins["admin"], "create", "--virtual-cluster", "team-z")
+    # A VC admin: list shows its VCs only; describe and alter its own VC; nothing else.
+    assert ok(proxy, logins["dave"], "list")["virtual_clusters"] == ["team-a"]
+    assert "User:alice" in ok(proxy, logins["dave"], "describe", "--virtual-cluster", "team-a")["users"]
+    ok(proxy, logins["dave"], "alter", "--virtual-cluster", "team-a", "--add", "--client", "team-a-batch")
+    for args in (
+        ("describe", "--virtual-cluster", "team-z"),
+        ("alter", "--virtual-cluster", "team-z", "--add", "--client", "z"),
+        ("create", "--virtual-cluster", "team-y"),
+        ("delete", "--virtual-cluster", "team-z"),
+        ("alter", "--virtual-cluster", "team-a", "--add", "--group", "someone-elses-group"),
+    ):
+        code, out = vc_tool(proxy, logins["dave"], *args)
+        # 4: refused (the tool does not even send what ApiVersions does not offer this principal).
+        assert code == 4 or (code == 1 and '"error_code": 31' in json.dumps(out)), (args, out)
+    # A tenant and an unbound principal may do nothing at all.
+    for user in ("alice", "eve"):
+        for args in (("list",), ("describe", "--virtual-cluster", "team-a"), ("create", "--virtual-cluster", "x")):
+            code, out = vc_tool(proxy, logins[user], *args)
+            assert code == 4, (user, args, out)
+    # The proxy itself refuses what the tool would not send, with the API's own error in each item.
+    create = schema.CreateVirtualClustersRequest(virtual_clusters=(schema.CreatableVirtualCluster(name="sneaky"),))
+    describe_a = schema.DescribeVirtualClustersRequest(
+        virtual_clusters=(schema.DescribedVirtualClusterName(name="team-a"),)
+    )
+    for user in ("dave", "alice", "eve"):
+        with login(proxy.bootstrap, user, USERS[user]) as raw:
+            _, created = raw.request(schema.CREATE_VIRTUAL_CLUSTERS, 0, 3, create)
+            assert int(created.virtual_clusters[0].error_code) == 31, user
+            _, listed = raw.request(schema.LIST_VIRTUAL_CLUSTERS, 0, 4, schema.ListVirtualClustersRequest())
+            assert int(listed.error_code) == (0 if user == "dave" else 31), user
+            _, described = raw.request(schema.DESCRIBE_VIRTUAL_CLUSTERS, 0, 5, describe_a)
+            assert int(described.virtual_clusters[0].error_code) == (0 if user == "dave" else 31), user
+    assert "sneaky" not in ok(proxy, logins["admin"], "list")["virtual_clusters"]
+    ok(proxy, logins["admin"], "delete", "--virtual-cluster", "team-z")
+
+
+# -- live changes ---------------------------------------------------------------------------------------
+
+
+def test_changes_reach_the_other_replica_within_a_second_and_unbinding_closes_connections(replicas, logins):
+    first, second = replicas
+    admin = logins["admin"]
+    ok(first, admin, "create", "--virtual-cluster", "team-live")
+    ok(first, admin, "alter", "--virtual-cluster", "team-live", "--add", "--user", "carol")
+    assert until(lambda: "User:carol" in describe(second, "admin", "team-live").users) < TIMEOUT
+
+    # carol has live connections to both replicas; the replica that did not make the change closes its
+    # one within a second of the change being made on the other.
+    on_second = login(second.bootstrap, "carol", USERS["carol"])
+    _, metadata = on_second.request(3, 12, 5, codec._empty(MetadataRequest, topics=()))
+    assert metadata.cluster_id == describe(second, "admin", "team-live").cluster_id
+    started = time.monotonic()
+    ok(first, admin, "alter", "--virtual-cluster", "team-live", "--remove", "--user", "carol")
+    changed = time.monotonic()
+    assert on_second.is_closed(timeout=30)
+    assert time.monotonic() - changed < 1.0 + 0.5, f"closed {time.monotonic() - started:.2f} s after the change"
+    on_second.close()
+
+    # A new binding applies from the next connection: carol is on the physical cluster again.
+    with login(second.bootstrap, "carol", USERS["carol"]) as again:
+        _, metadata = again.request(3, 12, 6, codec._empty(MetadataRequest, topics=()))
+        assert metadata.cluster_id != describe(second, "admin", "team-live").cluster_id
+    ok(first, admin, "delete", "--virtual-cluster", "team-live")
+    assert until(lambda: int(describe(second, "admin", "team-live").error_code) == 91) < 1.0
