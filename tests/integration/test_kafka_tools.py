@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -108,12 +109,18 @@ def test_kafka_metadata_shell_reads_the_metadata_log(kafka_cluster, topic, tmp_p
     live = Path(kafka_cluster.dir) / "n1" / "data" / "__cluster_metadata-0" / "00000000000000000000.log"
     log = tmp_path / "__cluster_metadata-0" / live.name
     log.parent.mkdir()
-    shutil.copyfile(live, log)
-    out = _ok(
-        run_tool(
-            "kafka-metadata-shell",
-            ["--snapshot", str(log), "ls", "/image/topics/byName"],
-            version=kafka_cluster.version or "4.2.0",
+    # The copy can end in a batch being written (other tests create topics meanwhile), and the shell stops
+    # at the first incomplete batch: copy again until the topic's committed records are in a complete prefix.
+    deadline = time.monotonic() + 120
+    while True:
+        shutil.copyfile(live, log)
+        out = _ok(
+            run_tool(
+                "kafka-metadata-shell",
+                ["--snapshot", str(log), "ls", "/image/topics/byName"],
+                version=kafka_cluster.version or "4.2.0",
+            )
         )
-    )
+        if topic in out.split() or time.monotonic() > deadline:
+            break
     assert topic in out.split()
