@@ -208,6 +208,19 @@ def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[
             ],
         ),
     ]
+    admins = [u for u in properties if f"User:{u}" in config.tenancy.super_admins] if config.tenancy.enabled else []
+    if sasl and admins and config.tenancy.virtual_clusters:
+        login = f"--bootstrap-server {bootstrap} --command-config {properties[admins[0]]}"
+        vc = config.tenancy.virtual_clusters[0].name
+        steps.append(
+            (
+                f"Manage virtual clusters while the proxy runs, as {admins[0]} (a super-admin; docs/management.md):",
+                [
+                    _command(f"{vcproxy} virtual-clusters list", login),
+                    _command(f"{vcproxy} virtual-clusters describe", login, f"--virtual-cluster {vc}"),
+                ],
+            )
+        )
     return intro, steps
 
 

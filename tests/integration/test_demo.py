@@ -196,6 +196,11 @@ def test_the_banner_works_top_to_bottom(first_run):
     if shutil.which("kcat"):
         assert any(c.startswith("kcat") and c.endswith(" -L") for c in commands)
         assert "hello" in first_run.consumed.split()
+    # admin, a super-admin, manages virtual clusters while the proxy runs.
+    listing = next(c for c in commands if "virtual-clusters list" in c)
+    assert first_run.outputs[listing].split() == ["team-a", "team-b"]
+    described = next(c for c in commands if "virtual-clusters describe" in c)
+    assert "User:alice" in first_run.outputs[described]
 
 
 def test_sighup_stops_the_proxy_and_every_broker(first_run):

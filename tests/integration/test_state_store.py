@@ -385,7 +385,7 @@ def test_two_proxy_processes_replay_seed_and_follow_the_state_topic(kafka_cluste
         capsys.readouterr()
         assert main(["state", "dump", "--config", str(procs[0].config_path)]) == 0
         dump = yaml.safe_load(capsys.readouterr().out)
-        assert dump["state_topic"] == topic and dump["records"] == 6
+        assert dump["state_topic"] == topic and dump["records"] == 7  # 4 seeded, the tombstone, team-x, its principal
         assert dump["virtual_clusters"]["team-x"]["cluster_id"] == value["cluster_id"]
         assert dump["virtual_clusters"]["team-x"]["principals"] == ["User:x"]
         assert dump["virtual_clusters"]["seeded"]["cluster_id"] in seeded_ids
