@@ -6,6 +6,7 @@ unknown key into an error instead of a silently ignored typo).
 
 from __future__ import annotations
 
+import re
 import ssl
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -98,6 +99,44 @@ class ListenerTlsConfig(_Strict):
         return self
 
 
+NODE_ID_PLACEHOLDER = "$(nodeId)"
+_DNS_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+
+
+def _dns_name(name: str) -> bool:
+    return len(name) <= 253 and all(_DNS_LABEL.fullmatch(label) for label in name.lower().split("."))
+
+
+class ListenerSniConfig(_Strict):
+    """One TLS port for the bootstrap and every broker: the broker is picked by the TLS server name (SNI)."""
+
+    broker_host_pattern: str
+    """Name of broker N, with $(nodeId) standing for N: e.g. broker-$(nodeId).kafka.example.com."""
+    bootstrap_host: str | None = None
+    """Name of the bootstrap; when set, a server name that is neither it nor a broker's is refused.
+    When not set, such names (and clients that send none) get the bootstrap."""
+    advertised_port: Port | None = None
+    """Port clients are told to connect to (e.g. a load balancer's); default listeners.bootstrap_port."""
+
+    @field_validator("broker_host_pattern")
+    @classmethod
+    def _pattern(cls, pattern: str) -> str:
+        if pattern.count(NODE_ID_PLACEHOLDER) != 1:
+            raise ValueError(
+                f"must hold {NODE_ID_PLACEHOLDER} exactly once, e.g. broker-{NODE_ID_PLACEHOLDER}.example.com"
+            )
+        if not _dns_name(pattern.replace(NODE_ID_PLACEHOLDER, "0")):
+            raise ValueError(f"{pattern!r} does not make DNS names (letters, digits, '-' and '.')")
+        return pattern
+
+    @field_validator("bootstrap_host")
+    @classmethod
+    def _bootstrap(cls, name: str | None) -> str | None:
+        if name is not None and not _dns_name(name):
+            raise ValueError(f"{name!r} is not a DNS name")
+        return name
+
+
 class ListenerConfig(_Strict):
     host: str = "127.0.0.1"
     """Address the listeners bind to (0.0.0.0 in containers)."""
@@ -111,6 +150,8 @@ class ListenerConfig(_Strict):
     sasl_mechanisms: list[SaslMechanism] = Field(default_factory=lambda: list(SASL_MECHANISMS), min_length=1)
     tls: ListenerTlsConfig | None = None
     """Certificate and client authentication for SSL and SASL_SSL listeners."""
+    sni: ListenerSniConfig | None = None
+    """SNI routing: bootstrap_port is then the one port for the bootstrap and every broker (needs TLS)."""
     refuse_unbound_principals: bool = False
     """Refuse principals not bound to a virtual cluster (read by the tenancy layer)."""
     request_header_v3: bool = False
@@ -128,6 +169,11 @@ class ListenerConfig(_Strict):
             raise ValueError(f"tls is set but security_protocol {self.security_protocol} does not use TLS")
         if len(set(self.sasl_mechanisms)) != len(self.sasl_mechanisms):
             raise ValueError("sasl_mechanisms lists a mechanism twice")
+        if self.sni is not None:
+            if not _uses_tls(self.security_protocol):
+                raise ValueError(f"sni needs a TLS security_protocol (SSL or SASL_SSL), not {self.security_protocol}")
+            if self.broker_port_base is not None:
+                raise ValueError("broker_port_base is not used with sni (every broker is on bootstrap_port)")
         return self
 
     @property
@@ -384,9 +430,46 @@ class UserCredentialConfig(_Strict):
 class CredentialsConfig(_Strict):
     users: dict[str, UserCredentialConfig] = Field(default_factory=dict)
     """User name -> salted credential, for SASL listeners (never a plaintext password)."""
+    users_file: str | None = None
+    """A YAML file holding the same mapping as `users` (e.g. a Kubernetes Secret mounted as a file);
+    instead of `users`."""
+
+    _file_users: dict[str, UserCredentialConfig] = PrivateAttr(default_factory=dict)
+    _users_file = field_validator("users_file")(_file)
+
+    @model_validator(mode="after")
+    def _load_users_file(self) -> CredentialsConfig:
+        if self.users_file is None:
+            return self
+        if self.users:
+            raise ValueError("set users or users_file, not both")
+        self._file_users = _read_users_file(self.users_file)
+        return self
+
+    def all_users(self) -> dict[str, UserCredentialConfig]:
+        return self._file_users if self.users_file is not None else self.users
 
     def as_mapping(self) -> dict[str, dict[str, dict[str, Any]]]:
-        return {name: user.entries() for name, user in self.users.items()}
+        return {name: user.entries() for name, user in self.all_users().items()}
+
+
+def _read_users_file(path: str) -> dict[str, UserCredentialConfig]:
+    """The users of `credentials.users_file`; a problem names the file and the key within it."""
+    from pydantic import TypeAdapter
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read users_file {path}: {exc}") from None
+    if isinstance(data, dict) and set(data) == {"users"}:  # a copy of a config's credentials section
+        data = data["users"]
+    try:
+        return TypeAdapter(dict[str, UserCredentialConfig]).validate_python(data or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ValueError(f"users_file {path}: {where}: {reason}") from None
 
 
 class DebugConfig(_Strict):
@@ -450,8 +533,10 @@ class ProxyConfig(_Strict):
     @model_validator(mode="after")
     def _sasl_needs_users(self) -> ProxyConfig:
         protocol = self.listeners.security_protocol
-        if _uses_sasl(protocol) and not self.credentials.users:
-            raise ValueError(f"listeners.security_protocol {protocol} needs at least one user in credentials.users")
+        if _uses_sasl(protocol) and not self.credentials.all_users():
+            raise ValueError(
+                f"listeners.security_protocol {protocol} needs at least one user in credentials.users (or users_file)"
+            )
         return self
 
     @model_validator(mode="after")

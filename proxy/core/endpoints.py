@@ -4,12 +4,16 @@ Port per broker: the proxy has one bootstrap port plus one port per upstream bro
 ``broker_port_base + node_id``. The mapping is a pure function of the node id, so every proxy
 replica (and every client that cached a port) agrees on it without coordination, and a broker
 that joins later gets a predictable port with no config change.
+
+SNI: one TLS port for all; broker N is advertised as a host name made from a pattern, and a
+connection's TLS server name says which broker it is for. Also a pure function of the node id.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +31,60 @@ class BrokerEndpoint:
     rack: str | None = None
 
 
+NODE_ID = "$(nodeId)"
+MAX_NODE_ID = 2**31 - 1
+
+
+class UnknownServerName(ValueError):
+    """A TLS server name that names neither the bootstrap nor a broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class SniRouting:
+    """Which broker a TLS server name is for, and the name each broker is advertised under."""
+
+    broker_host_pattern: str  # e.g. broker-$(nodeId).kafka.example.com
+    bootstrap_host: str | None
+    advertised_port: int
+
+    def host(self, node_id: int) -> str:
+        return self.broker_host_pattern.replace(NODE_ID, str(node_id))
+
+    def route(self, server_name: str | None) -> int | None:
+        """The node id a server name is for; None for the bootstrap. DNS names compare without case."""
+        if server_name is None:
+            if self.bootstrap_host is None:
+                return None
+            raise UnknownServerName("no server name (SNI) sent, and bootstrap_host is set")
+        name = server_name.lower().rstrip(".")
+        if self.bootstrap_host is not None and name == self.bootstrap_host.lower():
+            return None
+        match = _pattern_regex(self.broker_host_pattern).fullmatch(name)
+        if match is not None and int(match.group(1)) <= MAX_NODE_ID:
+            return int(match.group(1))
+        if self.bootstrap_host is None:
+            return None
+        raise UnknownServerName(f"server name {server_name[:255]!r} is neither the bootstrap nor a broker")
+
+
+@functools.cache
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    before, _, after = pattern.lower().partition(NODE_ID.lower())
+    return re.compile(re.escape(before) + r"(0|[1-9][0-9]{0,9})" + re.escape(after))
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerLayout:
     advertised_host: str
     bootstrap_port: int
     broker_port_base: int
+    sni: SniRouting | None = None
+
+    def advertised(self, node_id: int) -> tuple[str, int]:
+        """The address clients are told for broker ``node_id``."""
+        if self.sni is not None:
+            return self.sni.host(node_id), self.sni.advertised_port
+        return self.advertised_host, self.broker_port(node_id)
 
     def broker_port(self, node_id: int) -> int:
         port = self.broker_port_base + node_id
@@ -65,8 +118,8 @@ class EndpointRewriter:
         if node_id < 0:
             return item
         seen.append(BrokerEndpoint(node_id, item.host, int(item.port), getattr(item, "rack", None)))
-        port = self.layout.broker_port(node_id)
-        return dataclasses.replace(item, host=self.layout.advertised_host, port=type(item.port)(port))
+        host, port = self.layout.advertised(node_id)
+        return dataclasses.replace(item, host=host, port=type(item.port)(port))
 
     def rewrite_entity(self, rule: EndpointRule, body: Any, seen: list[BrokerEndpoint]) -> Any:
         for name, value in rule.only_if:

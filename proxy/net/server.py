@@ -1,9 +1,12 @@
-"""The proxy server: a bootstrap listener, one listener per upstream broker, and discovery."""
+"""The proxy server: a bootstrap listener, one listener per upstream broker (or one SNI port), and discovery."""
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import logging
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +20,7 @@ from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_
 from ..config import ProxyConfig
 from ..core import apiversions
 from ..core.admission import ConnectionLimiter, LoginGuard
-from ..core.endpoints import BrokerEndpoint, ListenerLayout
+from ..core.endpoints import BrokerEndpoint, ListenerLayout, SniRouting, UnknownServerName
 from ..core.session import Authenticator, ProxySession
 from ..tenancy.engine import Policy
 from ..tenancy.model import TenancyImage
@@ -29,6 +32,16 @@ if TYPE_CHECKING:
     from ..state.service import TenancyService
 
 log = logging.getLogger(__name__)
+
+# The TLS server name of the handshake the current task is doing: the SNI callback runs inside
+# do_handshake(), in the task of the connection it is for.
+_handshake: contextvars.ContextVar[_ServerName] = contextvars.ContextVar("handshake")
+
+
+@dataclass
+class _ServerName:
+    name: str | None = None  # what the client asked for
+    refused: str | None = None  # why no broker answers to it
 
 
 @dataclass
@@ -51,7 +64,13 @@ class ProxyServer:
     def __init__(self, config: ProxyConfig):
         self.config = config
         lc = config.listeners
-        self.layout = ListenerLayout(lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base)
+        sni = None
+        if lc.sni is not None:
+            port = lc.sni.advertised_port or lc.bootstrap_port
+            sni = SniRouting(lc.sni.broker_host_pattern, lc.sni.bootstrap_host, port)
+        self.layout = ListenerLayout(
+            lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base, sni
+        )
         self.registry = BrokerRegistry()
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
         self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
@@ -59,6 +78,8 @@ class ProxyServer:
         self.tls_context = None
         if lc.tls is not None:
             self.tls_context = server_context(lc.tls.certfile, lc.tls.keyfile, lc.tls.cafile, lc.tls.client_auth)
+            if sni is not None:
+                self.tls_context.sni_callback = _sni_callback(sni)
         self.principal_mapper = PrincipalMapper("DEFAULT" if lc.tls is None else lc.tls.principal_mapping_rules)
         self.credentials = CredentialStore.from_mapping(config.credentials.as_mapping())
         self.connections: set[ClientConnection] = set()
@@ -182,13 +203,20 @@ class ProxyServer:
                     apiversions.tenant_versions()
                 else:
                     apiversions.proxy_versions()
-                ports = {n: p for n, p in sorted(self.listening_nodes.items())}
-                log.info(
-                    "proxy ready: bootstrap %s:%d, broker ports %s",
-                    self.layout.advertised_host,
-                    self.layout.bootstrap_port,
-                    ports,
-                )
+                if self.layout.sni is not None:
+                    log.info(
+                        "proxy ready: SNI on port %d, brokers %s",
+                        self.layout.bootstrap_port,
+                        {n: self.layout.sni.host(n) for n in sorted(self.registry.brokers)},
+                    )
+                else:
+                    ports = {n: p for n, p in sorted(self.listening_nodes.items())}
+                    log.info(
+                        "proxy ready: bootstrap %s:%d, broker ports %s",
+                        self.layout.advertised_host,
+                        self.layout.bootstrap_port,
+                        ports,
+                    )
                 self.ready.set()
             await trio.sleep(self.config.upstream.metadata_refresh_seconds)
 
@@ -203,6 +231,8 @@ class ProxyServer:
     async def on_brokers(self, seen: list[BrokerEndpoint], full_list: bool) -> None:
         """Called with endpoints seen in metadata; binds a listener for every new broker."""
         for node_id in self.registry.update(seen):
+            if self.layout.sni is not None:  # one port for all: the server name picks the broker
+                continue
             if node_id in self.listening_nodes or self._listener_nursery is None:
                 continue
             port = self.layout.broker_port(node_id)
@@ -218,6 +248,8 @@ class ProxyServer:
         if node_id is not None:
             self.listening_nodes[node_id] = port
         what = "bootstrap" if node_id is None else f"broker {node_id}"
+        if self.layout.sni is not None:
+            what = f"SNI: bootstrap and every broker as {self.layout.sni.broker_host_pattern}"
         log.info("listening on %s:%d (%s)", self.config.listeners.host, port, what)
         task_status.started()
         async with trio.open_nursery() as nursery:
@@ -281,7 +313,20 @@ class ProxyServer:
             if telemetry is not None:
                 telemetry.on_close("TLS handshake failed")
             return
-        downstream, tls_principal = secured
+        downstream, tls_principal, server_name = secured
+        if self.layout.sni is not None:
+            try:
+                node_id = self.layout.sni.route(server_name)
+            except UnknownServerName as exc:
+                log.info("%s: closing: %s", name, exc)
+                if telemetry is not None:
+                    telemetry.on_close(str(exc))
+                await trio.aclose_forcefully(downstream)
+                return
+            if node_id is not None:
+                name = f"{name.rpartition(' -> ')[0]} -> broker {node_id} ({server_name})"
+                if telemetry is not None:
+                    telemetry.routed(node_id)
         timeout = self.config.upstream.connect_timeout_seconds
 
         async def connect_upstream() -> trio.abc.Stream:
@@ -309,27 +354,31 @@ class ProxyServer:
 
     async def _secure(
         self, client: trio.SocketStream, name: str, telemetry: ConnectionTelemetry | None = None
-    ) -> tuple[trio.abc.Stream, str | None] | None:
-        """TLS listeners: the handshake (bounded) and the client certificate's principal. None: closed."""
+    ) -> tuple[trio.abc.Stream, str | None, str | None] | None:
+        """TLS listeners: the handshake (bounded), the client certificate's principal and the server name
+        the client asked for (SNI). None: closed."""
         tls = self.config.listeners.tls
         if self.tls_context is None or tls is None:
-            return client, None
+            return client, None, None
         stream = trio.SSLStream(client, self.tls_context, server_side=True)
+        server_name = _ServerName()
+        _handshake.set(server_name)
         try:
             with trio.fail_after(tls.handshake_timeout_seconds):
                 await stream.do_handshake()
         except trio.TooSlowError:
             log.info("%s: closing: TLS handshake timed out", name)
         except (trio.BrokenResourceError, OSError) as exc:  # the ssl.SSLError (bad certificate...) is the cause
-            log.info("%s: closing: TLS handshake failed: %s", name, exc.__cause__ or exc)
+            why = server_name.refused or exc.__cause__ or exc
+            log.info("%s: closing: TLS handshake failed: %s", name, why)
             if telemetry is not None:
-                telemetry.tls_handshake(None, str(exc.__cause__ or exc))
+                telemetry.tls_handshake(None, str(why))
         else:
             der = stream.getpeercert(binary_form=True)
             if not der:
                 if telemetry is not None:
                     telemetry.tls_handshake(ANONYMOUS)
-                return stream, ANONYMOUS
+                return stream, ANONYMOUS, server_name.name
             try:
                 subject = distinguished_name(der)
                 principal = USER_PREFIX + self.principal_mapper.name_for(subject)
@@ -341,7 +390,7 @@ class ProxyServer:
                 log.info("%s: TLS client certificate %r -> principal %s", name, subject, principal)
                 if telemetry is not None:
                     telemetry.tls_handshake(principal)
-                return stream, principal
+                return stream, principal, server_name.name
         await trio.aclose_forcefully(stream)
         return None
 
@@ -399,6 +448,25 @@ class SessionTenancy:
     image: TenancyImage
     policy: Policy
     refuse_unbound: bool
+
+
+def _sni_callback(routing: SniRouting) -> Callable[[object, str | None, ssl.SSLContext], int | None]:
+    """Records the server name for the handshaking task and fails the handshake for a name that is
+    neither the bootstrap nor a broker: the client never reaches a wrong broker."""
+
+    def callback(_ssl_object: object, server_name: str | None, _context: ssl.SSLContext) -> int | None:
+        box = _handshake.get(None)
+        if box is None:
+            return None
+        box.name = server_name
+        try:
+            routing.route(server_name)
+        except UnknownServerName as exc:
+            box.refused = str(exc)
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        return None
+
+    return callback
 
 
 def _peer_address(stream: trio.SocketStream) -> tuple[str, int] | None:

@@ -78,6 +78,12 @@ class Metrics:
         if new_vc is not None:
             self.connections[(listener, new_vc)] += 1
 
+    def connection_routed(self, old_listener: str, new_listener: str, vc: str) -> None:
+        """SNI: the TLS server name moved an open connection from the listener that accepted it (and
+        keeps it in its accepted count: a counter never goes down) to a broker's."""
+        self.connection_moved(old_listener, vc, None)
+        self.connections[(new_listener, vc)] += 1
+
     def auth_failed(self, mechanism: str) -> None:
         self.auth_failures[mechanism] += 1
 

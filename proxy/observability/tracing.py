@@ -295,6 +295,15 @@ class ConnectionTelemetry:
 
     # -- connection setup ------------------------------------------------------------------------
 
+    def routed(self, node_id: int) -> None:
+        """SNI: the TLS server name said which broker this connection (accepted as a bootstrap one) is for."""
+        listener = f"broker-{node_id}"
+        if self.metrics is not None:
+            self.metrics.connection_routed(self.listener, listener, self._vc_label)
+        self.node_id, self.listener = node_id, listener
+        if self.span is not None:
+            self.span.set_attributes({"vcproxy.listener": listener, "vcproxy.upstream.node_id": node_id})
+
     def tls_handshake(self, principal: str | None, error: str | None = None) -> None:
         """The TLS handshake finished: the client certificate's principal, or why it failed."""
         now = time.time_ns()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +28,22 @@ def proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
 def proxy_bootstrap(proxy: ProxyProcess) -> str:
     assert proxy.proc is not None and proxy.proc.poll() is None, f"proxy died:\n{proxy.log_tail()}"
     return proxy.bootstrap
+
+
+@pytest.fixture(scope="session")
+def go_client(tmp_path_factory) -> Path:
+    """The franz-go tenant client (tests/integration/go), built once per session."""
+    go = shutil.which("go")
+    assert go, "no go on PATH: this test needs Go (the module proxy reachable) to build the franz-go client"
+    binary = tmp_path_factory.mktemp("go") / "tenantclient"
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    out = subprocess.run(
+        [go, "build", "-o", str(binary), "."],
+        cwd=Path(__file__).parent / "go",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return binary

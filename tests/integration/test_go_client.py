@@ -5,8 +5,6 @@ names at the same time (tests/integration/go/main.go); each sees exactly its own
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -22,23 +20,9 @@ from proxy.process import ProxyProcess
 from .ports import free_port_block
 from .tenants import tenancy_config
 
-SOURCE = Path(__file__).parent / "go"
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 TENANTS = {"alice": "team-a", "bob": "team-b"}
 COUNT = 200
-
-
-@pytest.fixture(scope="module")
-def go_client(tmp_path_factory) -> Path:
-    go = shutil.which("go")
-    assert go, "no go on PATH: this test needs Go (the module proxy reachable) to build the franz-go client"
-    binary = tmp_path_factory.mktemp("go") / "tenantclient"
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
-    out = subprocess.run(
-        [go, "build", "-o", str(binary), "."], cwd=SOURCE, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return binary
 
 
 @pytest.fixture(scope="module")

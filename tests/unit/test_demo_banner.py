@@ -42,12 +42,16 @@ def test_the_topic_is_created_before_anything_produces_or_consumes(banner):
 
 def test_commands_are_whole_shell_lines(banner):
     commands = demo.banner_commands(banner(kept=False))
-    assert len(commands) == 8
+    assert len(commands) == 10
     for command in commands:
         lines = command.splitlines()
         assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
     assert commands[2].startswith("kcat -b 127.0.0.1:9192 -X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=PLAIN")
     assert commands[3] == "echo hello | kcat -F .vcproxy/demo/alice.librdkafka.conf -t demo -P"
+    # The management plane, as the super-admin the demo config names.
+    manage = [c for c in commands if "virtual-clusters" in c]
+    assert [c.split("virtual-clusters")[1].split()[0] for c in manage] == ["list", "describe"]
+    assert all("--command-config .vcproxy/demo/admin.properties" in c for c in manage)
 
 
 def test_the_banner_says_what_happens_to_the_cluster(banner):

@@ -1,12 +1,19 @@
 // A tenant's application written with franz-go, a Go Kafka client that shares no code with
 // librdkafka or the Java client: creates a topic, produces, consumes in a group, lists topics and
 // describes the cluster, then prints what it saw as JSON for the test to check.
+//
+// With TLS_CA_FILE set it speaks TLS (SASL_SSL), and with DIAL_ADDRESS set too it connects every
+// broker name to that address while the TLS server name (SNI) stays the broker's name: the test's
+// own name resolution for the proxy's SNI mode.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -35,9 +42,13 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	auth := kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha512Mechanism())
-	seeds := kgo.SeedBrokers(strings.Split(bootstrap, ",")...)
+	base := []kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...), auth, kgo.ClientID(user + "-go")}
+	if dial := dialer(); dial != nil {
+		base = append(base, dial)
+	}
+	opts := func(more ...kgo.Opt) []kgo.Opt { return append(append([]kgo.Opt{}, base...), more...) }
 
-	admin, err := kgo.NewClient(seeds, auth, kgo.ClientID(user+"-go"))
+	admin, err := kgo.NewClient(opts()...)
 	check(err)
 	adm := kadm.NewClient(admin)
 	created, err := adm.CreateTopics(ctx, 3, 3, nil, topic)
@@ -48,15 +59,15 @@ func main() {
 		}
 	}
 
-	producer, err := kgo.NewClient(seeds, auth, kgo.ClientID(user+"-go"), kgo.DefaultProduceTopic(topic))
+	producer, err := kgo.NewClient(opts(kgo.DefaultProduceTopic(topic))...)
 	check(err)
 	for i := 0; i < count; i++ {
 		check(producer.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%d", user, i))}).FirstErr())
 	}
 	producer.Close()
 
-	consumer, err := kgo.NewClient(seeds, auth, kgo.ClientID(user+"-go"), kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	consumer, err := kgo.NewClient(opts(kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	check(err)
 	var out result
 	for len(out.Consumed) < count {
@@ -80,6 +91,41 @@ func main() {
 	out.Groups = groups.Groups()
 	admin.Close()
 	check(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// dialer is nil for plaintext; else TLS with the CA in TLS_CA_FILE, to DIAL_ADDRESS if set.
+func dialer() kgo.Opt {
+	caFile := os.Getenv("TLS_CA_FILE")
+	if caFile == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(caFile)
+	check(err)
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		check(fmt.Errorf("no certificate in %s", caFile))
+	}
+	address := os.Getenv("DIAL_ADDRESS")
+	return kgo.Dialer(func(ctx context.Context, network, hostPort string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(hostPort)
+		if err != nil {
+			return nil, err
+		}
+		target := hostPort
+		if address != "" {
+			target = net.JoinHostPort(address, port)
+		}
+		raw, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, target)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, &tls.Config{ServerName: host, RootCAs: roots, MinVersion: tls.VersionTLS12})
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	})
 }
 
 func check(err error) {
