@@ -645,15 +645,3 @@ def stderr_progress(prefix: str = "vcproxy traces") -> Callable[[str], None]:
         print(f"[{prefix} {time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     return say
-
-
-if __name__ == "__main__":
-    # `spark-submit proxy/analytics/aggregate.py ...` from a checkout: make the `proxy` package importable, then
-    # run the same entry point as `vcproxy traces aggregate` (so this module is imported under its real name).
-    import importlib.util
-
-    if importlib.util.find_spec("proxy") is None:  # neither installed nor shipped with --py-files
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from proxy.analytics.cli import main
-
-    sys.exit(main())

@@ -82,7 +82,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point for `spark-submit proxy/analytics/aggregate.py --input DIR --output DIR`."""
-    parser = argparse.ArgumentParser(prog="aggregate.py", description="vcproxy per-tenant analytics over spans")
+    """Entry point for `spark-submit proxy/analytics/job.py --input DIR --output DIR`."""
+    parser = argparse.ArgumentParser(prog="job.py", description="vcproxy per-tenant analytics over spans")
     add_arguments(parser)
     return run(parser.parse_args(argv))
