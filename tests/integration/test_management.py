@@ -5,7 +5,8 @@
   producer and a Java console consumer on the happy path, then remove it all and delete the VC, each
   step checked from the tenant's side and from the physical cluster;
 * migration: a topic with data and a group with committed offsets, used on the physical cluster, moved
-  into a VC: the tenant's consumer resumes at the committed offset, nothing lost or repeated;
+  into a VC: the tenant's consumer resumes at the committed offset, nothing lost or repeated; the topic
+  shared with a second VC under another name; a transactional id moved with its producer state;
 * who may call what (super-admin, VC admin, tenant, unbound), as exit codes and per-item errors;
 * changes reach the other replica within a second, and live connections are closed when unbound.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 
@@ -45,6 +46,7 @@ USERS = {
     "dave": "dave-secret",  # team-a's VC admin (seed)
     "carol": "carol-secret",  # bound at runtime
     "mallory": "mallory-secret",  # bound at runtime (migration)
+    "trent": "trent-secret",  # bound at runtime (transactional id migration)
     "eve": "eve-secret",  # bound to nothing, not an admin
 }
 TIMEOUT = 120.0
@@ -260,6 +262,50 @@ def test_migration_keeps_data_and_committed_offsets(kafka_cluster, replicas, log
     rest = consume(conf(proxy, "mallory"), "orders", group, len(values) - len(first))
     assert sorted(first + rest) == sorted(values), (first, rest)
     assert topics_seen(proxy, "mallory") == {"orders"}
+
+    # Shared: the same physical topic linked into team-a too, as another name; each sees its own name only.
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-a", "--add", "--topic", physical, "--link", "shared-orders")
+    assert "shared-orders" in topics_seen(proxy, "alice") and "orders" not in topics_seen(proxy, "alice")
+    assert topics_seen(proxy, "mallory") == {"orders"}
+    shared = consume(conf(proxy, "alice"), "shared-orders", f"alice-{group}", len(values))
+    assert sorted(shared) == sorted(values)
+
+
+def test_migration_keeps_the_transactional_producer_state(kafka_cluster, replicas, logins):
+    """A transactional id used on the physical cluster, assigned to a VC: the tenant's producer with the
+    same id takes over its producer state (Kafka bumps the epoch and fences the old producer)."""
+    proxy, _ = replicas
+    admin = logins["admin"]
+    physical = f"teamT.payments.{uuid.uuid4().hex[:6]}"
+    txn = f"payments-tx-{uuid.uuid4().hex[:6]}"
+    physical_topic(kafka_cluster, physical, partitions=1)
+    old = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "transactional.id": txn})
+    old.init_transactions(60)
+    old.begin_transaction()
+    old.produce(physical, b"before")
+    old.commit_transaction(60)
+
+    ok(proxy, admin, "create", "--virtual-cluster", "team-t")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-t", "--add", "--topic", physical, "--link", "payments")
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-t", "--add", "--transactional-id", txn)
+    ok(proxy, admin, "alter", "--virtual-cluster", "team-t", "--add", "--user", "trent")
+    assert txn in ok(proxy, admin, "describe", "--virtual-cluster", "team-t")["transactional_ids"]
+
+    new = Producer({**conf(proxy, "trent"), "transactional.id": txn})
+    new.init_transactions(60)  # the same physical transactional id: the old producer is fenced now
+    new.begin_transaction()
+    new.produce("payments", b"after")
+    new.commit_transaction(60)
+    with pytest.raises(KafkaException) as fenced:
+        old.begin_transaction()
+        old.produce(physical, b"stale")
+        old.commit_transaction(60)
+    assert fenced.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED), fenced.value
+    # Read committed, through the VC: both transactions' records, and nothing of the fenced one.
+    seen = consume(conf(proxy, "trent"), "payments", "trent-readers", 2, **{"isolation.level": "read_committed"})
+    assert sorted(seen) == ["after", "before"]
+    old.purge()  # the fenced record; both clients end here, not when the proxies stop
+    del old, new
 
 
 def read_and_commit(conf: dict[str, Any], topic: str, group: str, count: int) -> list[str]:
