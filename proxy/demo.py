@@ -369,6 +369,16 @@ async def _serve(config: ProxyConfig, banner: str, stops: tuple[signal.Signals, 
                 break
 
 
+def _create_state_topic(config: ProxyConfig) -> None:
+    """A new cluster has no state topic, and the proxy would warn that it made one (which on a cluster
+    that had one means lost state): the demo knows its cluster is new and makes it first."""
+    from .state.service import client_config
+    from .state.store import StateStore
+
+    tc = config.tenancy
+    StateStore(client_config(config), tc.state_topic, tc.state_replication_factor).ensure_topic(60, new_cluster=True)
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from .config import load_for_command
 
@@ -421,6 +431,8 @@ def _run_demo(args: argparse.Namespace, config: ProxyConfig, demo_dir: Path, sho
             upstream = config.upstream.model_copy(update={"bootstrap_servers": cluster.bootstrap.split(",")})
             config = config.model_copy(update={"upstream": upstream})
             properties = write_client_properties(config, demo_dir)
+            if config.tenancy.enabled and not kept:
+                _create_state_topic(config)
             if config.tenancy.enabled:
                 # The tenant API table imports every response schema (seconds): build it now rather than
                 # on the first client's connection, which would stall the event loop (and time out kcat -L).

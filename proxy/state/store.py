@@ -237,9 +237,10 @@ class StateStore:
         finally:
             admin.poll(0)
 
-    def ensure_topic(self, timeout: float = 30, create: bool = True) -> None:
+    def ensure_topic(self, timeout: float = 30, create: bool = True, new_cluster: bool = False) -> None:
         """Create the topic if missing (1 partition, compacted) and `create`; refuse an existing one that
-        is not. Remembers the topic id, so `check()` can tell a deleted and re-created topic."""
+        is not. Remembers the topic id, so `check()` can tell a deleted and re-created topic. On a cluster
+        the caller knows to be new (the demo's), a missing topic is no surprise: no warning then."""
         admin = self._admin()
         try:
             try:
@@ -252,11 +253,14 @@ class StateStore:
                         f"state topic {self.topic} does not exist and tenancy.create_state_topic is false: "
                         "restore it with `vcproxy state import` (or set create_state_topic for a first start)"
                     )
-                log.warning(
-                    "state topic %s does not exist: creating it empty (a first start; if it existed before, "
-                    "stop and restore a backup with `vcproxy state import`)",
-                    self.topic,
-                )
+                if new_cluster:
+                    log.info("creating the state topic %s on the new cluster", self.topic)
+                else:
+                    log.warning(
+                        "state topic %s does not exist: creating it empty (a first start; if it existed before, "
+                        "stop and restore a backup with `vcproxy state import`)",
+                        self.topic,
+                    )
                 self._create(admin, len(metadata.brokers), timeout)
             self._verify(admin, self._wait_for_leader(admin, timeout), timeout)
             self.topic_id = self._topic_id(admin, timeout)

@@ -146,6 +146,7 @@ def _run(demo: Demo, command: str, **kw) -> subprocess.CompletedProcess[str]:
 @dataclass
 class FirstRun:
     banner: str
+    startup_log: str
     outputs: dict[str, str]  # command -> its stdout, in the banner's order
     consumed: str
     exit_code: int
@@ -155,6 +156,7 @@ class FirstRun:
 def first_run(demo) -> FirstRun:
     """A fresh demo; every command of its banner run in order, as printed; then SIGHUP."""
     banner = demo.start("--fresh")
+    startup_log = demo.err.read_text(errors="replace")
     commands = banner_commands(banner[banner.index("vcproxy is ready") :])
     kcat = shutil.which("kcat") is not None
     consumer = next(c for c in commands if "kafka-console-consumer" in c)
@@ -184,7 +186,7 @@ def first_run(demo) -> FirstRun:
         except subprocess.TimeoutExpired:  # what it printed is what counts; do not leave it behind
             reader.kill()
             reader.wait()
-    return FirstRun(banner, outputs, printed.read_text(), demo.stop(signal.SIGHUP))
+    return FirstRun(banner, startup_log, outputs, printed.read_text(), demo.stop(signal.SIGHUP))
 
 
 def test_the_banner_works_top_to_bottom(first_run):
@@ -201,6 +203,12 @@ def test_the_banner_works_top_to_bottom(first_run):
     assert first_run.outputs[listing].split() == ["team-a", "team-b"]
     described = next(c for c in commands if "virtual-clusters describe" in c)
     assert "User:alice" in first_run.outputs[described]
+
+
+def test_a_fresh_start_logs_no_warning(first_run):
+    # A new user takes a WARNING for a fault: a first start has nothing to warn about.
+    noisy = [line for line in first_run.startup_log.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert not noisy, noisy
 
 
 def test_sighup_stops_the_proxy_and_every_broker(first_run):
