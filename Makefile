@@ -8,7 +8,7 @@ DEMO_ARGS ?=
 # captures stdout, so the test looks at stderr, which make shares with the terminal.
 PIP := $(VENV)/bin/pip install --disable-pip-version-check $(shell [ -t 2 ] || echo -q)
 
-.PHONY: run test unit integration lint bench kafka-dist clean
+.PHONY: run test unit integration lint bench kafka-dist helm image clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,25 @@ $(VENV)/.installed-test: pyproject.toml | $(PY)
 $(VENV)/bin/vcproxy:
 	$(MAKE) $(VENV)/.installed-run
 
+# helm, for the chart's tests (tests/chart), built from the Go module proxy into the virtualenv.
+HELM_VERSION ?= v3.16.4
+$(VENV)/bin/helm: | $(PY)
+	@echo "== installing helm $(HELM_VERSION) from the Go module proxy into $(VENV)/bin"
+	GOBIN=$(abspath $(VENV)/bin) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm: $(VENV)/bin/helm
+
+# The container image with buildah where no Docker engine runs (docs/deploy.md#the-image): a Debian
+# bookworm base made by mmdebstrap (Python 3.11), imported, then the Dockerfile. IMAGE names the result.
+# BUILD_VOLUMES: e.g. a CA bundle and pip.conf for pip behind a TLS-intercepting proxy (build time only).
+IMAGE ?= localhost/vcproxy:0.1.0
+BUILD_VOLUMES ?=
+image:
+	mkdir -p .vcproxy
+	mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm .vcproxy/base.tar
+	podman import .vcproxy/base.tar localhost/vcproxy-base:bookworm
+	buildah bud --isolation chroot $(BUILD_VOLUMES) --build-arg PYTHON_IMAGE=localhost/vcproxy-base:bookworm -t $(IMAGE) .
+
 # Resolve the Apache Kafka jars from Maven Central into the cache (~/.cache/vcproxy/kafka), Kafka
 # Streams included (the tests' Streams application); `make run` resolves what it needs by itself.
 kafka-dist: | $(VENV)/bin/vcproxy
@@ -42,7 +61,7 @@ run: $(VENV)/.installed-run
 	$(PY) -m proxy demo --config config/demo.yaml $(DEMO_ARGS)
 
 # Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/ruff check proxy tests benchmarks
 	$(VENV)/bin/ruff format --check proxy tests benchmarks
@@ -51,7 +70,7 @@ test: $(VENV)/.installed-test
 unit: $(VENV)/.installed-test
 	$(VENV)/bin/pytest -q tests/unit
 
-integration: $(VENV)/.installed-test
+integration: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/pytest -q -ra tests/integration
 

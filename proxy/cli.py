@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .management import cli as management_cli
 
     management_cli.register(sub)
+    from . import probe
+
+    probe.register(sub)
     from .analytics import cli as analytics_cli
 
     analytics_cli.register(sub)

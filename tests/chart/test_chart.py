@@ -1,0 +1,212 @@
+"""The Helm chart (charts/vcproxy): lint, every mode and example rendered, every manifest decoded strictly
+into its Kubernetes API type, and what the rendered objects must agree on (ports, probes, checksums,
+security), plus the values the schema and the chart refuse."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from proxy.config import parse_config
+
+from .render import CHART, EXAMPLES, Helm, container, find, proxy_config
+
+SIDECAR_APP = {"sidecar.app.image": '"registry.example/app:1"'}
+MODES = {
+    "gateway-defaults": ((), {}),
+    "sidecar-defaults": ((), {"mode": '"sidecar"', **SIDECAR_APP}),
+    **{f"example-{p.stem}": ((p,), {}) for p in EXAMPLES},
+}
+
+
+def test_lint_strict(helm):
+    for values in (None, *EXAMPLES):
+        argv = ["lint", "--strict", str(CHART), *(["-f", str(values)] if values else [])]
+        out = helm.run(*argv)
+        assert out.returncode == 0 and "0 chart(s) failed" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_manifest_is_a_valid_kubernetes_object(helm, validator, mode):
+    values, sets = MODES[mode]
+    text = helm.template_text(*values, sets=sets)
+    checked = subprocess.run([str(validator)], input=text, capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    objects = helm.template(*values, sets=sets)
+    assert checked.stdout.count("\nok ") + checked.stdout.startswith("ok ") == len(objects)
+
+
+def test_the_validator_refuses_what_kubernetes_would(helm, validator):
+    text = helm.template_text()
+    for broken in (
+        text.replace("terminationGracePeriodSeconds:", "terminationGracePeriodSecond:"),  # misspelt field
+        text.replace("containerPort: 9404", 'containerPort: "9404x"'),  # wrong type
+        text.replace("kind: Deployment", "kind: Deploymint"),  # unknown kind
+        text.replace("mountPath: /tmp", "mountPath: /tmp\n              readOnlyy: true"),
+    ):
+        assert broken != text
+        checked = subprocess.run([str(validator)], input=broken, capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 1 and "k8s-validate:" in checked.stderr, checked.stdout
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_rendered_config_is_one_the_proxy_accepts(helm, mode, tmp_path):
+    values, sets = MODES[mode]
+    objects = helm.template(*values, sets=sets)
+    config = proxy_config(objects)
+    _mount_files(config, tmp_path)
+    parsed = parse_config(config, "config.yaml", tmp_path)
+    assert parsed.metrics.enabled and parsed.metrics.host == "0.0.0.0"
+
+
+def _mount_files(config: dict, root: Path) -> None:
+    """Stand-ins for the Secrets the pod would mount: each /etc/vcproxy/... file under `root`."""
+    from proxy.auth.credentials import make_entry
+
+    def place(path: str, content: str) -> str:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        return str(target)
+
+    credentials = config.get("credentials", {})
+    if "users_file" in credentials:
+        import yaml
+
+        users = {"alice": make_entry("alice-secret", 4096, ["SCRAM-SHA-512"])}
+        credentials["users_file"] = place(credentials["users_file"], yaml.safe_dump(users))
+    upstream = config["upstream"]
+    if "sasl_password_file" in upstream:
+        upstream["sasl_password_file"] = place(upstream["sasl_password_file"], "secret\n")
+    upstream.pop("tls", None)  # a CA bundle of the image's; not this machine's concern
+    if upstream.get("security_protocol") == "SASL_SSL":
+        upstream["security_protocol"] = "SASL_PLAINTEXT"
+    tls = config["listeners"].get("tls")
+    if tls:
+        import trustme
+
+        cert = trustme.CA().issue_cert("bootstrap.kafka.example.com", "*.kafka.example.com")
+        tls["certfile"] = place(tls["certfile"], cert.cert_chain_pems[0].bytes().decode())
+        tls["keyfile"] = place(tls["keyfile"], cert.private_key_pem.bytes().decode())
+
+
+def test_ports_of_config_pod_and_service_agree(helm):
+    objects = helm.template(
+        sets={"listener.brokerPortBase": "9300", "listener.nodeIds": '{"first": 1, "last": 4}', "metrics.port": "9500"}
+    )
+    config, proxy = proxy_config(objects), container(objects)
+    ports = {p["name"]: p["containerPort"] for p in proxy["ports"]}
+    listeners = config["listeners"]
+    assert ports == {
+        "bootstrap": listeners["bootstrap_port"],
+        **{f"broker-{n}": listeners["broker_port_base"] + n for n in range(1, 5)},
+        "metrics": config["metrics"]["port"],
+    }
+    assert listeners["broker_port_base"] == 9300 and config["metrics"]["port"] == 9500
+    service = find(objects, "Service")
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        name: (port, name) for name, port in ports.items()
+    }
+    assert (
+        service["spec"]["selector"].items()
+        <= find(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert proxy["args"] == ["serve", "--config", "/etc/vcproxy/config/config.yaml"]
+    mounts = {m["name"]: m["mountPath"] for m in proxy["volumeMounts"]}
+    assert mounts["config"] == "/etc/vcproxy/config"
+
+
+def test_sni_mode_has_one_port_and_the_pattern(helm):
+    (sni,) = [p for p in EXAMPLES if p.stem == "gateway-sni"]
+    objects = helm.template(sni)
+    config, proxy = proxy_config(objects), container(objects)
+    assert config["listeners"]["sni"] == {
+        "broker_host_pattern": "broker-$(nodeId).kafka.example.com",
+        "bootstrap_host": "bootstrap.kafka.example.com",
+        "advertised_port": 443,
+    }
+    assert "broker_port_base" not in config["listeners"]
+    assert [p["name"] for p in proxy["ports"]] == ["bootstrap", "metrics"]
+    assert [p["name"] for p in find(objects, "Service")["spec"]["ports"]] == ["bootstrap", "metrics"]
+    test_pod = find(objects, "Pod")
+    assert "--server-name=bootstrap.kafka.example.com" in test_pod["spec"]["containers"][0]["args"]
+
+
+def test_probes_hit_the_paths_the_proxy_serves(helm):
+    from proxy.observability import http
+
+    proxy = container(helm.template())
+    assert proxy["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert proxy["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert proxy["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    source = Path(http.__file__).read_text()
+    assert 'path == "/healthz"' in source and 'path == "/readyz"' in source
+
+
+def test_a_config_or_secret_change_rolls_the_pods(helm):
+    def annotations(**sets: str) -> dict[str, str]:
+        users = {"credentials.users": '{"alice": {"SCRAM-SHA-512": {"salt": "x"}}}'}
+        rendered = helm.template(sets={"listener.securityProtocol": '"SASL_PLAINTEXT"', **users, **sets})
+        return find(rendered, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+
+    base = annotations()
+    logging = annotations(**{"config.logging": '{"level": "DEBUG"}'})
+    users = annotations(**{"credentials.users": '{"bob": {"SCRAM-SHA-512": {"salt": "y"}}}'})
+    assert base["checksum/config"] != logging["checksum/config"]
+    assert base["checksum/users"] == logging["checksum/users"]
+    assert base["checksum/users"] != users["checksum/users"]
+    assert base == annotations()  # and nothing else moves them
+
+
+def test_secure_pod_defaults(helm):
+    objects = helm.template()
+    pod = find(objects, "Deployment")["spec"]["template"]["spec"]
+    proxy = container(objects)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
+    assert proxy["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert proxy["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["automountServiceAccountToken"] is False
+    drain = proxy_config(objects)["limits"]["drain_timeout_seconds"]
+    assert pod["terminationGracePeriodSeconds"] > drain
+    assert find(objects, "Deployment")["spec"]["replicas"] >= 2
+    assert find(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert {c["topologyKey"] for c in pod["topologySpreadConstraints"]} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+
+
+def test_sidecar_mode_is_an_application_pod_on_localhost(helm):
+    (sidecar,) = [p for p in EXAMPLES if p.stem == "sidecar"]
+    objects = helm.template(sidecar)
+    assert {o["kind"] for o in objects} == {"ConfigMap", "ServiceAccount", "Deployment"}  # no Service, PDB, test
+    config = proxy_config(objects)
+    assert config["listeners"]["host"] == "127.0.0.1" and config["listeners"]["advertised_host"] == "localhost"
+    pod = find(objects, "Deployment")["spec"]["template"]["spec"]
+    app, proxy = pod["containers"]
+    assert app["name"] == "payments" and proxy["name"] == "vcproxy"
+    assert {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "localhost:9192"} in app["env"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        ({"replicaCount": "-1"}, "replicaCount"),
+        ({"mode": '"daemonset"'}, "mode"),
+        ({"bogus": "1"}, "bogus"),
+        ({"listener.bootstrapPort": "70000"}, "bootstrapPort"),
+        ({"listener.sni.brokerHostPattern": '"broker.example.com"'}, "brokerHostPattern"),
+        ({"config.upstream.bootstrap_servers": "[]"}, "bootstrap_servers"),
+        ({"config.metrics": '{"port": 1}'}, "metrics"),
+        ({"listener.sni.enabled": "true"}, "sni.enabled needs tls.enabled"),
+        ({"listener.securityProtocol": '"SASL_PLAINTEXT"'}, "needs credentials.users or credentials.existingSecret"),
+        ({"terminationGracePeriodSeconds": "12"}, "must exceed config.limits.drain_timeout_seconds"),
+        ({"listener.nodeIds": '{"first": 5, "last": 2}'}, "nodeIds.first must not be above"),
+    ],
+)
+def test_bad_values_are_refused(helm: Helm, sets, expected):
+    assert expected in helm.refuses(sets=sets)
