@@ -59,6 +59,7 @@ class Exchange:
     reply: bytes | None = None  # a local answer (the whole frame)
     close_after: bool = False  # close the connection once the reply is written
     delay_factor: int = 1  # failed logins: times the failed-authentication delay before the reply
+    delay: float = 0.0  # seconds a stage holds the request back before it is acted on (quotas)
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
     depth: int = 0  # how many stages saw the request: their response sides see the answer
     trace: Any = None  # telemetry's record of the request

@@ -194,6 +194,7 @@ class ProxySession:
     def _settle(self, ex: Exchange, decision: RequestDecision | None, received: memoryview) -> RequestDecision:
         if decision is None:  # through every stage: forward
             decision = RequestDecision(Action.FORWARD, ex)
+        decision.delay = max(decision.delay, ex.delay)  # a stage that passed it on may still hold it back
         action = decision.action
         if action is Action.CHECK:
             resume = decision.resume

@@ -285,3 +285,28 @@ def test_describe_cluster_brokers_rewritten_by_broker_id_with_racks():
         (2, "proxy.example", 9195, "r2"),
     ]
     assert body.controller_id == 2
+
+
+class _HoldBack:
+    """A stage that passes every request on but holds it back first, as the quota stage will."""
+
+    def on_request(self, ex):
+        ex.delay = 0.25
+        return None
+
+
+def test_a_stage_can_delay_a_request_it_passes_on():
+    s = ProxySession(LAYOUT)
+    s.stages.append(_HoldBack())
+    req = request_frame(
+        3, 12, 7, MetadataRequest(topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    )
+    decision = s.on_request(memoryview(bytearray(req)))
+    assert decision.action is Action.FORWARD and decision.delay == 0.25
+    # The answer still comes back through every stage (the broker addresses are rewritten).
+    result = s.on_response(memoryview(bytearray(response_frame(3, 12, 7, metadata_response()))))
+    out = joined(result.pieces)
+    body, _ = codec.decode(MetadataResponse, out, response_body_offset(out, 1))
+    assert {b.port for b in body.brokers} == {9194, 9195, 9196}
+    # Without the stage, no delay.
+    assert ProxySession(LAYOUT).on_request(memoryview(bytearray(req))).delay == 0.0
