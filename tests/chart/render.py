@@ -5,13 +5,14 @@ helm comes from the Go module proxy (`make helm` puts it in .venv/bin); the vali
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..gobuild import go_build
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vcproxy"
@@ -28,20 +29,7 @@ def helm_binary() -> str:
 
 
 def build_validator(out: Path) -> Path:
-    go = shutil.which("go")
-    assert go, "no go on PATH: the manifest validator is built with Go (tools/k8s-validate)"
-    binary = out / "k8s-validate"
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
-    built = subprocess.run(
-        [go, "build", "-o", str(binary), "."],
-        cwd=VALIDATOR_SOURCE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    return binary
+    return go_build(VALIDATOR_SOURCE, out / "k8s-validate")
 
 
 class Helm:

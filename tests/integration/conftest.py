@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +9,7 @@ import pytest
 
 from proxy.process import ProxyProcess, proxy_config
 
+from ..gobuild import go_build
 from .ports import free_port_block
 
 
@@ -33,17 +31,4 @@ def proxy_bootstrap(proxy: ProxyProcess) -> str:
 @pytest.fixture(scope="session")
 def go_client(tmp_path_factory) -> Path:
     """The franz-go tenant client (tests/integration/go), built once per session."""
-    go = shutil.which("go")
-    assert go, "no go on PATH: this test needs Go (the module proxy reachable) to build the franz-go client"
-    binary = tmp_path_factory.mktemp("go") / "tenantclient"
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
-    out = subprocess.run(
-        [go, "build", "-o", str(binary), "."],
-        cwd=Path(__file__).parent / "go",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return binary
+    return go_build(Path(__file__).parent / "go", tmp_path_factory.mktemp("go") / "tenantclient")
