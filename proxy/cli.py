@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .management import cli as management_cli
 
     management_cli.register(sub)
+    from .acl import cli as acl_cli
+
+    acl_cli.register(sub)
+    from .quotas import cli as quotas_cli
+
+    quotas_cli.register(sub)
     from . import probe
 
     probe.register(sub)

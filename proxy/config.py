@@ -321,6 +321,9 @@ class VirtualClusterSeedConfig(_Strict):
     client_ids: list[str] = []
     admins: list[str] = []
     """Principals that may describe and alter this VC with the management RPCs (`vcproxy virtual-clusters`)."""
+    allow_everyone_if_no_acl_found: bool | None = None
+    """What this VC's ACLs say of a resource no ACL names: allowed (true) or denied (false, like a broker's
+    `allow.everyone.if.no.acl.found=false`). Unset: `tenancy.allow_everyone_if_no_acl_found`."""
 
     @field_validator("name")
     @classmethod
@@ -364,11 +367,23 @@ class TenancyConfig(_Strict):
     """How often a running proxy checks that its state topic still exists, is compacted and is the one it
     replayed; when not, /readyz says why and topic changes in VCs are refused."""
 
+    allow_everyone_if_no_acl_found: bool = True
+    """Inside a VC, a resource that none of the VC's ACLs names is open to every principal of the VC (true,
+    today's behaviour and Kafka's default with an authorizer that allows it) or closed (false); a VC's
+    seed entry may say otherwise for that VC (see docs/acls.md)."""
+
     super_admins: list[str] = []
     """Operators (e.g. "User:admin") allowed every management RPC on every VC: the KIP's *_CLUSTER operations
     on `kafka-cluster`. They must be bound to no VC."""
 
     _readers = field_validator("state_topic_readers", "super_admins")(_principal_list)
+
+    def allow_if_no_acl(self, vc: str) -> bool:
+        """A VC's choice for resources none of its ACLs names (its seed entry, else the default)."""
+        for seed in self.virtual_clusters:
+            if seed.name == vc and seed.allow_everyone_if_no_acl_found is not None:
+                return seed.allow_everyone_if_no_acl_found
+        return self.allow_everyone_if_no_acl_found
 
     @model_validator(mode="after")
     def _bound_once(self) -> TenancyConfig:

@@ -208,6 +208,30 @@ def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[
             ],
         ),
     ]
+    vc_admin = _vc_admin_with_member(config, properties) if sasl else None
+    if vc_admin is not None:
+        admin, member, vc = vc_admin
+        admin_login = f"--bootstrap-server {bootstrap} --command-config {properties[admin]}"
+        member_login = f"--bootstrap-server {bootstrap} --consumer.config {properties[member]}"
+        steps.append(
+            (
+                f"ACLs inside {vc}, as {admin} (its admin), with Kafka's own tool: {member} may now read demo but "
+                "not write it (docs/acls.md):",
+                [
+                    _command(
+                        f"{tool} kafka-acls",
+                        admin_login,
+                        f"--add --allow-principal User:{member} --operation Read --topic demo --group {member}-app",
+                    ),
+                    _command(f"{tool} kafka-acls", admin_login, "--list --topic demo"),
+                    _command(
+                        f"{tool} kafka-console-consumer",
+                        member_login,
+                        f"--topic demo --group {member}-app --from-beginning --max-messages 1",
+                    ),
+                ],
+            )
+        )
     admins = [u for u in properties if f"User:{u}" in config.tenancy.super_admins] if config.tenancy.enabled else []
     if sasl and admins and config.tenancy.virtual_clusters:
         login = f"--bootstrap-server {bootstrap} --command-config {properties[admins[0]]}"
@@ -222,6 +246,19 @@ def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[
             )
         )
     return intro, steps
+
+
+def _vc_admin_with_member(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, str, str] | None:
+    """(admin, member, vc) of the first seeded VC that has an admin and another member with client settings."""
+    if not config.tenancy.enabled:
+        return None
+    for vc in config.tenancy.virtual_clusters:
+        users = [p.removeprefix("User:") for p in vc.principals if p.removeprefix("User:") in properties]
+        admins = [u for u in users if f"User:{u}" in vc.admins]
+        members = [u for u in users if u not in admins]
+        if admins and members:
+            return admins[0], members[0], vc.name
+    return None
 
 
 def banner_commands(banner: str) -> list[str]:

@@ -68,8 +68,8 @@ class EndpointRule:
     id_field: str = "node_id"
 
 
-_PHYSICAL = {"forward", "local", "reject"}
-_TENANT_ACTIONS = {"rewrite", "deny", "pass"}
+_PHYSICAL = {"forward", "local", "refuse", "reject"}
+_TENANT_ACTIONS = {"rewrite", "deny", "pass", "local"}
 _TENANT_KEYS = {"action", "error", "request", "response", "filter", "splice", "handler", "versions"}
 _KINDS = {"list", "single"}
 _MODES = {"decode", "splice", "keep"}
@@ -109,7 +109,7 @@ def endpoint_rules() -> tuple[EndpointRule, ...]:
 @dataclass(frozen=True)
 class TenantRule:
     api: str
-    action: str  # rewrite | deny | pass
+    action: str  # rewrite | deny | pass | local (answered by a stage before tenancy)
     error: int = 0  # deny: the Kafka error code
     request: tuple[tuple[str, str], ...] = ()  # extra {path: kind} to translate in requests
     response: tuple[tuple[str, str], ...] = ()  # ... and in responses

@@ -16,6 +16,7 @@ from ..protocol.apis import known_apis, response_type
 from ..protocol.codec import UNSUPPORTED_VERSION
 from ..protocol.headers import API_VERSIONS_KEY
 from ..rules import api_rules, tenant_rules
+from . import refusals
 
 VersionTable = dict[int, tuple[int, int]]
 
@@ -27,7 +28,7 @@ def proxy_versions() -> VersionTable:
     for key, info in known_apis().items():
         rule = api_rules().get(key)
         if rule is None or rule.physical == "reject":
-            continue
+            continue  # `refuse` APIs are advertised, as a broker does, and refused in their own shape
         table[key] = (info.min_version, info.max_version)
     return table
 
@@ -47,7 +48,7 @@ def tenant_versions() -> VersionTable:
         if rule.versions is not None:  # tenant.yaml narrows what the tenant may use
             low = max(low, rule.versions.low)
             high = high if rule.versions.high is None else min(high, rule.versions.high)
-        if rule.action == "deny":
+        if rule.action == "deny" and key not in refusals.PER_ITEM:
             usable = [v for v in range(low, high + 1) if "error_code" in response_type(key, v).__dataclass_fields__]
             if not usable:
                 continue

@@ -55,6 +55,7 @@ class Exchange:
     vc: Any = None  # the connection's virtual cluster when the request passed the binding stage
     pieces: list[bytes | memoryview] | None = None  # a rewritten request to forward instead of `frame`
     endpoint_rule: EndpointRule | None = None
+    access: Any = None  # the authorization stage's Access (proxy/acl/access.py) when the VC has ACLs to check
     tenant: Any = None  # the tenancy stage's state (a TenantCall, or a state-topic listing filter)
     reply: bytes | None = None  # a local answer (the whole frame)
     close_after: bool = False  # close the connection once the reply is written
@@ -175,6 +176,13 @@ def refuse(ex: Exchange, error: int, why: str) -> RequestDecision:
     if info is None or not info.min_version <= ex.api_version <= info.max_version:
         return close(f"{why}: version {ex.api_version} cannot be parsed")
     body = codec.error_response_body(ex.api_key, ex.api_version, error)
+    if body is None and ex.header is not None and ex.frame is not None:
+        from .refusals import refusal_body  # APIs with an error per item only
+
+        try:
+            body = refusal_body(ex.api_key, ex.api_version, error, ex.frame, ex.header.body_offset)
+        except codec.CodecError:
+            return close(f"{why}: malformed request")
     if body is None:
         return close(f"{why}: refused (no error field to answer with)")
     logging.getLogger("proxy.core.session").info("refusing request: %s (error %d)", why, error)

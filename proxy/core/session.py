@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..protocol import kip1313
@@ -47,11 +47,13 @@ from .stages.authenticate import (
     Authenticator,
     SaslReply,
 )
+from .stages.authorize import AuthorizationStage
 from .stages.binding import BindingStage, Tenancy
 from .stages.context import ConnectionState
 from .stages.endpoints import EndpointStage
 from .stages.identify import IdentifyStage
-from .stages.management import AuthorizationStage, Caller, ManagementStage
+from .stages.management import Caller, ManagementStage
+from .stages.quotas import QuotaStage
 from .stages.tenancy import TenancyStage
 from .stages.versions import VersionStage
 
@@ -86,6 +88,8 @@ class ProxySession:
         header_v3: bool = True,
         upstream_versions: apiversions.UpstreamVersions | None = None,
         super_admins: Iterable[str] = (),
+        host: str = "*",
+        allow_if_no_acl: Callable[[str], bool] = lambda vc: True,
     ):
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -107,7 +111,7 @@ class ProxySession:
         authorize: AuthorizationStage | None = None
         if tenancy is not None:
             caller = Caller(ctx, frozenset(super_admins))
-            authorize = AuthorizationStage(caller, lambda: tenancy.image)
+            authorize = AuthorizationStage(ctx, caller, lambda: tenancy.image, allow_if_no_acl, host)
         self.versions = VersionStage(
             ctx, self.auth, header_v3, upstream_versions, authorize.advertised if authorize is not None else None
         )
@@ -116,7 +120,9 @@ class ProxySession:
             assert authorize is not None
             tenant = TenancyStage(ctx, tenancy)
             self.binding = BindingStage(ctx, tenancy, tenant.engine_for)
-            self.stages += [self.binding, authorize, ManagementStage(authorize.caller, lambda: tenancy.image), tenant]
+            manage = ManagementStage(authorize.caller, lambda: tenancy.image)
+            quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image)  # quotas and their RPCs
+            self.stages += [self.binding, authorize, quota, manage, tenant]
         self.stages.append(EndpointStage(EndpointRewriter(layout)))
         # The stages with a response side, by position: answers pass back only through those a request passed.
         self._responders = [(i, s) for i, s in enumerate(self.stages) if hasattr(s, "on_response")]

@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.static.primitive import i8, i32
 
+from ..acl import cli as acl_cli
 from . import schema as m
 from .client import ConfigProblem, ConnectError, Connection, login_from
 
@@ -20,6 +21,10 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 EPILOG = """\
 --topic names the physical topic and --link the name the virtual cluster sees (default: the same name);
 the KIP's examples leave open which is which.
+
+ACL migration (alter --add --user U): --copy-acls-from SOURCE copies U's ACLs from SOURCE (another virtual
+cluster, or kafka-cluster: the broker's own ACLs, topic names translated to the links) before U is added;
+--remove-old-acls-from SOURCE then removes from SOURCE those the virtual cluster now has.
 
 exit codes: 0 done; 1 the proxy refused an item (each item's error is printed); 2 usage error;
 3 cannot connect or log in; 4 not authorized (this principal may not manage these virtual clusters).
@@ -76,8 +81,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for dest, _, metavar, text in _RESOURCES:
         what.add_argument(f"--{dest.replace('_', '-')}", dest=dest, metavar=metavar, help=text)
     alter.add_argument("--link", help="with --topic: the name the virtual cluster sees (default: the topic's)")
-    for flag in ("--copy-acls-from", "--migrate-acls-from", "--remove-old-acls-from"):
-        alter.add_argument(flag, metavar="SOURCE", help="ACL migration (needs VC-scoped ACLs; not yet available)")
+    for flag, text in (
+        (
+            "--copy-acls-from",
+            "with --add --user: copy the user's ACLs from SOURCE (a virtual cluster, or kafka-cluster)",
+        ),
+        ("--migrate-acls-from", "the same as --copy-acls-from (the KIP's examples use both)"),
+        ("--remove-old-acls-from", "with --add --user: then remove from SOURCE the user's ACLs the VC now has"),
+    ):
+        alter.add_argument(flag, metavar="SOURCE", help=text)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -91,6 +103,9 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigProblem as exc:
         print(f"vcproxy virtual-clusters: {exc}", file=sys.stderr)
         return USAGE
+    if _migration(args):  # proxy/acl/cli.py: the ACLs, then the user, then the old ACLs
+        user = args.user if ":" in args.user else f"User:{args.user}"  # as the plane reads --user
+        return acl_cli.migrate(args, login, user)
     key = type(request).__api_key__
     try:
         with Connection(args.bootstrap_server, login, timeout=max(args.timeout_ms / 1000, 1) + 5) as conn:
@@ -115,6 +130,10 @@ def _run(args: argparse.Namespace) -> int:
     return REFUSED if any(codes) else OK
 
 
+def _migration(args: argparse.Namespace) -> bool:
+    return any(getattr(args, f, None) for f in ("copy_acls_from", "migrate_acls_from", "remove_old_acls_from"))
+
+
 def _request(args: argparse.Namespace) -> Any:
     timeout = i32(args.timeout_ms)
     validate = bool(getattr(args, "validate_only", False))
@@ -131,12 +150,8 @@ def _request(args: argparse.Namespace) -> Any:
         return m.ListVirtualClustersRequest()
     if args.vc_command == "describe":
         return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=name),))
-    migration = [f for f in ("copy_acls_from", "migrate_acls_from", "remove_old_acls_from") if getattr(args, f)]
-    if migration:
-        flag = "--" + migration[0].replace("_", "-")
-        raise ValueError(
-            f"{flag}: ACL migration needs VC-scoped ACLs, which this proxy does not have yet; nothing changed"
-        )
+    if _migration(args) and not (args.add and args.user is not None):
+        raise ValueError("--copy-acls-from, --migrate-acls-from and --remove-old-acls-from go with --add --user")
     chosen = [(dest, kind) for dest, kind, _, _ in _RESOURCES if getattr(args, dest) is not None]
     if not chosen:
         raise ValueError("alter needs one of --user, --client, --topic, --group, --transactional-id, --admin")

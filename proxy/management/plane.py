@@ -8,7 +8,7 @@ Who may do what:
   and alter their VC, within bounds that keep it from reaching outside the VC: users, client ids and
   admins of the VC, removals, and topic links to physical topics already in the VC (aliases). Linking a
   physical topic not yet in the VC, or assigning an existing group or transactional id, would reach
-  another tenant's data: super-admins only;
+  another tenant's data: super-admins only; and the VC-scoped ACLs of their VCs (the ACL RPCs);
 * anyone else: CLUSTER_AUTHORIZATION_FAILED, never saying whether a VC they may not see exists.
 """
 
@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.static.primitive import i16
+from kio.static.primitive import i8, i16
 
+from ..acl import plane as acl_plane
+from ..acl.model import AclBinding, AclError, acl_record
 from ..tenancy.model import (
     RESERVED_VC_NAMES,
     TenancyError,
@@ -70,7 +72,7 @@ def advertised(image: TenancyImage, caller: Caller) -> set[int]:
     if caller.super_admin:
         return set(m.KEYS)
     if administered(image, caller):
-        return {m.LIST_VIRTUAL_CLUSTERS, m.DESCRIBE_VIRTUAL_CLUSTERS, m.ALTER_VIRTUAL_CLUSTERS}
+        return {m.LIST_VIRTUAL_CLUSTERS, m.DESCRIBE_VIRTUAL_CLUSTERS, m.ALTER_VIRTUAL_CLUSTERS, *m.ACL_KEYS}
     return set()
 
 
@@ -141,6 +143,7 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
 
         code, message = _check(check)
         if code == NONE:
+            records.extend(acl_record(name, b, False) for b in image.vcs[name].acls)  # its ACLs go with it
             records.append(vc_delete(name))
         results.append(m.DeletableVirtualClusterResult(name=name, error_code=i16(code), error_message=message))
     return m.DeleteVirtualClustersResponse(responses=tuple(results)), [] if request.validate_only else records
@@ -387,10 +390,149 @@ def _bind(
     return [record(value, None)]
 
 
+# -- VC-scoped ACLs for operators (Describe/Create/DeleteVirtualClusterAcls) ------------------------------
+# Kafka's ACL RPCs with the VC named in each item, for super-admins (bound to no VC, so Kafka's own ACL
+# APIs reach the broker's ACLs) and a VC's admins. The bindings are checked and matched as Kafka's ACL
+# APIs inside a VC check them (proxy/acl/plane.py); a prefixed VC pattern means every VC, among those
+# the caller may manage, whose name starts with it, as they are now (a VC made later gets none).
+
+
+def _acl_targets(image: TenancyImage, caller: Caller, name: str, pattern_type: int) -> list[str]:
+    """The VCs one ACL item is about; _Refused if none the caller may manage."""
+    try:
+        pattern = m.VirtualClusterPatternType(int(pattern_type))
+    except ValueError:
+        raise _Refused(INVALID_REQUEST, "virtual cluster pattern type must be LITERAL (3) or PREFIXED (4)") from None
+    visible = administered(image, caller)
+    if pattern is m.VirtualClusterPatternType.LITERAL:
+        if name in visible:
+            return [name]
+    else:
+        matched = [vc for vc in visible if vc.startswith(name)]
+        if matched:
+            return matched
+    if not caller.super_admin:
+        raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+    if name in RESERVED_VC_NAMES and pattern is m.VirtualClusterPatternType.LITERAL:
+        raise _Refused(INVALID_REQUEST, f"{name!r} is the physical cluster: its ACLs are the broker's (kafka-acls)")
+    what = "virtual cluster" if pattern is m.VirtualClusterPatternType.LITERAL else "virtual cluster starting with"
+    raise _Refused(RESOURCE_NOT_FOUND, f"no {what} {name!r}")
+
+
+def _acl_check(fn: Callable[[], None]) -> tuple[int, str | None]:
+    """_check, with a binding or filter Kafka would refuse as INVALID_REQUEST."""
+    try:
+        return _check(fn)
+    except (AclError, ValueError) as exc:
+        return INVALID_REQUEST, str(exc)
+
+
+def _describe_acls(
+    image: TenancyImage, caller: Caller, request: m.DescribeVirtualClusterAclsRequest
+) -> tuple[Any, list[Record]]:
+    found: list[tuple[str, list[AclBinding]]] = []
+
+    def check() -> None:
+        vcs = _acl_targets(image, caller, request.virtual_cluster, request.virtual_cluster_pattern_type)
+        flt = acl_plane.filter_of(request)
+        found.extend((vc, image.vcs[vc].acls.matching(flt)) for vc in vcs)
+
+    code, message = _acl_check(check)
+    if code != NONE:
+        return m.DescribeVirtualClusterAclsResponse(error_code=i16(code), error_message=message), []
+    resources = []
+    for vc, bindings in found:
+        grouped: dict[tuple[int, str, int], list[AclBinding]] = {}
+        for b in bindings:
+            grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
+        resources += [
+            m.DescribeVirtualClusterAclsResource(
+                resource_type=i8(rtype),
+                resource_name=name,
+                pattern_type=i8(pattern),
+                acls=tuple(
+                    m.VirtualClusterAclDescription(
+                        principal=b.principal, host=b.host, operation=i8(b.operation), permission_type=i8(b.permission)
+                    )
+                    for b in group
+                ),
+                virtual_cluster=vc,
+            )
+            for (rtype, name, pattern), group in grouped.items()
+        ]
+    return m.DescribeVirtualClusterAclsResponse(resources=tuple(resources)), []
+
+
+def _create_acls(
+    image: TenancyImage, caller: Caller, request: m.CreateVirtualClusterAclsRequest
+) -> tuple[Any, list[Record]]:
+    records: list[Record] = []
+    planned: set[tuple[str, AclBinding]] = set()
+    results = []
+    for item in request.creations:
+        out: list[Record] = []
+
+        def check(item: Any = item, out: list[Record] = out) -> None:
+            vcs = _acl_targets(image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type)
+            binding = acl_plane.binding_of(item)
+            for vc in vcs:  # creating an existing binding succeeds, as in Kafka
+                if binding not in image.vcs[vc].acls and (vc, binding) not in planned:
+                    planned.add((vc, binding))
+                    out.append(acl_record(vc, binding, True))
+
+        code, message = _acl_check(check)
+        if code == NONE:
+            records += out
+        results.append(m.VirtualClusterAclCreationResult(error_code=i16(code), error_message=message))
+    return m.CreateVirtualClusterAclsResponse(results=tuple(results)), records
+
+
+def _delete_acls(
+    image: TenancyImage, caller: Caller, request: m.DeleteVirtualClusterAclsRequest
+) -> tuple[Any, list[Record]]:
+    gone: dict[tuple[str, AclBinding], None] = {}  # ordered: one record per binding, however many filters
+    results = []
+    for item in request.filters:
+        matched: list[tuple[str, AclBinding]] = []
+
+        def check(item: Any = item, matched: list[tuple[str, AclBinding]] = matched) -> None:
+            vcs = _acl_targets(image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type)
+            flt = acl_plane.filter_of(item)
+            matched.extend((vc, b) for vc in vcs for b in image.vcs[vc].acls.matching(flt))
+
+        code, message = _acl_check(check)
+        gone.update(dict.fromkeys(matched))
+        results.append(
+            m.DeleteVirtualClusterAclsFilterResult(
+                error_code=i16(code),
+                error_message=message,
+                matching_acls=tuple(
+                    m.DeleteVirtualClusterAclsMatchingAcl(
+                        resource_type=i8(b.resource_type),
+                        resource_name=b.name,
+                        pattern_type=i8(b.pattern),
+                        principal=b.principal,
+                        host=b.host,
+                        operation=i8(b.operation),
+                        permission_type=i8(b.permission),
+                        virtual_cluster=vc,
+                    )
+                    for vc, b in matched
+                ),
+            )
+        )
+    return m.DeleteVirtualClusterAclsResponse(filter_results=tuple(results)), [
+        acl_record(vc, b, False) for vc, b in gone
+    ]
+
+
 _HANDLERS: dict[type, Callable[[TenancyImage, Caller, Any], tuple[Any, list[Record]]]] = {
     m.CreateVirtualClustersRequest: _create,
     m.AlterVirtualClustersRequest: _alter,
     m.DeleteVirtualClustersRequest: _delete,
     m.ListVirtualClustersRequest: _list,
     m.DescribeVirtualClustersRequest: _describe,
+    m.DescribeVirtualClusterAclsRequest: _describe_acls,
+    m.CreateVirtualClusterAclsRequest: _create_acls,
+    m.DeleteVirtualClusterAclsRequest: _delete_acls,
 }

@@ -7,6 +7,10 @@ Where the KIP's schemas contradict themselves (fields "versions 1+" in an API wh
 `validateOnly`, `ErrorMessage`, `ThrottleTimeMs`), version 0 carries them. What the KIP leaves out is
 added as tagged fields, which a reader of the KIP's exact schema skips: the link name of a topic
 resource, and a described VC's cluster id, admins and error message. docs/management.md lists it all.
+
+1139-1141 are vcproxy's own, not the KIP's: Kafka's DescribeAcls, CreateAcls and DeleteAcls v3 with the
+virtual cluster named in each item, for operators (a super-admin is bound to no VC, so Kafka's own ACL
+APIs reach the broker's ACLs, not a VC's).
 """
 
 import enum
@@ -23,19 +27,30 @@ ALTER_VIRTUAL_CLUSTERS = 1135
 DELETE_VIRTUAL_CLUSTERS = 1136
 LIST_VIRTUAL_CLUSTERS = 1137
 DESCRIBE_VIRTUAL_CLUSTERS = 1138
+# vcproxy's own: Kafka's DescribeAcls/CreateAcls/DeleteAcls v3 naming a VC, for operators bound to none.
+DESCRIBE_VIRTUAL_CLUSTER_ACLS = 1139
+CREATE_VIRTUAL_CLUSTER_ACLS = 1140
+DELETE_VIRTUAL_CLUSTER_ACLS = 1141
 KEYS = (
     CREATE_VIRTUAL_CLUSTERS,
     ALTER_VIRTUAL_CLUSTERS,
     DELETE_VIRTUAL_CLUSTERS,
     LIST_VIRTUAL_CLUSTERS,
     DESCRIBE_VIRTUAL_CLUSTERS,
+    DESCRIBE_VIRTUAL_CLUSTER_ACLS,
+    CREATE_VIRTUAL_CLUSTER_ACLS,
+    DELETE_VIRTUAL_CLUSTER_ACLS,
 )
+ACL_KEYS = (DESCRIBE_VIRTUAL_CLUSTER_ACLS, CREATE_VIRTUAL_CLUSTER_ACLS, DELETE_VIRTUAL_CLUSTER_ACLS)
 NAMES = {
     CREATE_VIRTUAL_CLUSTERS: "CreateVirtualClusters",
     ALTER_VIRTUAL_CLUSTERS: "AlterVirtualClusters",
     DELETE_VIRTUAL_CLUSTERS: "DeleteVirtualClusters",
     LIST_VIRTUAL_CLUSTERS: "ListVirtualClusters",
     DESCRIBE_VIRTUAL_CLUSTERS: "DescribeVirtualClusters",
+    DESCRIBE_VIRTUAL_CLUSTER_ACLS: "DescribeVirtualClusterAcls",
+    CREATE_VIRTUAL_CLUSTER_ACLS: "CreateVirtualClusterAcls",
+    DELETE_VIRTUAL_CLUSTER_ACLS: "DeleteVirtualClusterAcls",
 }
 SNAKE_NAMES = {
     key: "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_") for key, name in NAMES.items()
@@ -56,6 +71,13 @@ class ResourceType(enum.IntEnum):
 class ResourceOperation(enum.IntEnum):
     ADD = 1
     REMOVE = 2
+
+
+class VirtualClusterPatternType(enum.IntEnum):
+    """How the ACL RPCs' `VirtualCluster` names VCs (the KIP's --virtual-cluster-pattern-type)."""
+
+    LITERAL = 3  # the VC of that name (Kafka's PatternType codes)
+    PREFIXED = 4  # every existing VC whose name starts with it
 
 
 def _meta(kafka_type: str, tag: int | None = None) -> dict[str, object]:
@@ -276,12 +298,154 @@ class DescribeVirtualClustersResponse(_Response):
     virtual_clusters: tuple[VirtualClusterResults, ...] = field(default=())
 
 
+# -- DescribeVirtualClusterAcls / CreateVirtualClusterAcls / DeleteVirtualClusterAcls ------------------------
+# Kafka's DescribeAcls, CreateAcls and DeleteAcls v3, field for field, plus the VC(s) each item is about:
+# `VirtualCluster` and `VirtualClusterPatternType` after Kafka's fields, and the VC of each described or
+# deleted binding. ACL names are the VC's own (link names, its group and transactional id names).
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeVirtualClusterAclsRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    resource_type_filter: i8 = field(metadata=_meta("int8"))
+    resource_name_filter: str | None = field(metadata=_meta("string"), default=None)
+    pattern_type_filter: i8 = field(metadata=_meta("int8"), default=i8(3))
+    principal_filter: str | None = field(metadata=_meta("string"), default=None)
+    host_filter: str | None = field(metadata=_meta("string"), default=None)
+    operation: i8 = field(metadata=_meta("int8"))
+    permission_type: i8 = field(metadata=_meta("int8"))
+    virtual_cluster: str = field(metadata=_meta("string"))
+    virtual_cluster_pattern_type: i8 = field(metadata=_meta("int8"), default=i8(VirtualClusterPatternType.LITERAL))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterAclDescription(_Nested):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    principal: str = field(metadata=_meta("string"))
+    host: str = field(metadata=_meta("string"))
+    operation: i8 = field(metadata=_meta("int8"))
+    permission_type: i8 = field(metadata=_meta("int8"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeVirtualClusterAclsResource(_Nested):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    resource_type: i8 = field(metadata=_meta("int8"))
+    resource_name: str = field(metadata=_meta("string"))
+    pattern_type: i8 = field(metadata=_meta("int8"), default=i8(3))
+    acls: tuple[VirtualClusterAclDescription, ...] = field(default=())
+    virtual_cluster: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeVirtualClusterAclsResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+    resources: tuple[DescribeVirtualClusterAclsResource, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterAclCreation(_Nested):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    resource_type: i8 = field(metadata=_meta("int8"))
+    resource_name: str = field(metadata=_meta("string"))
+    resource_pattern_type: i8 = field(metadata=_meta("int8"), default=i8(3))
+    principal: str = field(metadata=_meta("string"))
+    host: str = field(metadata=_meta("string"))
+    operation: i8 = field(metadata=_meta("int8"))
+    permission_type: i8 = field(metadata=_meta("int8"))
+    virtual_cluster: str = field(metadata=_meta("string"))
+    virtual_cluster_pattern_type: i8 = field(metadata=_meta("int8"), default=i8(VirtualClusterPatternType.LITERAL))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateVirtualClusterAclsRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    creations: tuple[VirtualClusterAclCreation, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterAclCreationResult(_Nested):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateVirtualClusterAclsResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    results: tuple[VirtualClusterAclCreationResult, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClusterAclsFilter(_Nested):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    resource_type_filter: i8 = field(metadata=_meta("int8"))
+    resource_name_filter: str | None = field(metadata=_meta("string"), default=None)
+    pattern_type_filter: i8 = field(metadata=_meta("int8"), default=i8(3))
+    principal_filter: str | None = field(metadata=_meta("string"), default=None)
+    host_filter: str | None = field(metadata=_meta("string"), default=None)
+    operation: i8 = field(metadata=_meta("int8"))
+    permission_type: i8 = field(metadata=_meta("int8"))
+    virtual_cluster: str = field(metadata=_meta("string"))
+    virtual_cluster_pattern_type: i8 = field(metadata=_meta("int8"), default=i8(VirtualClusterPatternType.LITERAL))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClusterAclsRequest(_Request):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    filters: tuple[DeleteVirtualClusterAclsFilter, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClusterAclsMatchingAcl(_Nested):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+    resource_type: i8 = field(metadata=_meta("int8"))
+    resource_name: str = field(metadata=_meta("string"))
+    pattern_type: i8 = field(metadata=_meta("int8"), default=i8(3))
+    principal: str = field(metadata=_meta("string"))
+    host: str = field(metadata=_meta("string"))
+    operation: i8 = field(metadata=_meta("int8"))
+    permission_type: i8 = field(metadata=_meta("int8"))
+    virtual_cluster: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClusterAclsFilterResult(_Nested):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
+    error_message: str | None = field(metadata=_meta("string"), default=None)
+    matching_acls: tuple[DeleteVirtualClusterAclsMatchingAcl, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteVirtualClusterAclsResponse(_Response):
+    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
+    filter_results: tuple[DeleteVirtualClusterAclsFilterResult, ...] = field(default=())
+
+
 REQUESTS: dict[int, type] = {
     CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersRequest,
     ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersRequest,
     DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersRequest,
     LIST_VIRTUAL_CLUSTERS: ListVirtualClustersRequest,
     DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersRequest,
+    DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsRequest,
+    CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsRequest,
+    DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsRequest,
 }
 RESPONSES: dict[int, type] = {
     CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersResponse,
@@ -289,4 +453,7 @@ RESPONSES: dict[int, type] = {
     DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersResponse,
     LIST_VIRTUAL_CLUSTERS: ListVirtualClustersResponse,
     DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersResponse,
+    DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsResponse,
+    CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsResponse,
+    DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsResponse,
 }

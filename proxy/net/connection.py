@@ -122,6 +122,8 @@ class ClientConnection:
         self._scope: trio.CancelScope | None = None
         if telemetry is not None:
             telemetry.state = session.ctx
+            if telemetry.metrics is not None and session.ctx.image is not None:
+                telemetry.metrics.quotas = session.ctx.image.quotas  # quota use and throttles, per entity
 
     async def run(self) -> None:
         try:

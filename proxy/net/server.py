@@ -438,6 +438,8 @@ class ProxyServer:
             header_v3=lc.request_header_v3,
             upstream_versions=versions,
             super_admins=self.config.tenancy.super_admins,
+            host=peer[0] if peer is not None else "*",
+            allow_if_no_acl=self.config.tenancy.allow_if_no_acl,
         )
 
 

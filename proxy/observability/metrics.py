@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -44,6 +45,7 @@ class Metrics:
         self.upstream_connected: dict[str, int] = {}  # node id -> 1 reachable / 0 not (last attempt)
         self.upstream_connections: defaultdict[str, int] = defaultdict(int)  # node id -> open connections
         self.readiness: Callable[[], tuple[bool, str]] | None = None  # set by the server (vcproxy_ready)
+        self.quotas: Any = None  # the quota book (proxy/quotas/model.py), set by the first tenancy connection
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
@@ -165,5 +167,34 @@ class _Collector:
         for node, n in sorted(m.upstream_connections.items(), key=lambda kv: int(kv[0])):
             g.add_metric([node], n)
         yield g
+        if m.quotas is not None:
+            yield from _quota_metrics(m.quotas.meters)
         ready = m.readiness()[0] if m.readiness is not None else False
         yield GaugeMetricFamily("vcproxy_ready", "1 when /readyz answers 200", value=int(ready))
+
+
+def _quota_metrics(meters: Any) -> Iterator[Metric]:
+    """Quota use and throttle time per metered entity (proxy/quotas/meter.py). Bounded like the meters:
+    one series per entity that has a quota (VC, user, client id as the quota's level names them: a
+    `users/<default>` quota is metered per user, not per client id) and per VC cap, at most
+    MAX_METERS of them, least recently used dropped first."""
+    labels = ["quota", "scope", "vc", "user", "client_id"]  # scope: "vc" (the VC's cap) or "client"
+    use = GaugeMetricFamily(
+        "vcproxy_quota_usage_ratio", "Measured rate over the quota (1 = at the quota), per quota entity", labels=labels
+    )
+    rate = GaugeMetricFamily("vcproxy_quota_rate", "Measured rate (bytes, requests or mutations per s)", labels=labels)
+    throttle = CounterMetricFamily(
+        "vcproxy_quota_throttle_seconds", "Throttle time given to clients over their quota", labels=labels
+    )
+    now = meters.clock()
+    for key, meter in meters.items():
+        # A VC cap's meter is (key, "vc", vc); a client's (key, vc, user, client id).
+        values = [key[0], "vc", key[2], "", ""] if len(key) == 3 else [key[0], "client", *key[1:]]
+        measured = meter.rate.rate(now)
+        rate.add_metric(values, measured)
+        if meter.quota:
+            use.add_metric(values, measured / meter.quota)
+        throttle.add_metric(values, meter.throttled)
+    yield use
+    yield rate
+    yield throttle

@@ -173,6 +173,7 @@ class RequestTrace:
         "api_version",
         "bytes_in",
         "correlation_id",
+        "delay",
         "pending",
         "request_topics",
         "started",
@@ -197,6 +198,7 @@ class RequestTrace:
         self.correlation_id = correlation_id
         self.pending = pending
         self.request_topics: dict[TopicKey, int] | None = None
+        self.delay = 0.0  # seconds the request was held back (a quota's mute, KIP-219)
 
 
 class Telemetry:
@@ -347,6 +349,7 @@ class ConnectionTelemetry:
         if not trace_id and self.metrics is None and api_key not in SASL_KEYS:
             return None
         trace = RequestTrace(started, trace_id, len(frame), api_key, version, correlation_id, pending)
+        trace.delay = decision.delay
         if trace_id and api_key not in RECORDS_IN_RESPONSE:
             state = self.state
             if api_key == PRODUCE_KEY or state is None or state.engine is None:
@@ -402,15 +405,30 @@ class ConnectionTelemetry:
             offset = response_body_offset(buf, pending.response_header_version)
             cls = response_type(trace.api_key, pending.api_version)
             if trace.api_key not in RECORDS_IN_RESPONSE:
-                return scan(cls, buf, offset)
+                return self._sent_throttle(trace, scan(cls, buf, offset), pieces, buf)
             if not trace.trace_id:
                 return top_error(cls, buf, offset)
             facts = scan(cls, buf, offset)
             facts.top_error = top_error(cls, buf, offset).top_error
-            return facts
+            return self._sent_throttle(trace, facts, pieces, buf)
         except Exception as exc:
             log.debug("cannot scan api %d v%d response: %s", trace.api_key, pending.api_version, exc)
             return None
+
+    @staticmethod
+    def _sent_throttle(trace: RequestTrace, facts: Facts, pieces: list[bytes | memoryview], scanned: Any) -> Facts:
+        """A spliced body was scanned as the broker sent it: the throttle time is the one the client got
+        (a quota's, proxy/quotas/throttle.py), read from what was sent (sampled spans only)."""
+        changed = not (len(pieces) == 1 and pieces[0] is scanned)
+        if trace.trace_id and trace.api_key in SPLICED and changed and facts.throttle_ms is not None:
+            from ..quotas.throttle import read_throttle
+
+            pending = trace.pending
+            assert pending is not None
+            sent = read_throttle(pieces, trace.api_key, pending.api_version, pending.response_header_version)
+            if sent is not None:
+                facts.throttle_ms = sent
+        return facts
 
     def _finish(
         self, trace: RequestTrace, pieces: list[bytes | memoryview] | None, upstream_frame: memoryview | None
@@ -491,8 +509,10 @@ class ConnectionTelemetry:
         attributes["vcproxy.bytes_out"] = bytes_out
         if facts is not None:
             attributes["vcproxy.error_codes"] = errors
-            if facts.throttle_ms is not None:
+            if facts.throttle_ms is not None:  # the broker's or the proxy's quota throttle, whichever is larger
                 attributes["vcproxy.throttle_ms"] = facts.throttle_ms
+        if trace.delay > 0:  # held back by a quota's mute before it went on
+            attributes["vcproxy.quota.delay_ms"] = round(trace.delay * 1000)
         attributes["vcproxy.upstream.node_id"] = self.node_id
         attributes["vcproxy.local"] = local
         self.tracing.emit(api_name, trace.trace_id, trace.started, ended, attributes, _error_names(errors))

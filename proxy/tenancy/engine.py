@@ -112,11 +112,12 @@ class TenantEngine:
     # -- requests ---------------------------------------------------------------------------------
 
     def request(
-        self, api_key: int, version: int, frame: memoryview | bytes, body_offset: int
+        self, api_key: int, version: int, frame: memoryview | bytes, body_offset: int, access: Any = None
     ) -> tuple[TenantCall, Any]:
-        """Returns the call and either new frame pieces (forward) or a response entity (answer)."""
+        """Returns the call and either new frame pieces (forward) or a response entity (answer).
+        `access` (proxy/acl/access.py) is asked about each name translated: the VC's ACLs."""
         rule = tenant_rules()[api_key]
-        ex = TenantCall(api_key, version, rule, Translation(self.vc, self.image))
+        ex = TenantCall(api_key, version, rule, Translation(self.vc, self.image, access=access))
         if rule.action == "pass":
             return ex, [frame]
         cls = request_type(api_key, version)

@@ -88,7 +88,11 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         wanted = bool(body.allow_auto_topic_creation) and engine.policy.auto_create_topics
         wanted = wanted and engine.image.state_problem is None  # no link can be written: create nothing
         if wanted:
+            access = ex.tx.access
             for name in missing:
+                if access is not None and not (access.may_create_topic(name) and access.permits("topic", name)):
+                    access.denied.setdefault("topic", set()).add(name)  # answered TOPIC_AUTHORIZATION_FAILED
+                    continue  # never auto-created
                 why = names.refusal(engine.vc, name)
                 if why is not None:  # never created; a colliding name is invalid, an internal one unknown
                     if why.error == int(ErrorCode.invalid_topic_exception):
@@ -99,9 +103,35 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
                     engine.vc.id, name, engine.image.generation(engine.vc.name, name)
                 )
             ex.state["auto"] = {p: link for link, p in ex.tx.planned.items()}
-        # Never let the broker auto-create a name the proxy did not choose.
-        changes["allow_auto_topic_creation"] = wanted and bool(ex.tx.planned)
+        # Never let the broker auto-create a name the proxy did not choose: with auto-creation on, a
+        # missing name that is not planned never reaches the broker and is answered by the proxy.
+        changes["allow_auto_topic_creation"] = auto = wanted and bool(ex.tx.planned)
+        if auto:
+            unplanned = {name for name in missing if name not in ex.tx.planned}
+            if unplanned:
+                ex.state["unplanned"] = sorted(unplanned)
+                changes["topics"] = tuple(t for t in topics if t.name not in unplanned)
     return dataclasses.replace(body, **changes)
+
+
+def metadata_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """Names kept from the broker (metadata_request) answered as Kafka would: invalid, not authorized
+    (the VC's ACLs refuse CREATE or DESCRIBE), or unknown."""
+    unplanned = ex.state.get("unplanned")
+    if not unplanned:
+        return body
+    item = _item_type(type(body), "topics")
+    denied = ex.tx.access.denied.get("topic", set()) if ex.tx.access is not None else set()
+    added = []
+    for name in unplanned:
+        if name in ex.state["invalid"]:
+            error = ErrorCode.invalid_topic_exception
+        elif name in denied:
+            error = ErrorCode.topic_authorization_failed
+        else:
+            error = ErrorCode.unknown_topic_or_partition
+        added.append(codec._empty(item, name=name, error_code=error))
+    return dataclasses.replace(body, topics=body.topics + tuple(added))
 
 
 def auto_physical_name(vc_id: str, link: str) -> str:
@@ -416,6 +446,10 @@ def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         if problem is not None:
             local.append((link, int(ErrorCode.policy_violation), f"topic changes are refused: {problem}"))
             continue
+        access = ex.tx.access
+        if access is not None and not access.may_create_topic(link):  # CREATE on the topic or the cluster
+            local.append((link, int(ErrorCode.topic_authorization_failed), "Authorization failed."))
+            continue
         physical = engine.vc.physical_topic(link)
         if physical is None:
             try:
@@ -687,7 +721,7 @@ def list_config_resources_response(engine: TenantEngine, ex: TenantCall, body: A
 # -- registration: each handler under the name tenant.yaml gives it (checked both ways at load) ----------
 
 HANDLERS: dict[str, Handler] = {
-    "metadata": Handler(request=metadata_request, response=metadata_response),
+    "metadata": Handler(request=metadata_request, response=metadata_response, finish=metadata_finish),
     "fetch": Handler(request=fetch_request, spliced=fetch_spliced),
     "replica_id": Handler(request=replica_id_request),
     "find_coordinator": Handler(request=find_coordinator_request, response=find_coordinator_response),

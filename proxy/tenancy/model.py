@@ -25,6 +25,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..acl.model import AclBinding, AclSet
+from ..quotas import model as quotas
+
 MAX_TOPIC_NAME = 249
 UUID_PREFIX_LEN = 36 + 1  # "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."
 MAX_LINK_NAME = MAX_TOPIC_NAME - UUID_PREFIX_LEN
@@ -95,6 +98,7 @@ class VirtualCluster:
     groups: set[str] = field(default_factory=set)  # physical group ids assigned to this VC (same name in it)
     txns: set[str] = field(default_factory=set)  # physical transactional ids assigned likewise
     admins: set[str] = field(default_factory=set)  # principals that may describe and alter this VC
+    acls: AclSet = field(default_factory=AclSet)  # the VC's own ACLs, in its own names (proxy/acl/)
 
     # -- topics ----------------------------------------------------------------------------------
     def physical_topic(self, link: str) -> str | None:
@@ -157,6 +161,7 @@ class TenancyImage:
     version: int = 0  # bumped on every applied record
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
+    quotas: quotas.QuotaBook = field(default_factory=quotas.QuotaBook)  # client quotas (proxy/quotas/)
 
     # -- lookups -----------------------------------------------------------------------------------
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
@@ -255,6 +260,23 @@ class TenancyImage:
         if vc is not None:
             (vc.admins.discard if value is None else vc.admins.add)(principal)
 
+    def _apply_acl(self, vc_name: str, *parts: str, value: dict[str, Any] | None) -> None:
+        vc = self.vcs.get(vc_name)
+        if vc is None:
+            return
+        try:
+            binding = AclBinding.from_key_parts(list(parts))
+        except (KeyError, ValueError):
+            return  # a newer proxy's binding: ignore rather than fail replay
+        (vc.acls.discard if value is None else vc.acls.add)(binding)
+
+    def _apply_quota(self, *parts: Any, value: dict[str, Any] | None) -> None:
+        try:
+            ent, key, amount = quotas.parse_record(list(parts), value)
+        except (KeyError, ValueError, TypeError):
+            return  # a newer proxy's quota record: ignore rather than fail replay
+        self.quotas.apply(ent, key, amount)
+
     def _apply_seeded(self, vc_name: str, *, value: dict[str, Any] | None) -> None:
         if value is None:
             self.seeded.pop(vc_name, None)
@@ -334,3 +356,8 @@ def seeded_record(vc: str, entries: dict[str, list[str]]) -> tuple[str, dict[str
 
 def topic_record(physical: str, topic_id: uuid.UUID | None) -> tuple[str, dict[str, Any] | None]:
     return _key("topic", physical), (None if topic_id is None else {"topic_id": str(topic_id)})
+
+
+def quota_record(ent: quotas.Entity, key: str, value: float | None) -> tuple[str, dict[str, Any] | None]:
+    """A client quota (proxy/quotas/model.py): one entity's one key; None removes it."""
+    return quotas.record(ent, key, value)

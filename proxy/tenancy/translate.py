@@ -34,6 +34,8 @@ class Translation:
     unknown_topics: set[str] = field(default_factory=set)  # virtual names with no link
     planned: dict[str, str] = field(default_factory=dict)  # link -> physical name a handler chose (auto-create)
     new_ids: set[uuid.UUID] = field(default_factory=set)  # ids of topics this exchange created (not yet in the image)
+    access: Any = None  # the request's authorization (proxy/acl/access.py), asked about each name; None: all allowed
+    refused: dict[str, str] = field(default_factory=dict)  # placeholder group/txn id -> the id the client sent
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -43,15 +45,26 @@ class Translation:
             return self.topic(value)
         if kind == "txn" and value == "":
             return ""  # the empty id is no one's: the broker answers it as Kafka does (INVALID_REQUEST)
-        if kind == "group":
-            return self.vc.physical_group(value)
-        if kind == "txn":
-            return self.vc.physical_txn(value)
+        if kind in ("group", "txn"):
+            if self.access is not None and not self.access.permits(kind, value):
+                return self._refused_id(value)
+            return self.vc.physical_group(value) if kind == "group" else self.vc.physical_txn(value)
         if kind == "topic_id":
             return self.topic_id(value)
         raise ValueError(f"unknown identifier kind {kind!r}")
 
+    def _refused_id(self, value: str) -> str:
+        """A group or transactional id the caller may not use: a placeholder no one has, so the broker
+        answers its item in the API's shape (requests about one id are refused before they leave)."""
+        placeholder = f"{uuid.uuid4()}.{value}"
+        self.refused[placeholder] = value
+        return placeholder
+
     def topic(self, link: str) -> str:
+        if self.access is not None and not self.access.permits("topic", link):
+            physical = f"{uuid.uuid4()}.{link}"  # refused: exists nowhere, the error is set on the way back
+            self.topics[physical] = link
+            return physical
         physical = self.vc.physical_topic(link) or self.planned.get(link)
         if physical is None:
             self.unknown_topics.add(link)
@@ -60,8 +73,13 @@ class Translation:
         return physical
 
     def topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
-        if topic_id == ZERO_UUID or self.image.owns_topic_id(self.vc, topic_id):
+        if topic_id == ZERO_UUID:
             return topic_id
+        if self.image.owns_topic_id(self.vc, topic_id):
+            physical = self.image.physical_for_id(topic_id)
+            link = self.vc.link_for(physical) if physical is not None else None
+            if self.access is None or self.access.permits("topic_id", topic_id, link):
+                return topic_id
         fake = uuid.uuid4()
         self.fake_ids[fake] = topic_id
         return fake
@@ -75,6 +93,8 @@ class Translation:
         if kind == "txn" and value == "":
             return ""
         if kind in ("group", "txn"):
+            if value in self.refused:
+                return self.refused[value]
             virtual = self.vc.virtual_group(value) if kind == "group" else self.vc.virtual_txn(value)
             return HIDDEN if virtual is None else virtual
         if kind == "topic_id":

@@ -110,8 +110,27 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+def _unheard(signum: int, frame: object) -> None:
+    """Handles a signal this pytest ignores, so that it stays ignored here but not in the children."""
+
+
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Iterator[Demo]:
+def terminal_signals() -> Iterator[None]:
+    """SIGINT and SIGHUP reach the demo and its tools at their defaults, as from a terminal, even when this
+    pytest runs under nohup (SIGHUP ignored) or as a script's background job (SIGINT ignored): an ignored
+    signal stays ignored across exec, while a handled one is reset to the default. Ignored here still."""
+    ignored = [sig for sig in (signal.SIGINT, signal.SIGHUP) if signal.getsignal(sig) is signal.SIG_IGN]
+    for sig in ignored:
+        signal.signal(sig, _unheard)
+    try:
+        yield
+    finally:
+        for sig in ignored:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, terminal_signals) -> Iterator[Demo]:
     work = tmp_path_factory.mktemp("demo")
     config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
     port = free_port_block()
@@ -173,7 +192,9 @@ def first_run(demo) -> FirstRun:
     # The console consumer prints every record and waits for more: what it printed, then Ctrl-C.
     printed = demo.work / "consumer.out"
     with printed.open("w") as out:
-        reader = subprocess.Popen(["bash", "-c", consumer], cwd=demo.work, stdout=out, stderr=subprocess.DEVNULL)
+        reader = subprocess.Popen(
+            ["bash", "-c", consumer], cwd=demo.work, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 300  # a JVM's start on a loaded 2-core machine
         while not expected <= set(printed.read_text().split()):
@@ -183,8 +204,8 @@ def first_run(demo) -> FirstRun:
         reader.send_signal(signal.SIGINT)
         try:
             reader.wait(timeout=120)
-        except subprocess.TimeoutExpired:  # what it printed is what counts; do not leave it behind
-            reader.kill()
+        except subprocess.TimeoutExpired:  # what it printed is what counts; leave neither it nor its JVM behind
+            os.killpg(reader.pid, signal.SIGKILL)
             reader.wait()
     return FirstRun(banner, startup_log, outputs, printed.read_text(), demo.stop(signal.SIGHUP))
 
@@ -203,6 +224,11 @@ def test_the_banner_works_top_to_bottom(first_run):
     assert first_run.outputs[listing].split() == ["team-a", "team-b"]
     described = next(c for c in commands if "virtual-clusters describe" in c)
     assert "User:alice" in first_run.outputs[described]
+    # alice, team-a's admin, grants carol READ on demo with kafka-acls; carol then reads it.
+    listed = next(c for c in commands if "kafka-acls" in c and "--list" in c)
+    assert "User:carol" in first_run.outputs[listed] and "READ" in first_run.outputs[listed]
+    carol = next(c for c in commands if "kafka-console-consumer" in c and "carol" in c)
+    assert first_run.outputs[carol].split()[:1] in (["hi"], ["hello"])
 
 
 def test_a_fresh_start_logs_no_warning(first_run):

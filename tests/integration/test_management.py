@@ -146,7 +146,7 @@ def physical_topic(kafka_cluster: Any, name: str, partitions: int = 3) -> None:
     raise AssertionError(f"{name} has no leaders")
 
 
-def until(condition: Any, timeout: float = 30.0, step: float = 0.05) -> float:
+def until(condition: Any, timeout: float = TIMEOUT, step: float = 0.05) -> float:
     """Seconds until `condition()` holds (AssertionError on timeout)."""
     start = time.monotonic()
     while not condition():

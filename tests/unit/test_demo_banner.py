@@ -42,7 +42,7 @@ def test_the_topic_is_created_before_anything_produces_or_consumes(banner):
 
 def test_commands_are_whole_shell_lines(banner):
     commands = demo.banner_commands(banner(kept=False))
-    assert len(commands) == 10
+    assert len(commands) == 13
     for command in commands:
         lines = command.splitlines()
         assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
@@ -52,6 +52,10 @@ def test_commands_are_whole_shell_lines(banner):
     manage = [c for c in commands if "virtual-clusters" in c]
     assert [c.split("virtual-clusters")[1].split()[0] for c in manage] == ["list", "describe"]
     assert all("--command-config .vcproxy/demo/admin.properties" in c for c in manage)
+    # ACLs inside team-a: alice (its admin) grants carol READ, lists, and carol reads.
+    acl = [c for c in commands if "kafka-acls" in c]
+    assert len(acl) == 2 and all("alice.properties" in c for c in acl) and "User:carol" in acl[0]
+    assert any("console-consumer" in c and "carol.properties" in c for c in commands)
 
 
 def test_the_banner_says_what_happens_to_the_cluster(banner):

@@ -17,6 +17,7 @@ import pytest
 from proxy.kafka import cli, dist
 from proxy.kafka.cluster import (
     BROKER_JVM_FLAGS,
+    _cmdline,
     broker_argv,
     check_ports_free,
     format_args,
@@ -354,7 +355,11 @@ def test_stop_cluster_only_kills_its_own_java(tmp_path):
     not_java = subprocess.Popen([sys.executable, *sleep, f"{cdir}/n2/server.properties"])
     other_dir = subprocess.Popen([str(java), *sleep, f"{tmp_path}/elsewhere/n1/server.properties"])
     try:
-        time.sleep(0.5)  # let them exec so /proc shows their own command lines
+        deadline = time.monotonic() + 60  # until each one has exec'd: the check reads its own command line
+        for child in (ours, not_java, other_dir):
+            while (_cmdline(child.pid) or [""])[-1] != child.args[-1]:
+                assert time.monotonic() < deadline, f"{child.args} never showed its command line"
+                time.sleep(0.01)
         _state(cdir, [ours.pid, not_java.pid, other_dir.pid])
         stop_cluster(cdir, timeout=10)
         assert ours.wait(5) == -15

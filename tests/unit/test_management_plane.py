@@ -161,7 +161,12 @@ def test_a_vc_admin_stays_inside_its_vc():
 def test_list_describe_and_what_is_advertised():
     img = image()
     assert advertised(img, ADMIN) == set(m.KEYS)
-    assert advertised(img, DAVE) == {m.LIST_VIRTUAL_CLUSTERS, m.DESCRIBE_VIRTUAL_CLUSTERS, m.ALTER_VIRTUAL_CLUSTERS}
+    assert advertised(img, DAVE) == {
+        m.LIST_VIRTUAL_CLUSTERS,
+        m.DESCRIBE_VIRTUAL_CLUSTERS,
+        m.ALTER_VIRTUAL_CLUSTERS,
+        *m.ACL_KEYS,  # the ACLs of the VCs it administers
+    }
     assert advertised(img, ALICE) == set()
     listed, _ = handle(img, DAVE, m.ListVirtualClustersRequest())
     assert [v.name for v in listed.virtual_clusters] == ["team-a"]

@@ -67,8 +67,11 @@ def test_rejected_apis_are_never_advertised():
         if rule.physical == "reject":
             assert key not in advertised, rule.name
     # Inter-broker and controller-only examples from the inventory.
-    for key in (27, 52, 53, 54, 56, 58, 59, 62, 63, 67, 70, 73, 82, 83, 84, 85, 86, 87):
+    for key in (52, 53, 54, 56, 58, 59, 62, 63, 67, 70, 73, 82, 83, 84, 85, 86, 87):
         assert key not in advertised
+    # WriteTxnMarkers is advertised to clients, as brokers do (version-probing tools look for it), and
+    # refused in its own shape (test_session.py).
+    assert 27 in advertised and api_rules()[27].physical == "refuse"
 
 
 def _endpoint_fields(cls: type, prefix: str = "") -> list[str]:

@@ -223,8 +223,36 @@ def test_api_versions_intersection_drops_internal_and_unknown_and_clamps():
     advertised = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
     # KIP-1313: one more version (header v3) where the broker has exactly the proxy's newest: not for
     # Fetch (the broker lacks 18) nor Produce (the broker's 14 is a real version the proxy cannot read),
-    # nor ApiVersions (newer Kafka's v5 is a real version).
-    assert advertised == {0: (3, 13), 1: (4, 17), 3: (0, 14), 18: (0, 4)}
+    # nor ApiVersions (newer Kafka's v5 is a real version). WriteTxnMarkers is advertised as brokers do
+    # (from v1, what the proxy can parse) and refused per item; other inter-broker APIs are not.
+    assert advertised == {0: (3, 13), 1: (4, 17), 3: (0, 14), 18: (0, 4), 27: (1, 1)}
+
+
+def test_write_txn_markers_is_refused_in_its_own_shape():
+    from kio.schema.write_txn_markers.v1.request import (
+        WritableTxnMarker,
+        WritableTxnMarkerTopic,
+        WriteTxnMarkersRequest,
+    )
+    from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
+    from kio.static.primitive import i32, i64
+
+    s = ProxySession(LAYOUT)
+    marker = WritableTxnMarker(
+        producer_id=i64(7),
+        producer_epoch=i16(0),
+        transaction_result=True,
+        topics=(WritableTxnMarkerTopic(name="t", partition_indexes=(i32(0), i32(2))),),
+        coordinator_epoch=i32(0),
+    )
+    decision = s.on_request(memoryview(bytearray(request_frame(27, 1, 9, WriteTxnMarkersRequest(markers=(marker,))))))
+    assert decision.action is Action.LOCAL
+    reply = memoryview(s.next_local_reply().reply)
+    body, _ = codec.decode(WriteTxnMarkersResponse, reply, response_body_offset(reply, 1))
+    assert [(int(p.partition_index), int(p.error_code)) for p in body.markers[0].topics[0].partitions] == [
+        (0, 31),
+        (2, 31),
+    ]
 
 
 def test_requests_above_advertised_version_refused_locally():

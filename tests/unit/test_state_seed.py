@@ -263,13 +263,17 @@ async def test_service_write_returns_once_the_follower_applied_it():
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write)
-        await trio.sleep(0.05)
+        # The store's write runs in a worker thread: wait until write() is waiting for the follower.
+        with trio.fail_after(60):
+            while not service._waiters:
+                await trio.sleep(0.001)
         assert not done.is_set() and "followed" not in service.image.vcs
         for offset, (key, value) in enumerate(store.written):
             service._from_log(key, value)
             service._advance(offset + 1)
-        await trio.sleep(0.01)
-        assert done.is_set() and "followed" in service.image.vcs
+        with trio.fail_after(60):
+            await done.wait()
+        assert "followed" in service.image.vcs
 
     with pytest.raises(StateStoreError, match=r"not applied back within 0\.05 s"):
         await service.write([vc_record("lagging")], timeout=0.05)

@@ -128,7 +128,7 @@ def test_topic_ids():
 
 def test_unknown_record_kind_is_ignored():
     image = TenancyImage()
-    image.apply('["quota","a"]', {"bytes": 1})
+    image.apply('["wormhole","a"]', {"bytes": 1})
     assert image.version == 0 and image.vcs == {}
 
 

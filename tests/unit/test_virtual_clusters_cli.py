@@ -94,14 +94,16 @@ def test_requests_built_per_subcommand():
     [
         ("alter", "--virtual-cluster", "a", "--add"),  # no resource
         ("alter", "--virtual-cluster", "a", "--add", "--user", "u", "--link", "x"),  # --link without --topic
-        ("alter", "--virtual-cluster", "a", "--add", "--user", "u", "--copy-acls-from", "kafka-cluster"),
+        ("alter", "--virtual-cluster", "a", "--remove", "--user", "u", "--copy-acls-from", "kafka-cluster"),
+        ("alter", "--virtual-cluster", "a", "--add", "--group", "g", "--remove-old-acls-from", "b"),
+        ("alter", "--virtual-cluster", "a", "--add", "--user", "u", "--copy-acls-from", "a"),  # into itself
     ],
 )
 def test_usage_errors_change_nothing(argv: tuple[str, ...], capsys):
     args = parse(*argv)
     assert cli._run(args) == cli.USAGE  # refused before any connection is made
-    if "--copy-acls-from" in argv:
-        assert "VC-scoped ACLs" in capsys.readouterr().err
+    if "--remove" in argv or "--group" in argv:
+        assert "go with --add --user" in capsys.readouterr().err
 
 
 def test_exclusive_flags_are_usage_errors():

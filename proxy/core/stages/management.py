@@ -1,9 +1,9 @@
 """The KIP-1134 management RPCs, answered by the proxy itself (proxy/management/plane.py decides; this
 stage decodes, asks, and hands the state records to the shell to write before the answer leaves).
 
-Authorization is two-fold: `AuthorizationStage` refuses a caller who may use none of the RPCs (the
-KIP's *_CLUSTER operations on kafka-cluster for super-admins, *_VIRTUAL_CLUSTER for a VC's admins);
-the plane checks each item (which VC, which resource) and answers per item."""
+Authorization is two-fold: the authorization stage (authorize.py) refuses a caller who may use none of
+the RPCs (the KIP's *_CLUSTER operations on kafka-cluster for super-admins, *_VIRTUAL_CLUSTER for a VC's
+admins); the plane checks each item (which VC, which resource) and answers per item."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kio.static.primitive import i16
 from ...management import plane
 from ...management import schema as management
 from ...protocol import codec
-from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ..exchange import Exchange, RequestDecision, answer, close
 from .context import ConnectionState
@@ -31,25 +31,6 @@ class Caller:
     def now(self) -> plane.Caller:
         principal = self.ctx.principal
         return plane.Caller(principal, principal is not None and principal in self.super_admins, self.super_admins)
-
-
-class AuthorizationStage:
-    """Who may do what. Today: the management RPCs; VC-scoped ACLs will be decided here too."""
-
-    def __init__(self, caller: Caller, image: Callable[[], Any]):
-        self.caller = caller
-        self.image = image
-
-    def advertised(self) -> dict[int, tuple[int, int]]:
-        """The management APIs this caller may use, for ApiVersions."""
-        return {key: (0, 0) for key in plane.advertised(self.image(), self.caller.now())}
-
-    def on_request(self, ex: Exchange) -> RequestDecision | None:
-        if ex.api_key not in management.REQUESTS:
-            return None
-        if ex.api_key in plane.advertised(self.image(), self.caller.now()):
-            return None
-        return _refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
 
 
 class ManagementStage:
@@ -77,7 +58,7 @@ def _decode(ex: Exchange) -> Any:
     return request
 
 
-def _refuse_all(ex: Exchange, error: int, message: str) -> RequestDecision:
+def refuse_all(ex: Exchange, error: int, message: str) -> RequestDecision:
     request = _decode(ex)
     if request is None:
         return close(f"malformed {management.NAMES[ex.api_key]} request")
@@ -120,6 +101,18 @@ def refusal(request: Any, error: int, message: str) -> Any:
         return m.DeleteVirtualClustersResponse(responses=deleted)
     if isinstance(request, m.ListVirtualClustersRequest):
         return m.ListVirtualClustersResponse(error_code=code)
+    if isinstance(request, m.DescribeVirtualClusterAclsRequest):
+        return m.DescribeVirtualClusterAclsResponse(error_code=code, error_message=message)
+    if isinstance(request, m.CreateVirtualClusterAclsRequest):
+        created = tuple(
+            m.VirtualClusterAclCreationResult(error_code=code, error_message=message) for _ in request.creations
+        )
+        return m.CreateVirtualClusterAclsResponse(results=created)
+    if isinstance(request, m.DeleteVirtualClusterAclsRequest):
+        filtered = tuple(
+            m.DeleteVirtualClusterAclsFilterResult(error_code=code, error_message=message) for _ in request.filters
+        )
+        return m.DeleteVirtualClusterAclsResponse(filter_results=filtered)
     described = tuple(
         m.VirtualClusterResults(name=vc.name, error_code=code, error_message=message) for vc in request.virtual_clusters
     )

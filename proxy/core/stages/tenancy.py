@@ -3,9 +3,12 @@ physical one (proxy/tenancy/engine.py), and the state topic guarded from princip
 
 from __future__ import annotations
 
+import functools
 import logging
 
+from ...acl import access as acl_access
 from ...protocol import codec
+from ...protocol.apis import known_apis
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
 from ...rules import tenant_rules
@@ -25,6 +28,7 @@ class TenancyStage:
         self.ctx = ctx
         self.tenancy = tenancy
         self.registry = registry()  # checked against tenant.yaml: a mismatch fails here, not per request
+        acl_access.check_registered(_translated_apis())  # and every translated API says what it needs of ACLs
 
     def engine_for(self, vc: object) -> TenantEngine:
         return TenantEngine(vc, self.tenancy.image, self.tenancy.policy, self.registry)  # type: ignore[arg-type]
@@ -38,14 +42,17 @@ class TenancyStage:
         info, header = ex.info, ex.header
         assert info is not None and header is not None and ex.frame is not None
         rule = tenant_rules().get(ex.api_key)
-        if rule is None or rule.action == "deny":
+        if rule is None or rule.action in ("deny", "local"):  # `local`: a stage before this one answers
             error = rule.error if rule is not None else CLUSTER_AUTHORIZATION_FAILED
             return refuse(ex, error, f"{info.name} in virtual cluster {engine.vc.name}")
         try:
-            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset)
+            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access)
         except (CodecError, TenancyError, KeyError, *MALFORMED) as exc:
             return close(f"cannot translate {info.name} v{ex.api_version}: {exc}")
         ex.tenant = call
+        refusal = ex.access.refusal() if ex.access is not None else None
+        if refusal is not None:  # a group or transactional id the caller may not use (the VC's ACLs)
+            return refuse(ex, refusal[0], f"{info.name} in virtual cluster {engine.vc.name}: {refusal[1]}")
         if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
             try:
                 body = codec.encode(out)
@@ -97,3 +104,9 @@ class TenancyStage:
         else:
             msg.set_entity(engine.translate_response(call, msg.entity()))
         msg.writes.extend(call.writes)
+
+
+@functools.cache
+def _translated_apis() -> dict[int, str]:
+    apis = known_apis()
+    return {k: apis[k].name for k, rule in tenant_rules().items() if rule.action == "rewrite" and k in apis}

@@ -41,7 +41,7 @@ class VersionStage:
         if ex.api_key == API_VERSIONS_KEY:
             return self._api_versions(ex)
         assert ex.info is not None
-        if api_rules()[ex.api_key].physical == "reject":
+        if api_rules()[ex.api_key].physical in ("reject", "refuse"):
             return refuse(ex, CLUSTER_AUTHORIZATION_FAILED, f"{ex.info.name} is internal")
         if ex.api_key in management.REQUESTS and ex.header is not None:
             return None  # advertised only to callers who may use them; authorization answers the others

@@ -1,0 +1,244 @@
+"""What each API needs of the ACLs, and one request's authorization (sans-I/O).
+
+The tenancy translation sees every topic, group and transactional id a request names (the annotated
+fields of Kafka's schemas, plus the rules' extras), so the authorization stage hands it an `Access`
+and the translation asks it about each name as it translates: the body is decoded once. What is
+refused then follows Kafka's answer for that API:
+
+* a topic (name or id) the caller may not use is sent to the broker as a placeholder that exists
+  nowhere, so the broker answers that item in the API's own shape; on the way back its error becomes
+  TOPIC_AUTHORIZATION_FAILED (`fix_response`). A listing of all topics leaves it out, as Kafka does.
+* a group or transactional id in an API about one of them refuses the request with the API's
+  GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED; in APIs about several (describe, delete) the item
+  goes as a placeholder and its error is set on the way back, like a topic's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .model import CLUSTER_NAME, Authorizer, Operation, ResourceType, Subject
+
+Op = Operation
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+
+RESOURCE_OF_KIND = {
+    "topic": ResourceType.TOPIC,
+    "topic_id": ResourceType.TOPIC,
+    "group": ResourceType.GROUP,
+    "txn": ResourceType.TRANSACTIONAL_ID,
+}
+ERROR_OF_KIND = {
+    "topic": TOPIC_AUTHORIZATION_FAILED,
+    "topic_id": TOPIC_AUTHORIZATION_FAILED,
+    "group": GROUP_AUTHORIZATION_FAILED,
+    "txn": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one API needs: an operation per identifier kind, and whether a refused group or
+    transactional id refuses the whole request (APIs about one of them) or only its item."""
+
+    ops: Mapping[str, Operation]
+    whole: bool = True
+    items_from: int | None = None  # the version from which the API is about several (per-item errors)
+    idempotent: bool = False  # InitProducerId: no transactional id needs IDEMPOTENT_WRITE (or WRITE on a topic)
+
+
+def _n(whole: bool = True, items_from: int | None = None, idempotent: bool = False, **ops: Operation) -> Need:
+    if "topic" in ops:
+        ops.setdefault("topic_id", ops["topic"])  # a topic named by id needs what its name needs
+    return Need(ops, whole, items_from, idempotent)
+
+
+# Every API a tenant may send that names resources, by key (Kafka's KafkaApis checks). Registered
+# explicitly and checked against rewrite_rules/tenant.yaml when loaded: every `rewrite` API is here.
+NEEDS: dict[int, Need] = {
+    0: _n(topic=Op.WRITE, txn=Op.WRITE),  # Produce
+    1: _n(topic=Op.READ),  # Fetch
+    2: _n(topic=Op.DESCRIBE),  # ListOffsets
+    3: _n(topic=Op.DESCRIBE),  # Metadata
+    8: _n(group=Op.READ, topic=Op.READ),  # OffsetCommit
+    9: _n(items_from=8, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # OffsetFetch (v8+: several groups)
+    10: _n(items_from=4, group=Op.DESCRIBE, txn=Op.DESCRIBE),  # FindCoordinator (v4+: several keys)
+    11: _n(group=Op.READ),  # JoinGroup
+    12: _n(group=Op.READ),  # Heartbeat
+    13: _n(group=Op.READ),  # LeaveGroup
+    14: _n(group=Op.READ),  # SyncGroup
+    15: _n(whole=False, group=Op.DESCRIBE),  # DescribeGroups
+    16: _n(),  # ListGroups: filtered by DESCRIBE on the way back
+    19: _n(),  # CreateTopics: CREATE on the topic or the cluster, checked by its handler
+    20: _n(whole=False, topic=Op.DELETE),  # DeleteTopics
+    21: _n(topic=Op.DELETE),  # DeleteRecords
+    22: _n(idempotent=True, txn=Op.WRITE),  # InitProducerId
+    23: _n(topic=Op.DESCRIBE),  # OffsetForLeaderEpoch
+    24: _n(txn=Op.WRITE, topic=Op.WRITE),  # AddPartitionsToTxn
+    25: _n(txn=Op.WRITE, group=Op.READ),  # AddOffsetsToTxn
+    26: _n(txn=Op.WRITE),  # EndTxn
+    28: _n(txn=Op.WRITE, group=Op.READ, topic=Op.READ),  # TxnOffsetCommit
+    32: _n(topic=Op.DESCRIBE_CONFIGS, group=Op.DESCRIBE_CONFIGS),  # DescribeConfigs
+    33: _n(topic=Op.ALTER_CONFIGS, group=Op.ALTER_CONFIGS),  # AlterConfigs
+    37: _n(topic=Op.ALTER),  # CreatePartitions
+    42: _n(whole=False, group=Op.DELETE),  # DeleteGroups
+    44: _n(topic=Op.ALTER_CONFIGS, group=Op.ALTER_CONFIGS),  # IncrementalAlterConfigs
+    47: _n(group=Op.DELETE, topic=Op.READ),  # OffsetDelete
+    60: _n(),  # DescribeCluster: its authorized operations, on the way back
+    61: _n(topic=Op.READ),  # DescribeProducers
+    65: _n(whole=False, txn=Op.DESCRIBE),  # DescribeTransactions
+    66: _n(),  # ListTransactions: filtered by DESCRIBE on the way back
+    68: _n(group=Op.READ, topic=Op.DESCRIBE),  # ConsumerGroupHeartbeat
+    69: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # ConsumerGroupDescribe
+    74: _n(),  # ListConfigResources: the VC's own topics and groups, as the tenancy handler lists them
+    75: _n(topic=Op.DESCRIBE),  # DescribeTopicPartitions
+    76: _n(group=Op.READ, topic=Op.DESCRIBE),  # ShareGroupHeartbeat
+    77: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # ShareGroupDescribe
+    78: _n(group=Op.READ, topic=Op.READ),  # ShareFetch
+    79: _n(group=Op.READ, topic=Op.READ),  # ShareAcknowledge
+    88: _n(group=Op.READ, topic=Op.DESCRIBE),  # StreamsGroupHeartbeat
+    89: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # StreamsGroupDescribe
+    90: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # DescribeShareGroupOffsets
+    91: _n(group=Op.READ, topic=Op.READ),  # AlterShareGroupOffsets
+    92: _n(group=Op.DELETE, topic=Op.READ),  # DeleteShareGroupOffsets
+}
+# Listings whose items the caller sees only with DESCRIBE: API key -> (array, item field, kind).
+LISTINGS: dict[int, tuple[str, str, str]] = {
+    16: ("groups", "group_id", "group"),  # ListGroups
+    66: ("transaction_states", "transactional_id", "txn"),  # ListTransactions
+}
+# Fields that name the item an error belongs to, by identifier kind (for `fix_response`).
+_NAME_FIELDS = {
+    "topic": ("name", "topic", "topic_name"),
+    "group": ("group_id", "group", "key"),
+    "txn": ("transactional_id", "key"),
+}
+
+
+@dataclass
+class Access:
+    """One request's authorization: asked by the translation, then read by the stages."""
+
+    authorizer: Authorizer
+    who: Subject
+    api_key: int
+    version: int
+    need: Need
+    denied: dict[str, set[Any]] = field(default_factory=dict)  # kind -> names (or topic ids) refused
+    seen: set[str] = field(default_factory=set)  # kinds the request named
+
+    def allows(self, op: Operation, rtype: ResourceType, name: str) -> bool:
+        return self.authorizer.allows(self.who, op, rtype, name)
+
+    def permits(self, kind: str, name: Any, link: str | None = None) -> bool:
+        """May the request use this identifier? `link` names a topic given by id."""
+        op = self.need.ops.get(kind)
+        self.seen.add(kind)
+        if op is None:
+            return True
+        value = link if kind == "topic_id" else name
+        if value is None or self.allows(op, RESOURCE_OF_KIND[kind], value):
+            return True
+        self.denied.setdefault(kind, set()).add(name)
+        return False
+
+    def may_create_topic(self, link: str) -> bool:
+        return self.allows(Op.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or self.allows(
+            Op.CREATE, ResourceType.TOPIC, link
+        )
+
+    @property
+    def whole(self) -> bool:
+        """A refused group or transactional id refuses the request (else only its item)."""
+        need = self.need
+        return need.whole and (need.items_from is None or self.version < need.items_from)
+
+    def refusal(self) -> tuple[int, str] | None:
+        """A whole-request refusal once the request was translated: (error, message), or None."""
+        if self.whole:
+            for kind in ("txn", "group"):
+                names = self.denied.get(kind)
+                if names:
+                    return ERROR_OF_KIND[kind], f"not authorized: {kind} {sorted(names)[0]!r}"
+        if self.need.idempotent and "txn" not in self.seen and not self._may_write_idempotently():
+            return CLUSTER_AUTHORIZATION_FAILED, "not authorized: IDEMPOTENT_WRITE on the cluster"
+        return None
+
+    def _may_write_idempotently(self) -> bool:
+        # Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
+        if self.allows(Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return True
+        return any(
+            b.operation in (Op.WRITE, Op.ALL) and self.allows(Op.WRITE, ResourceType.TOPIC, b.name)
+            for b in self.authorizer.acls.by_type.get(ResourceType.TOPIC, ())
+            if b.name != "*" and b.pattern.name == "LITERAL"
+        ) or self.allows(Op.WRITE, ResourceType.TOPIC, "*")
+
+    @property
+    def any_denied(self) -> bool:
+        return any(self.denied.values())
+
+    def fix_response(self, body: Any) -> Any:
+        """Items the request named but may not use get the API's authorization error."""
+        if not self.any_denied:
+            return body
+        names = {kind: self.denied.get(kind, set()) for kind in _NAME_FIELDS}
+        names["topic"] = names["topic"] | self.denied.get("topic_id", set())
+        return _fix(body, names)
+
+    def filter_listing(self, body: Any) -> Any:
+        listing = LISTINGS.get(self.api_key)
+        if listing is None:
+            return body
+        array, item_field, kind = listing
+        op = Op.DESCRIBE
+        kept = tuple(
+            item for item in getattr(body, array) if self.allows(op, RESOURCE_OF_KIND[kind], getattr(item, item_field))
+        )
+        return dataclasses.replace(body, **{array: kept})
+
+
+def _denied_item(obj: Any, names: Mapping[str, set[Any]]) -> int | None:
+    for kind, fields in _NAME_FIELDS.items():
+        for name in fields:
+            value = getattr(obj, name, None)
+            if value is not None and value in names[kind]:
+                return ERROR_OF_KIND[kind]
+    topic_id = getattr(obj, "topic_id", None)
+    if isinstance(topic_id, uuid.UUID) and topic_id in names["topic"]:
+        return TOPIC_AUTHORIZATION_FAILED
+    return None
+
+
+def _fix(obj: Any, names: Mapping[str, set[Any]], error: int | None = None) -> Any:
+    if not dataclasses.is_dataclass(obj):
+        return obj
+    error = _denied_item(obj, names) or error
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "error_code" and error is not None:
+            changes[f.name] = ErrorCode(error)
+        elif f.name == "error_message" and error is not None:
+            changes[f.name] = None
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            changes[f.name] = tuple(_fix(v, names, error) for v in value)
+        elif dataclasses.is_dataclass(value):
+            changes[f.name] = _fix(value, names, error)
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+def check_registered(translated: Mapping[int, str]) -> None:
+    """Every API a tenant may send that is translated must say what it needs of the ACLs."""
+    missing = sorted(name for key, name in translated.items() if key not in NEEDS)
+    if missing:
+        raise ValueError(f"APIs translated for tenants with no ACL needs in proxy/acl/access.py: {missing}")

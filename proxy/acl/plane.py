@@ -1,0 +1,203 @@
+"""CreateAcls, DescribeAcls and DeleteAcls inside a virtual cluster, answered by the proxy (sans-I/O).
+
+The bindings are the VC's own, in its own names, stored as state-topic records (proxy/acl/model.py).
+Who may manage them: super users of the VC (the config's super admins and the VC's admins), and
+principals an explicit ACL allows ALTER (create, delete) or DESCRIBE (describe) on the VC's cluster
+resource. Unlike other operations, the VC's no-ACL default never grants these: an ordinary member
+of an open VC cannot hand out permissions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
+from ..protocol import codec
+from ..protocol.apis import response_type
+from .model import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclError,
+    AclFilter,
+    AclSet,
+    Authorizer,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+    Subject,
+    acl_record,
+)
+
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+KEYS = frozenset({DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS})
+NONE, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST = 0, 31, 42
+Record = tuple[str, dict[str, Any] | None]
+
+
+def may_manage(acls: AclSet, who: Subject, op: Operation) -> bool:
+    """ALTER (create, delete) or DESCRIBE on the VC's cluster, granted to super users or by an explicit ACL."""
+    return who.super_user or Authorizer(acls, allow_if_no_acl=False).allows(who, op, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def handle(
+    vc_name: str, acls: AclSet, who: Subject, api_key: int, version: int, request: Any
+) -> tuple[Any, list[Record]]:
+    cls = response_type(api_key, version)
+    if api_key == DESCRIBE_ACLS:
+        return _describe(acls, who, cls, request), []
+    if api_key == CREATE_ACLS:
+        return _create(vc_name, acls, who, cls, request)
+    return _delete(vc_name, acls, who, cls, request)
+
+
+def _item(cls: type, field_name: str) -> type:
+    return typing.get_args(typing.get_type_hints(cls)[field_name])[0]
+
+
+def _make(cls: type, **values: Any) -> Any:
+    """An entity of `cls` from the values its version has (older versions lack the pattern type)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return codec._empty(cls, **{k: v for k, v in values.items() if k in names})
+
+
+def filter_of(item: Any, prefix: str = "") -> AclFilter:
+    # DescribeAcls names its fields *_filter; DeleteAcls' filters do too. v0 has no pattern type: LITERAL.
+    pattern = getattr(item, "pattern_type_filter", int(PatternType.LITERAL))
+    return AclFilter(
+        ResourceType(int(item.resource_type_filter)),
+        item.resource_name_filter,
+        PatternType(int(pattern)),
+        item.principal_filter,
+        item.host_filter,
+        Operation(int(item.operation)),
+        Permission(int(item.permission_type)),
+    ).validate()
+
+
+def binding_of(item: Any) -> AclBinding:
+    pattern = getattr(item, "resource_pattern_type", int(PatternType.LITERAL))
+    return AclBinding(
+        ResourceType(int(item.resource_type)),
+        item.resource_name,
+        PatternType(int(pattern)),
+        item.principal,
+        item.host,
+        Operation(int(item.operation)),
+        Permission(int(item.permission_type)),
+    ).validate()
+
+
+def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
+    if not may_manage(acls, who, Operation.DESCRIBE):
+        return _make(
+            cls,
+            error_code=ErrorCode(CLUSTER_AUTHORIZATION_FAILED),
+            error_message="not authorized to describe ACLs in this virtual cluster",
+            resources=(),
+        )
+    try:
+        flt = filter_of(request)
+    except (AclError, ValueError) as exc:
+        return _make(cls, error_code=ErrorCode(INVALID_REQUEST), error_message=str(exc), resources=())
+    resource_cls = _item(cls, "resources")
+    acl_cls = _item(resource_cls, "acls")
+    grouped: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
+    for b in acls.matching(flt):
+        grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
+    resources = tuple(
+        _make(
+            resource_cls,
+            resource_type=i8(rtype),
+            resource_name=name,
+            pattern_type=i8(pattern),
+            acls=tuple(
+                acl_cls(principal=b.principal, host=b.host, operation=i8(b.operation), permission_type=i8(b.permission))
+                for b in bindings
+            ),
+        )
+        for (rtype, name, pattern), bindings in grouped.items()
+    )
+    return _make(cls, error_code=ErrorCode(NONE), error_message=None, resources=resources)
+
+
+def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -> tuple[Any, list[Record]]:
+    result_cls = _item(cls, "results")
+    allowed = may_manage(acls, who, Operation.ALTER)
+    results = []
+    records: list[Record] = []
+    planned: set[AclBinding] = set()
+    for item in request.creations:
+        code, message = NONE, None
+        if not allowed:
+            code, message = CLUSTER_AUTHORIZATION_FAILED, "not authorized to create ACLs in this virtual cluster"
+        else:
+            try:
+                binding = binding_of(item)
+            except (AclError, ValueError) as exc:
+                code, message = INVALID_REQUEST, str(exc)
+            else:
+                if binding not in acls and binding not in planned:  # creating an existing binding succeeds
+                    planned.add(binding)
+                    records.append(acl_record(vc_name, binding, True))
+        results.append(_make(result_cls, error_code=ErrorCode(code), error_message=message))
+    return _make(cls, results=tuple(results)), records
+
+
+def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -> tuple[Any, list[Record]]:
+    result_cls = _item(cls, "filter_results")
+    match_cls = _item(result_cls, "matching_acls")
+    allowed = may_manage(acls, who, Operation.ALTER)
+    results = []
+    gone: dict[AclBinding, None] = {}
+    for item in request.filters:
+        if not allowed:
+            results.append(
+                _make(
+                    result_cls,
+                    error_code=ErrorCode(CLUSTER_AUTHORIZATION_FAILED),
+                    error_message="not authorized to delete ACLs in this virtual cluster",
+                    matching_acls=(),
+                )
+            )
+            continue
+        try:
+            flt = filter_of(item)
+        except (AclError, ValueError) as exc:
+            results.append(
+                _make(result_cls, error_code=ErrorCode(INVALID_REQUEST), error_message=str(exc), matching_acls=())
+            )
+            continue
+        matched = acls.matching(flt)
+        gone.update(dict.fromkeys(matched))
+        results.append(
+            _make(
+                result_cls,
+                error_code=ErrorCode(NONE),
+                error_message=None,
+                matching_acls=tuple(_matching(match_cls, matched)),
+            )
+        )
+    records = [acl_record(vc_name, b, False) for b in gone]
+    return _make(cls, filter_results=tuple(results)), records
+
+
+def _matching(match_cls: type, bindings: Iterable[AclBinding]) -> Iterable[Any]:
+    for b in bindings:
+        yield _make(
+            match_cls,
+            error_code=ErrorCode(NONE),
+            error_message=None,
+            resource_type=i8(b.resource_type),
+            resource_name=b.name,
+            pattern_type=i8(b.pattern),
+            principal=b.principal,
+            host=b.host,
+            operation=i8(b.operation),
+            permission_type=i8(b.permission),
+        )

@@ -1,0 +1,165 @@
+"""The authorization stage: who may do what (sans-I/O).
+
+* The KIP-1134 management RPCs: a caller who may use none of them is refused here (the plane then
+  checks each item).
+* Inside a virtual cluster, Kafka's ACL model on the VC's own names (proxy/acl/): CreateAcls,
+  DescribeAcls and DeleteAcls are answered here, and every other request gets an `Access` that the
+  tenancy translation asks about each name it translates (the body is decoded once, by the tenancy
+  stage); on the way back, refused items get the API's authorization error, listings lose what the
+  caller may not describe, and authorized-operations fields say what the VC's ACLs allow.
+* A VC that has no ACLs and allows what no ACL covers (the default) costs one check per request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from kio.static.primitive import i32
+
+from ...acl import plane as acl_plane
+from ...acl.access import LISTINGS, NEEDS, Access
+from ...acl.model import CLUSTER_NAME, Authorizer, ResourceType, Subject
+from ...management import plane
+from ...management import schema as management
+from ...protocol import codec
+from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.primitives import MALFORMED
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
+from .context import ConnectionState
+from .management import Caller, refuse_all
+
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
+ALL_OPERATIONS_UNSET = -2147483648  # an authorized-operations field nobody asked for
+METADATA, DESCRIBE_GROUPS, DESCRIBE_CLUSTER, CONSUMER_GROUP_DESCRIBE = 3, 15, 60, 69
+# What a tenant can do to its VC's cluster through the proxy, whatever its ACLs say (KIP-700's field).
+TENANT_CLUSTER_OPERATIONS = frozenset({5, 7, 8, 10, 11, 12})  # CREATE ALTER DESCRIBE DESCRIBE/ALTER_CONFIGS IDEMPOTENT
+
+
+class AuthorizationStage:
+    def __init__(
+        self,
+        ctx: ConnectionState,
+        caller: Caller,
+        image: Callable[[], Any],
+        allow_if_no_acl: Callable[[str], bool],
+        host: str,
+    ):
+        self.ctx = ctx
+        self.caller = caller
+        self.image = image
+        self.allow_if_no_acl = allow_if_no_acl  # vc name -> its `allow_everyone_if_no_acl_found`
+        self.host = host
+        self._allow: dict[str, bool] = {}  # the config's choice per VC, looked up once per connection
+
+    def advertised(self) -> dict[int, tuple[int, int]]:
+        """The management APIs this caller may use, for ApiVersions."""
+        return {key: (0, 0) for key in plane.advertised(self.image(), self.caller.now())}
+
+    def subject(self, vc: Any) -> Subject:
+        principal = self.ctx.principal or ""
+        return Subject(principal, self.host, principal in self.caller.super_admins or principal in vc.admins)
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if ex.api_key in management.REQUESTS:
+            if ex.api_key in plane.advertised(self.image(), self.caller.now()):
+                return None
+            return refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
+        vc = self.ctx.vc
+        if vc is None:
+            return None
+        if ex.api_key in acl_plane.KEYS:
+            return self._acls(ex, vc)
+        need = NEEDS.get(ex.api_key)
+        if need is None:
+            return None
+        allow = self._allow.get(vc.name)
+        if allow is None:
+            allow = self._allow[vc.name] = self.allow_if_no_acl(vc.name)
+        if allow and not vc.acls.by_type:
+            return None  # an open VC without ACLs: nothing to check, nothing to fix on the way back
+        ex.access = Access(Authorizer(vc.acls, allow), self.subject(vc), ex.api_key, ex.api_version, need)
+        return None
+
+    def _acls(self, ex: Exchange, vc: Any) -> RequestDecision:
+        assert ex.header is not None and ex.frame is not None and ex.info is not None
+        try:
+            request, _ = codec.decode(type_of(ex), ex.frame, ex.header.body_offset)
+        except (CodecError, *MALFORMED):
+            return close(f"malformed {ex.info.name} request")
+        response, records = acl_plane.handle(vc.name, vc.acls, self.subject(vc), ex.api_key, ex.api_version, request)
+        ex.writes = records
+        return answer(ex, codec.encode(response))
+
+    def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
+        access: Access | None = ex.access
+        if access is None:
+            return
+        if access.any_denied or ex.api_key in LISTINGS:
+            msg.set_entity(access.filter_listing(access.fix_response(msg.entity())))
+        if ex.api_key in _OPERATIONS:
+            msg.set_entity(_OPERATIONS[ex.api_key](access, msg.entity()))
+
+
+def type_of(ex: Exchange) -> type:
+    from ...protocol.apis import request_type
+
+    return request_type(ex.api_key, ex.api_version)
+
+
+# -- authorized-operations fields (KIP-430), where the client asked for them -----------------------------
+
+
+def _ops(access: Access, rtype: ResourceType, name: str, current: int) -> i32:
+    if int(current) == ALL_OPERATIONS_UNSET:
+        return i32(ALL_OPERATIONS_UNSET)
+    bits = access.authorizer.authorized_operations(access.who, rtype, name)
+    if rtype is ResourceType.CLUSTER:
+        bits &= sum(1 << op for op in TENANT_CLUSTER_OPERATIONS)
+    return i32(bits)
+
+
+def _metadata(access: Access, body: Any) -> Any:
+    changes: dict[str, Any] = {}
+    topics = getattr(body, "topics", ())
+    if topics and hasattr(topics[0], "topic_authorized_operations"):
+        changes["topics"] = tuple(
+            dataclasses.replace(
+                t,
+                topic_authorized_operations=_ops(
+                    access, ResourceType.TOPIC, t.name or "", t.topic_authorized_operations
+                ),
+            )
+            for t in topics
+        )
+    if hasattr(body, "cluster_authorized_operations"):
+        changes["cluster_authorized_operations"] = _ops(
+            access, ResourceType.CLUSTER, CLUSTER_NAME, body.cluster_authorized_operations
+        )
+    return dataclasses.replace(body, **changes) if changes else body
+
+
+def _describe_cluster(access: Access, body: Any) -> Any:
+    ops = _ops(access, ResourceType.CLUSTER, CLUSTER_NAME, body.cluster_authorized_operations)
+    return dataclasses.replace(body, cluster_authorized_operations=ops)
+
+
+def _groups(access: Access, body: Any) -> Any:
+    groups = tuple(
+        dataclasses.replace(
+            g, authorized_operations=_ops(access, ResourceType.GROUP, g.group_id, g.authorized_operations)
+        )
+        if hasattr(g, "authorized_operations")
+        else g
+        for g in body.groups
+    )
+    return dataclasses.replace(body, groups=groups)
+
+
+_OPERATIONS: dict[int, Callable[[Access, Any], Any]] = {
+    METADATA: _metadata,
+    DESCRIBE_CLUSTER: _describe_cluster,
+    DESCRIBE_GROUPS: _groups,
+    CONSUMER_GROUP_DESCRIBE: _groups,
+}

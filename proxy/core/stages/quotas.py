@@ -1,0 +1,185 @@
+"""The quota stage: client quotas in virtual clusters (KIP-1134), enforced the way a broker does.
+
+Per connection the limits that apply (proxy/quotas/model.py) are resolved once and again only when the
+quota book changes, so a request of a client without quotas costs an attribute check. With quotas:
+
+* produce bytes (the Produce request's size) and the request count are measured when the request
+  passes, fetch bytes (the Fetch response's size) and controller mutations (partitions created or
+  topics deleted, from the response) when the answer passes; against the client's limit and its VC's cap;
+* over a limit, the connection is muted for Kafka's throttle time (KIP-219): the next request from it
+  is held back until the mute ends (`Exchange.delay`, honoured by the shell), and every response that
+  leaves during the mute says how much of it is left in `throttle_time_ms` (the max with the broker's),
+  so clients back off by themselves too.
+
+DescribeClientQuotas and AlterClientQuotas from a principal in a VC are answered here, scoped to the VC
+(proxy/quotas/rpc.py); so are a super admin's that name the `virtual-cluster` entity type. Everything
+else about quotas (an unbound principal's own) goes to the broker as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ...protocol import codec
+from ...protocol.apis import request_type, response_type
+from ...protocol.codec import CodecError
+from ...protocol.primitives import MALFORMED
+from ...quotas import rpc
+from ...quotas.model import FETCH, MUTATION, PRODUCE, REQUEST, Limit, Resolved
+from ...quotas.throttle import set_throttle
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
+from .context import ConnectionState
+
+PRODUCE_KEY, FETCH_KEY = 0, 1
+CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
+DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY, DESCRIBE_USER_SCRAM_CREDENTIALS_KEY = 48, 49, 50
+_MUTATIONS = (CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY)
+_NO_LIMITS = Resolved({}, {})
+log = logging.getLogger(__name__)
+
+
+def may_manage_quotas(image: Any, principal: str | None, vc: Any, super_admins: frozenset[str]) -> bool:
+    """Whether `principal` may describe and alter client quotas in `vc` (None: only the `virtual-cluster`
+    entity type, for super admins). Today: the config's super admins and the VC's admins."""
+    if principal is not None and principal in super_admins:
+        return True
+    return vc is not None and principal in vc.admins
+
+
+class QuotaStage:
+    def __init__(self, ctx: ConnectionState, super_admins: frozenset[str], image: Callable[[], Any]):
+        self.ctx = ctx
+        self.super_admins = super_admins
+        self.image = image
+        self.mute_until = 0.0  # the connection is muted until then (the meters' clock)
+        self._limits = _NO_LIMITS
+        self._resolved_for: tuple[int, Any] | None = None  # (book version, vc) the limits were resolved for
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        limits = self._current()
+        if limits:
+            self._on_request(ex, limits)
+        if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY or ex.api_key == ALTER_CLIENT_QUOTAS_KEY:
+            return self._quota_rpc(ex)
+        if ex.api_key == DESCRIBE_USER_SCRAM_CREDENTIALS_KEY and self.ctx.vc is not None:
+            return self._scram(ex)
+        return None
+
+    def _current(self) -> Resolved:
+        vc = self.ctx.vc
+        if vc is None:
+            return _NO_LIMITS
+        book = self.image().quotas
+        if self._resolved_for is None or self._resolved_for[0] != book.version or self._resolved_for[1] is not vc:
+            self._resolved_for = (book.version, vc)
+            self._limits = book.resolve(vc.name, self.ctx.principal, self.ctx.client_id)
+        return self._limits
+
+    def _on_request(self, ex: Exchange, limits: Resolved) -> None:
+        meters = self.image().quotas.meters
+        now = meters.clock()
+        wait = self.mute_until - now
+        if wait > 0:  # KIP-219: muted; the request goes on when the mute ends
+            ex.delay = max(ex.delay, wait)
+        # Charged now, not when the mute ends: a meter is shared by connections, and one charged in the
+        # future would age the others' windows early. The throttle counts from now and includes this
+        # request, so the mute it sets (now + throttle) covers the earlier one's too.
+        throttle = self._measure(limits, REQUEST, 1.0, now)
+        if ex.api_key == PRODUCE_KEY and ex.frame is not None:
+            throttle = max(throttle, self._measure(limits, PRODUCE, float(len(ex.frame)), now))
+        if throttle > 0:
+            self.mute_until = max(self.mute_until, now + throttle)
+
+    def _measure(self, limits: Resolved, key: str, amount: float, now: float) -> float:
+        """Record `amount` against the client's limit and the VC's cap for `key`; the throttle it earns."""
+        throttle = 0.0
+        for limit in (limits.limits.get(key), limits.caps.get(key)):
+            if limit is not None:
+                throttle = max(throttle, _charge(self.image().quotas.meters, limit, amount, now))
+        return throttle
+
+    # -- responses --------------------------------------------------------------------------------
+
+    def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
+        limits = self._limits if self.ctx.vc is not None else _NO_LIMITS
+        if not limits and self.mute_until == 0.0:
+            return
+        now = self.image().quotas.meters.clock()
+        throttle = 0.0
+        if ex.api_key == FETCH_KEY and (FETCH in limits.limits or FETCH in limits.caps):
+            throttle = self._measure(limits, FETCH, float(sum(map(len, msg.pieces))), now)
+        elif ex.api_key in _MUTATIONS and (MUTATION in limits.limits or MUTATION in limits.caps):
+            throttle = self._measure(limits, MUTATION, float(_mutations(ex.api_key, msg.entity())), now)
+        if throttle > 0:
+            self.mute_until = max(self.mute_until, now + throttle)
+        left = self.mute_until - now
+        if left > 0:
+            set_throttle(msg, ex.api_key, ex.api_version, math.ceil(left * 1000))
+
+    # -- DescribeClientQuotas / AlterClientQuotas -------------------------------------------------
+
+    def _quota_rpc(self, ex: Exchange) -> RequestDecision | None:
+        assert ex.header is not None and ex.frame is not None
+        try:
+            request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
+        except (CodecError, *MALFORMED):
+            return close(f"malformed {'Describe' if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY else 'Alter'}ClientQuotas")
+        ctx = self.ctx
+        if ctx.vc is None and not rpc.names_virtual_clusters(request):
+            return None  # the physical cluster's quotas: the broker's business
+        image = self.image()
+        super_admin = ctx.principal is not None and ctx.principal in self.super_admins
+        caller = rpc.Caller(
+            vc=ctx.vc.name if ctx.vc is not None else None,
+            super_admin=super_admin,
+            may_manage=may_manage_quotas(image, ctx.principal, ctx.vc, self.super_admins),
+        )
+        response_cls = response_type(ex.api_key, ex.api_version)
+        if not rpc.authorized(caller, request):
+            name = ex.info.name if ex.info is not None else str(ex.api_key)
+            where = f"virtual cluster {caller.vc}" if caller.vc is not None else "the physical cluster"
+            log.info("refusing request: %s in %s (error %d)", name, where, rpc.CLUSTER_AUTHORIZATION_FAILED)
+        if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY:
+            response = rpc.describe(image.quotas, caller, request, response_cls)
+        else:
+            response, records = rpc.alter(image.quotas, caller, request, response_cls)
+            ex.writes = list(records)
+        return answer(ex, codec.encode(response))
+
+    def _scram(self, ex: Exchange) -> RequestDecision | None:
+        """`kafka-configs --describe --entity-type users` asks for SCRAM credentials too: a VC's admins
+        are told there are none; everyone else is refused as before (the tenancy stage)."""
+        ctx = self.ctx
+        if not may_manage_quotas(self.image(), ctx.principal, ctx.vc, self.super_admins):
+            return None
+        assert ex.header is not None and ex.frame is not None
+        try:
+            request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
+        except (CodecError, *MALFORMED):
+            return close("malformed DescribeUserScramCredentials")
+        return answer(ex, codec.encode(rpc.describe_scram(request, response_type(ex.api_key, ex.api_version))))
+
+
+def _charge(meters: Any, limit: Limit, amount: float, now: float) -> float:
+    return meters.get(limit.meter).charge(amount, limit.quota, now)
+
+
+def _mutations(api_key: int, response: Any) -> int:
+    """Partitions created (CreateTopics v5+ says how many; else one per topic), topics deleted, or topics
+    given partitions, counting only the items the broker accepted."""
+    if api_key == CREATE_TOPICS_KEY:
+        items = response.topics
+    elif api_key == DELETE_TOPICS_KEY:
+        items = response.responses
+    else:
+        items = response.results
+    count = 0
+    for item in items:
+        if int(item.error_code) == 0:
+            count += max(int(getattr(item, "num_partitions", 1)), 1)
+    return count

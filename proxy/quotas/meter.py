@@ -1,0 +1,115 @@
+"""Quota meters, sans-I/O (the clock is passed in): what a client used, and how long it must back off.
+
+Each meter does what a Kafka broker does, in two parts:
+
+* **the rate** (metrics, `vcproxy_quota_rate`): Kafka's sampled rate, the sum over `samples` windows of
+  `window` seconds (quota.window.num=11, quota.window.size.seconds=1) divided by the time they span,
+  counted as at least samples - 1 windows. Windows keep to a grid of whole windows (a broker opens one
+  at the first value after the last closed, so sparse large requests stretch windows and under-count).
+* **the throttle**: Kafka's token bucket (KIP-599, the broker's controller mutation quota): the bucket
+  fills at the quota up to samples * window seconds' worth (a client that was idle may burst that
+  much), every request takes its size out, and a client in debt waits debt / quota. A broker's byte
+  rate quotas instead throttle by the windowed rate, `(rate - quota) / quota * span`: that lets a client
+  settle above its quota by about its request size / span per connection, and the proxy's meters span
+  every broker connection of a client (a broker meters its own only), where it adds up (3 connections
+  of 1 MB requests against 2 MB/s: about +9%). The bucket converges to the quota exactly, however many
+  connections share it. A new meter starts empty: a client is paced from its first request, rather than
+  allowed a window's worth at once as on a broker.
+
+One mute is at most samples * window seconds; a debt larger than that is still owed afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+SAMPLES = 11
+WINDOW = 1.0
+MAX_METERS = 10_000  # per proxy: beyond this the least recently used meters are dropped
+
+
+class Rate:
+    """Kafka's sampled rate over `samples` windows of `window` seconds."""
+
+    __slots__ = ("starts", "values", "window")
+
+    def __init__(self, samples: int = SAMPLES, window: float = WINDOW):
+        self.window = window
+        self.starts = [-1e18] * samples  # start of each window, oldest first; unused ones expired
+        self.values = [0.0] * samples
+
+    def record(self, value: float, now: float) -> None:
+        newest = len(self.starts) - 1
+        last = self.starts[newest]
+        elapsed = now - last
+        if elapsed >= self.window:
+            self.starts.pop(0)
+            self.values.pop(0)
+            self.starts.append(now if last < -1e17 else last + (elapsed // self.window) * self.window)
+            self.values.append(0.0)
+        self.values[newest] += value
+
+    def rate(self, now: float) -> float:
+        expiry = len(self.starts) * self.window
+        total, oldest = 0.0, now
+        for start, value in zip(self.starts, self.values, strict=True):
+            if now - start < expiry:
+                total += value
+                oldest = min(oldest, start)
+        span = max(now - oldest, (len(self.starts) - 1) * self.window)
+        return total / span
+
+
+class Meter:
+    """One entity's use of one quota: its rate, and its token bucket."""
+
+    __slots__ = ("last", "quota", "rate", "throttled", "tokens")
+
+    def __init__(self) -> None:
+        self.rate = Rate()
+        self.tokens = 0.0  # what the client may still use now; negative: its debt
+        self.last: float | None = None
+        self.quota = 0.0  # the quota last charged against (for metrics)
+        self.throttled = 0.0  # seconds of throttle this meter gave out, in total (for metrics)
+
+    def charge(self, amount: float, quota: float, now: float) -> float:
+        """Count `amount` used now against `quota` per second; the seconds the client must now wait."""
+        self.rate.record(amount, now)
+        if self.last is not None and now > self.last:
+            self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + quota * (now - self.last))
+        self.last = now if self.last is None else max(self.last, now)
+        self.quota = quota
+        self.tokens -= amount
+        if self.tokens >= 0:
+            return 0.0
+        wait = min(-self.tokens / quota, SAMPLES * WINDOW)
+        self.throttled += wait
+        return wait
+
+
+class Meters:
+    """The proxy's meters, by meter key (quota key and entity), bounded: an LRU of MAX_METERS, so that
+    clients inventing client ids cannot grow memory; a dropped meter starts again empty."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, limit: int = MAX_METERS):
+        self.clock = clock
+        self.limit = limit
+        self._meters: OrderedDict[tuple[str, ...], Meter] = OrderedDict()
+
+    def get(self, key: tuple[str, ...]) -> Meter:
+        meter = self._meters.get(key)
+        if meter is None:
+            meter = self._meters[key] = Meter()
+            if len(self._meters) > self.limit:
+                self._meters.popitem(last=False)
+        else:
+            self._meters.move_to_end(key)
+        return meter
+
+    def __len__(self) -> int:
+        return len(self._meters)
+
+    def items(self) -> Iterator[tuple[tuple[str, ...], Meter]]:
+        return iter(list(self._meters.items()))

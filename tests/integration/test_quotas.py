@@ -1,0 +1,398 @@
+"""Client quotas in virtual clusters, end to end: two real proxy replicas (one state topic) in front of the
+real Kafka, quotas set with Kafka's own `kafka-configs` by VC admins and with `vcproxy quotas` by a super
+admin, and real producers and consumers of two libraries (confluent-kafka and Kafka's Java perf tools).
+
+* a tenant over its produce quota and one over its fetch quota converge to within 10% of it over 30 s,
+  and see throttle times (librdkafka's statistics, the Java clients' throttle-time metrics);
+* a third tenant's throughput on the same proxy, measured alone and then beside them, is unaffected;
+* kafka-configs --alter/--describe inside a VC, refused to members who are not admins, invisible to other
+  VCs, and seen through the second replica; `vcproxy quotas` for caps, refused to a VC admin.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from proxy.auth.credentials import make_entry
+from proxy.demo import java_client_properties
+from proxy.kafka.tools import run_tool
+from proxy.process import ProxyProcess, proxy_config
+
+from .ports import free_port, free_port_block
+
+USERS = {
+    "admin": "admin-secret",  # super admin, in no VC
+    "alice": "alice-secret",  # team-a's admin
+    "carol": "carol-secret",  # team-a, producer (confluent-kafka)
+    "erin": "erin-secret",  # team-a, producer (Java)
+    "bob": "bob-secret",  # team-b's admin and its consumers
+    "dan": "dan-secret",  # team-c: no quota
+}
+QUOTA = 2_000_000  # bytes/s: a few MB/s hold on a loaded 2-core machine
+VALUE = 1000  # bytes per record
+WARMUP, WINDOW = 3.0, 30.0  # seconds: measured over WINDOW after WARMUP
+FREE_RATE = 3_000_000  # bytes/s the unquota'd tenant paces itself at
+TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("quotas")
+
+
+def _replica(kafka_cluster: Any, workdir: Path, name: str, state_topic: str, metrics: bool) -> ProxyProcess:
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN", "SCRAM-SHA-512"]},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        tenancy={
+            "enabled": True,
+            "state_topic": state_topic,
+            "super_admins": ["User:admin"],
+            "virtual_clusters": [
+                {"name": "team-a", "principals": ["User:alice", "User:carol", "User:erin"], "admins": ["User:alice"]},
+                {"name": "team-b", "principals": ["User:bob"], "admins": ["User:bob"]},
+                {"name": "team-c", "principals": ["User:dan"]},
+            ],
+        },
+        metrics={"enabled": metrics, "port": free_port()},
+    )
+    return ProxyProcess(config, workdir, name=name).start(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def replicas(kafka_cluster, workdir) -> Iterator[tuple[ProxyProcess, ProxyProcess]]:
+    state_topic = f"__vcproxy_state_quotas_{uuid.uuid4().hex[:6]}"
+    first = _replica(kafka_cluster, workdir, "quotas-1", state_topic, metrics=True)
+    second = _replica(kafka_cluster, workdir, "quotas-2", state_topic, metrics=False)
+    yield first, second
+    second.stop()
+    first.stop()
+    for process in (first, second):
+        log = process.log_path.read_text(errors="replace")
+        assert "Traceback" not in log and " ERROR " not in log, process.log_tail(lines=60)
+
+
+@pytest.fixture(scope="module")
+def logins(workdir) -> dict[str, Path]:
+    paths = {}
+    for user, password in USERS.items():
+        paths[user] = workdir / f"{user}.properties"
+        paths[user].write_text(java_client_properties(user, password))
+    return paths
+
+
+def conf(proxy: ProxyProcess, user: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": proxy.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+        **extra,
+    }
+
+
+def kafka_configs(proxy: ProxyProcess, login: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(login), *args]
+    return run_tool("kafka-configs", argv, timeout=TIMEOUT)
+
+
+def configs_ok(proxy: ProxyProcess, login: Path, *args: str) -> str:
+    done = kafka_configs(proxy, login, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def quotas_tool(proxy: ProxyProcess, login: Path, *args: str) -> tuple[int, Any]:
+    command, *rest = args
+    argv = [sys.executable, "-m", "proxy", "quotas", command, "--bootstrap-server", proxy.bootstrap]
+    argv += ["--command-config", str(login), "--output", "json", *rest]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert done.returncode in (0, 1, 4), f"exit {done.returncode}: {done.stdout}\n{done.stderr}"
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None
+
+
+def eventually(check: Any, what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(0.2)
+
+
+def create_topic(proxy: ProxyProcess, user: str, name: str, partitions: int = 3) -> None:
+    admin = AdminClient(conf(proxy, user))
+    admin.create_topics([NewTopic(name, partitions, 3)], operation_timeout=30)[name].result(60)
+    eventually(lambda: name in admin.list_topics(timeout=30).topics, f"{name} visible to {user}")
+
+
+# -- management from inside a VC and by operators ---------------------------------------------------------
+
+
+def test_kafka_configs_inside_a_vc(replicas, logins):
+    first, second = replicas
+    alter = ("--alter", "--entity-type", "users", "--entity-name", "carol")
+    describe = ("--describe", "--entity-type", "users", "--entity-name", "carol")
+    out = configs_ok(first, logins["alice"], *alter, "--add-config", "producer_byte_rate=1048576")
+    assert "Completed updating config for user carol." in out, out
+    described = configs_ok(first, logins["alice"], *describe)
+    assert "Quota configs for user-principal 'carol' are producer_byte_rate=1048576.0" in described, described
+    # The other replica follows the state topic: the same answer there.
+    eventually(
+        lambda: "producer_byte_rate=1048576.0" in configs_ok(second, logins["alice"], *describe),
+        "the quota seen through the second replica",
+    )
+    # A member who is not the VC's admin is refused in the API's terms; another VC sees nothing of it.
+    refused = kafka_configs(first, logins["carol"], *alter, "--add-config", "producer_byte_rate=1")
+    assert refused.returncode != 0 and "ClusterAuthorizationException" in refused.stdout + refused.stderr
+    assert "producer_byte_rate" not in configs_ok(first, logins["bob"], *describe)
+    # Defaults, and removal.
+    configs_ok(
+        first, logins["alice"], "--alter", "--entity-type", "clients", "--entity-default", "--add-config",
+        "consumer_byte_rate=5000000",
+    )  # fmt: skip
+    listed = configs_ok(first, logins["alice"], "--describe", "--entity-type", "clients", "--entity-default")
+    assert "consumer_byte_rate=5000000.0" in listed, listed
+    configs_ok(first, logins["alice"], *alter, "--delete-config", "producer_byte_rate")
+    configs_ok(
+        first, logins["alice"], "--alter", "--entity-type", "clients", "--entity-default", "--delete-config",
+        "consumer_byte_rate",
+    )  # fmt: skip
+    assert "producer_byte_rate" not in configs_ok(first, logins["alice"], *describe)
+
+
+def test_vcproxy_quotas_sets_caps_for_super_admins_only(replicas, logins):
+    first, second = replicas
+    code, out = quotas_tool(first, logins["admin"], "alter", "--virtual-cluster", "team-c", "--add-config",
+                            "producer_byte_rate=50000000,request_rate=100000")  # fmt: skip
+    assert code == 0 and out["results"][0]["error_code"] == 0, out
+    code, out = quotas_tool(first, logins["admin"], "alter", "--virtual-cluster-default", "--add-config",
+                            "consumer_byte_rate=90000000")  # fmt: skip
+    assert code == 0, out
+
+    def described() -> Any:
+        code, out = quotas_tool(second, logins["admin"], "describe")
+        assert code == 0, out
+        entries = {json.dumps(e["entity"], sort_keys=True): e["quotas"] for e in out["entries"]}
+        return entries if len(entries) >= 2 else None
+
+    entries = eventually(described, "both caps through the second replica")
+    assert entries['{"virtual-cluster": "team-c"}'] == {"producer_byte_rate": 5e7, "request_rate": 1e5}
+    assert entries['{"virtual-cluster": null}'] == {"consumer_byte_rate": 9e7}
+    # A VC's admin may not use the virtual-cluster entity type.
+    code, out = quotas_tool(first, logins["alice"], "alter", "--virtual-cluster", "team-a", "--add-config",
+                            "producer_byte_rate=1")  # fmt: skip
+    assert code == 4 and out["results"][0]["error_code"] == 31, out
+    for args in (
+        ("--virtual-cluster", "team-c", "--delete-config", "producer_byte_rate,request_rate"),
+        ("--virtual-cluster-default", "--delete-config", "consumer_byte_rate"),
+    ):
+        assert quotas_tool(first, logins["admin"], "alter", *args)[0] == 0
+    assert quotas_tool(first, logins["admin"], "describe")[1]["entries"] == []
+
+
+# -- enforcement ----------------------------------------------------------------------------------------------
+
+
+class Flow:
+    """Bytes a client got through, by time, and the largest throttle its librdkafka statistics reported."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, int]] = []
+        self.throttle_ms = 0
+        self.errors: list[Any] = []
+        self.lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.events.append((time.monotonic(), n))
+
+    def stats(self, text: str) -> None:
+        brokers = json.loads(text).get("brokers", {}).values()
+        self.throttle_ms = max([self.throttle_ms, *(b.get("throttle", {}).get("max", 0) for b in brokers)])
+
+    def rate(self, start: float, end: float) -> float:
+        with self.lock:
+            return sum(n for t, n in self.events if start <= t < end) / (end - start)
+
+    @property
+    def first(self) -> float:
+        assert self.events, f"nothing got through (errors: {self.errors[:3]})"
+        return self.events[0][0]
+
+
+def produce_for(config: dict[str, Any], topic: str, seconds: float, pace: float | None = None) -> Flow:
+    """Produce VALUE-byte records for `seconds`, as fast as the producer may (or at `pace` bytes/s)."""
+    flow = Flow()
+    producer = Producer(
+        {**config, "acks": "all", "linger.ms": 5, "queue.buffering.max.kbytes": 2048,
+         "statistics.interval.ms": 1000, "stats_cb": flow.stats}
+    )  # fmt: skip
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            flow.errors.append(err)
+        else:
+            flow.add(len(msg.value()))
+
+    value = b"v" * VALUE
+    start = time.monotonic()
+    end = start + seconds
+    sent = 0
+    while (now := time.monotonic()) < end:
+        if pace is not None and sent >= pace * (now - start):
+            producer.poll(0.002)
+            continue
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+            sent += VALUE
+        except BufferError:
+            producer.poll(0.02)
+        producer.poll(0)
+    producer.flush(60)
+    return flow
+
+
+def consume_for(config: dict[str, Any], topic: str, seconds: float) -> Flow:
+    flow = Flow()
+    consumer = Consumer(
+        {**config, "group.id": f"q-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+         "fetch.max.bytes": 1048576, "max.partition.fetch.bytes": 262144, "queued.max.messages.kbytes": 1024,
+         "statistics.interval.ms": 1000, "stats_cb": flow.stats}
+    )  # fmt: skip
+    consumer.subscribe([topic])
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            for msg in consumer.consume(500, timeout=0.5):
+                if msg.error():
+                    raise KafkaException(msg.error())
+                flow.add(len(msg.value()))
+            consumer.poll(0)  # statistics callbacks
+    finally:
+        consumer.close()
+    return flow
+
+
+def java_metric(output: str, name: str) -> float:
+    values = [float(v) for v in re.findall(rf"{name}:\{{[^}}]*\}}\s*:\s*([0-9.]+)", output)]
+    assert values, f"no {name} in the Java client's metrics:\n{output[-3000:]}"
+    return max(values)
+
+
+def java_produce(proxy: ProxyProcess, login: Path, topic: str, records: int) -> tuple[float, float]:
+    """Kafka's producer perf tool: (acknowledged bytes/s over the run, largest produce throttle in ms)."""
+    args = ["--topic", topic, "--num-records", str(records), "--record-size", str(VALUE), "--throughput", "-1",
+            "--bootstrap-server", proxy.bootstrap, "--command-config", str(login), "--print-metrics",
+            "--producer-props", "client.id=java-producer", "acks=all", "batch.size=262144", "linger.ms=20"]  # fmt: skip
+    done = run_tool("kafka-producer-perf-test", args, timeout=TIMEOUT + 60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    final = re.search(rf"{records} records sent, ([0-9.]+) records/sec", out)
+    assert final, out[-3000:]
+    return float(final.group(1)) * VALUE, java_metric(out, "producer-metrics:produce-throttle-time-max")
+
+
+def java_consume(proxy: ProxyProcess, login: Path, topic: str, records: int) -> tuple[float, float]:
+    """Kafka's consumer perf tool: (bytes/s while fetching, largest fetch throttle in ms)."""
+    args = ["--topic", topic, "--num-records", str(records), "--bootstrap-server", proxy.bootstrap,
+            "--command-config", str(login), "--group", f"java-{uuid.uuid4().hex[:6]}", "--print-metrics",
+            "--timeout", "60000", "--command-property", "client.id=java-consumer",
+            "--command-property", "max.partition.fetch.bytes=262144"]  # fmt: skip
+    done = run_tool("kafka-consumer-perf-test", args, timeout=TIMEOUT + 60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.count(",") >= 9 and not line.startswith("start.time")]
+    assert lines, out[-3000:]
+    fetch_records_per_s = float(lines[-1].split(",")[-1])
+    return fetch_records_per_s * VALUE, java_metric(out, "consumer-fetch-manager-metrics:fetch-throttle-time-max")
+
+
+def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
+    proxy = replicas[0]
+    # team-a: every user 2 MB/s of produce; team-b: every client id 2 MB/s of fetch (each set by the VC's admin).
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-default",
+               "--add-config", f"producer_byte_rate={QUOTA}")  # fmt: skip
+    configs_ok(proxy, logins["bob"], "--alter", "--entity-type", "clients", "--entity-default",
+               "--add-config", f"consumer_byte_rate={QUOTA}")  # fmt: skip
+    create_topic(proxy, "alice", "produced")
+    create_topic(proxy, "bob", "fetched")
+    create_topic(proxy, "dan", "free")
+    # Enough for each consumer to read at the quota for the whole run (bob's produce has no quota).
+    filler = Producer(conf(proxy, "bob", **{"linger.ms": 20, "queue.buffering.max.kbytes": 65536}))
+    for _ in range(80_000):
+        while True:
+            try:
+                filler.produce("fetched", b"f" * VALUE)
+                break
+            except BufferError:
+                filler.poll(0.05)
+    assert filler.flush(120) == 0
+
+    alone = produce_for(conf(proxy, "dan"), "free", 8.0, pace=FREE_RATE)
+    alone_rate = alone.rate(alone.first + 1, alone.first + 7)
+    run = WARMUP + WINDOW + 1
+    with ThreadPoolExecutor(5) as pool:
+        carol = pool.submit(produce_for, conf(proxy, "carol"), "produced", run)
+        consumer = pool.submit(consume_for, conf(proxy, "bob", **{"client.id": "py-consumer"}), "fetched", run)
+        java_producer = pool.submit(java_produce, proxy, logins["erin"], "produced", int(QUOTA * 36 / VALUE))
+        java_consumer = pool.submit(java_consume, proxy, logins["bob"], "fetched", int(QUOTA * 34 / VALUE))
+        beside = pool.submit(produce_for, conf(proxy, "dan"), "free", run, FREE_RATE)
+        carol_flow, consumer_flow, dan_flow = carol.result(), consumer.result(), beside.result()
+        (java_produced, java_produce_throttle) = java_producer.result()
+        (java_fetched, java_fetch_throttle) = java_consumer.result()
+
+    measured = {
+        "confluent producer": carol_flow.rate(carol_flow.first + WARMUP, carol_flow.first + WARMUP + WINDOW),
+        "confluent consumer": consumer_flow.rate(consumer_flow.first + WARMUP, consumer_flow.first + WARMUP + WINDOW),
+        "java producer": java_produced,
+        "java consumer": java_fetched,
+    }
+    print(f"quota {QUOTA} B/s; measured {measured}; tenant without quota alone {alone_rate:.0f}, "
+          f"beside them {dan_flow.rate(dan_flow.first + WARMUP, dan_flow.first + WARMUP + WINDOW):.0f} B/s; "
+          f"throttles (ms) {carol_flow.throttle_ms} {consumer_flow.throttle_ms} "
+          f"{java_produce_throttle} {java_fetch_throttle}")  # fmt: skip
+    for who, rate in measured.items():
+        assert abs(rate - QUOTA) <= 0.1 * QUOTA, f"{who}: {rate:.0f} B/s against a quota of {QUOTA}"
+    assert not carol_flow.errors and not dan_flow.errors
+    # The clients were told: librdkafka's statistics and the Java clients' metrics report the throttle.
+    assert carol_flow.throttle_ms > 0 and consumer_flow.throttle_ms > 0
+    assert java_produce_throttle > 0 and java_fetch_throttle > 0
+    # The tenant without quota: as fast beside them as alone, and never throttled.
+    dan_rate = dan_flow.rate(dan_flow.first + WARMUP, dan_flow.first + WARMUP + WINDOW)
+    assert dan_rate >= 0.9 * alone_rate, f"tenant without quota: {dan_rate:.0f} B/s beside, {alone_rate:.0f} alone"
+    assert alone.throttle_ms == 0 and dan_flow.throttle_ms == 0
+
+    # Metrics: quota use and throttle time per VC, user and client id.
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.config['metrics']['port']}/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    carol_throttled = re.search(
+        r'vcproxy_quota_throttle_seconds_total\{client_id="",quota="producer_byte_rate",scope="client",'
+        r'user="carol",vc="team-a"\} ([0-9.e+]+)',
+        metrics,
+    )
+    assert carol_throttled and float(carol_throttled.group(1)) > 0, metrics[-3000:]
+    assert (
+        'vcproxy_quota_usage_ratio{client_id="py-consumer",quota="consumer_byte_rate",scope="client",user="",'
+        'vc="team-b"}' in metrics
+    ), metrics[-3000:]

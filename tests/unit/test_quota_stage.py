@@ -1,0 +1,430 @@
+"""The quota stage through the sans-I/O session (fake clock): mutes, throttle fields set without decoding
+records, and DescribeClientQuotas/AlterClientQuotas answered in a VC's terms."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+
+from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, OpData
+from kio.schema.alter_client_quotas.v1.request import EntityData as AlterEntity
+from kio.schema.alter_client_quotas.v1.request import EntryData as AlterEntry
+from kio.schema.alter_client_quotas.v1.response import AlterClientQuotasResponse
+from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
+from kio.schema.describe_client_quotas.v1.response import DescribeClientQuotasResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v16.response import FetchableTopicResponse, FetchResponse, LeaderIdAndEpoch, PartitionData
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v9.response import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
+from kio.static.primitive import i8, i16, i32, i64
+
+from proxy.core.endpoints import ListenerLayout
+from proxy.core.session import Action, ProxySession
+from proxy.protocol import codec
+from proxy.protocol.apis import request_type
+from proxy.protocol.headers import response_body_offset
+from proxy.quotas.meter import Meters
+from proxy.quotas.model import FETCH, PRODUCE, entity
+from proxy.tenancy.engine import Policy
+from proxy.tenancy.model import TenancyImage, admin_record, link_record, principal_record, quota_record, vc_record
+
+from .wire import request_frame, response_frame
+
+LAYOUT = ListenerLayout("proxy.example", 9192, 9193)
+RECORDS = bytes(range(256)) * 40
+T0 = datetime.timedelta(0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclasses.dataclass
+class _Tenancy:
+    image: TenancyImage
+    policy: Policy = dataclasses.field(default_factory=Policy)
+    refuse_unbound: bool = False
+
+
+def image(clock: Clock) -> TenancyImage:
+    img = TenancyImage()
+    img.quotas.meters = Meters(clock=clock)
+    for record in (
+        vc_record("team-a"),
+        vc_record("team-b"),
+        principal_record("User:alice", "team-a"),
+        principal_record("User:carol", "team-a"),
+        principal_record("User:bob", "team-b"),
+        admin_record("team-a", "User:alice", True),
+        link_record("team-a", "orders", "phys.orders"),
+    ):
+        img.apply(*record)
+    return img
+
+
+def session(img: TenancyImage, principal: str) -> ProxySession:
+    return ProxySession(LAYOUT, tenancy=_Tenancy(img), principal=principal, super_admins=["User:admin"])
+
+
+def joined(pieces) -> bytes:
+    return b"".join(bytes(p) for p in pieces)
+
+
+def produce(correlation_id: int) -> bytes:
+    body = ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=1),
+        topic_data=(
+            TopicProduceData(name="orders", partition_data=(PartitionProduceData(index=i32(0), records=RECORDS),)),
+        ),
+    )
+    return request_frame(0, 9, correlation_id, body)
+
+
+def produce_response(correlation_id: int, throttle_ms: int = 0) -> bytes:
+    partition = PartitionProduceResponse(
+        index=i32(0),
+        error_code=ErrorCode.none,
+        base_offset=i64(0),
+        log_append_time=datetime.datetime.fromtimestamp(0, datetime.UTC),
+        log_start_offset=i64(0),
+        record_errors=(),
+        error_message=None,
+    )
+    body = ProduceResponse(
+        responses=(TopicProduceResponse(name="phys.orders", partition_responses=(partition,)),),
+        throttle_time=datetime.timedelta(milliseconds=throttle_ms),
+    )
+    return response_frame(0, 9, correlation_id, body)
+
+
+def test_produce_over_quota_mutes_the_connection_and_says_so_in_the_response():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), PRODUCE, 1000.0))
+    s = session(img, "User:alice")
+    first = s.on_request(memoryview(bytearray(produce(1))))
+    assert first.action is Action.FORWARD and first.delay == 0.0
+    size = len(produce(1))
+    # A new client has no credit: its first request earns size/quota seconds of mute.
+    clock.now += 1.0
+    result = s.on_response(memoryview(bytearray(produce_response(1))))
+    out = joined(result.pieces)
+    body, _ = codec.decode(ProduceResponse, out, response_body_offset(out, 1))
+    expected = size / 1000.0 - 1.0
+    assert abs(body.throttle_time.total_seconds() - expected) < 0.01
+    assert body.responses[0].name == "orders"  # the tenancy stage's translation kept
+    # The next request is held back until the mute ends.
+    second = s.on_request(memoryview(bytearray(produce(2))))
+    assert abs(second.delay - expected) < 1e-6
+    # The broker's own throttle wins when larger.
+    clock.now += 100
+    s.on_request(memoryview(bytearray(produce(3))))
+    result = s.on_response(memoryview(bytearray(produce_response(2, throttle_ms=60_000))))
+    out = joined(result.pieces)
+    body, _ = codec.decode(ProduceResponse, out, response_body_offset(out, 1))
+    assert body.throttle_time == datetime.timedelta(seconds=60)
+
+
+def test_another_vcs_client_and_a_client_without_quota_are_untouched():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), PRODUCE, 1.0))
+    for principal in ("User:bob", "User:carol"):
+        s = session(img, principal)
+        for i in range(5):
+            assert s.on_request(memoryview(bytearray(produce(i)))).delay == 0.0
+        stage = next(st for st in s.stages if type(st).__name__ == "QuotaStage")
+        assert stage.mute_until == 0.0
+
+
+def fetch_response(correlation_id: int) -> bytes:
+    partition = PartitionData(
+        partition_index=i32(0),
+        error_code=ErrorCode.none,
+        high_watermark=i64(10),
+        aborted_transactions=None,
+        records=RECORDS,
+        current_leader=LeaderIdAndEpoch(leader_id=i32(2), leader_epoch=i32(5)),
+    )
+    body = FetchResponse(
+        throttle_time=T0,
+        error_code=ErrorCode.none,
+        session_id=i32(9),
+        responses=(FetchableTopicResponse(topic_id=uuid.uuid4(), partitions=(partition,)),),
+        node_endpoints=(),
+    )
+    return response_frame(1, 16, correlation_id, body)
+
+
+def fetch_request(correlation_id: int) -> bytes:
+    return request_frame(1, 16, correlation_id, codec._empty(request_type(1, 16)))
+
+
+def test_fetch_over_quota_throttle_set_in_place_records_not_copied():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", client_id=None), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    assert s.on_request(memoryview(bytearray(fetch_request(1)))).delay == 0.0
+    original = fetch_response(1)
+    result = s.on_response(memoryview(bytearray(original)))
+    out = joined(result.pieces)
+    body, end = codec.decode(FetchResponse, out, response_body_offset(out, 1))
+    assert end == len(out) == len(original)
+    assert abs(body.throttle_time.total_seconds() - len(original) / 2000.0) < 0.002
+    assert body.responses[0].partitions[0].records == RECORDS
+    assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)  # a slice, not a copy
+    decision = s.on_request(memoryview(bytearray(fetch_request(2))))
+    assert abs(decision.delay - len(original) / 2000.0) < 1e-6
+
+
+def test_per_request_cost_without_quotas_is_a_version_check():
+    clock = Clock()
+    img = image(clock)
+    s = session(img, "User:alice")
+    original = fetch_response(1)
+    s.on_request(memoryview(bytearray(fetch_request(1))))
+    result = s.on_response(memoryview(bytearray(original)))
+    out = joined(result.pieces)
+    body, _ = codec.decode(FetchResponse, out, response_body_offset(out, 1))
+    assert body.throttle_time == T0 and len(img.quotas.meters) == 0
+
+
+# -- DescribeClientQuotas / AlterClientQuotas --------------------------------------------------------------
+
+
+def alter_request(*entries, validate_only=False) -> AlterClientQuotasRequest:
+    return AlterClientQuotasRequest(
+        entries=tuple(
+            AlterEntry(
+                entity=tuple(AlterEntity(entity_type=t, entity_name=n) for t, n in ent),
+                ops=tuple(OpData(key=k, value=float(v or 0), remove=v is None) for k, v in ops),
+            )
+            for ent, ops in entries
+        ),
+        validate_only=validate_only,
+    )
+
+
+def describe_request(*components, strict=False) -> DescribeClientQuotasRequest:
+    return DescribeClientQuotasRequest(
+        components=tuple(ComponentData(entity_type=t, match_type=i8(m), match=n) for t, m, n in components),
+        strict=strict,
+    )
+
+
+def call(s: ProxySession, api_key: int, body, response_cls, correlation_id: int = 5):
+    decision = s.on_request(memoryview(bytearray(request_frame(api_key, 1, correlation_id, body))))
+    if decision.action is not Action.LOCAL:
+        return decision, None
+    reply = s.next_local_reply()
+    assert reply is not None and reply.reply is not None
+    response, _ = codec.decode(response_cls, reply.reply, response_body_offset(reply.reply, 1))
+    return reply, response
+
+
+def test_vc_admin_alters_and_describes_in_the_vcs_terms():
+    img = image(Clock())
+    s = session(img, "User:alice")
+    request = alter_request(
+        ((("user", "carol"),), [(PRODUCE, 1048576)]),
+        ((("client-id", None),), [(FETCH, 2e6)]),
+        ((("ip", "1.2.3.4"),), [(PRODUCE, 1)]),
+        ((("user", "carol"),), [("request_percentage", 10)]),
+    )
+    reply, response = call(s, 49, request, AlterClientQuotasResponse)
+    assert [int(e.error_code) for e in response.entries] == [0, 0, 42, 42]
+    assert response.entries[0].entity[0].entity_name == "carol"
+    assert [key for key, _ in reply.writes] == [
+        '["quota","user=carol","virtual-cluster=team-a","producer_byte_rate"]',
+        '["quota","client-id","virtual-cluster=team-a","consumer_byte_rate"]',
+    ]
+    for record in reply.writes:  # what the shell writes and every replica applies
+        img.apply(*record)
+    assert img.quotas.resolve("team-a", "User:carol", "x").limits[PRODUCE].quota == 1048576
+    _, described = call(s, 48, describe_request(("user", 0, "carol"), strict=True), DescribeClientQuotasResponse)
+    assert int(described.error_code) == 0
+    assert [[(e.entity_type, e.entity_name) for e in x.entity] for x in described.entries] == [[("user", "carol")]]
+    assert [(v.key, v.value) for v in described.entries[0].values] == [(PRODUCE, 1048576.0)]
+    _, everything = call(s, 48, describe_request(), DescribeClientQuotasResponse)
+    assert len(everything.entries) == 2
+    # Another VC's admin sees none of it; validate_only writes nothing; removing works.
+    img.apply(*admin_record("team-b", "User:bob", True))
+    _, other = call(session(img, "User:bob"), 48, describe_request(), DescribeClientQuotasResponse)
+    assert int(other.error_code) == 0 and other.entries == ()
+    reply, response = call(
+        s, 49, alter_request(((("user", "carol"),), [(PRODUCE, None)]), validate_only=True), AlterClientQuotasResponse
+    )
+    assert int(response.entries[0].error_code) == 0 and reply.writes == []
+    reply, _ = call(s, 49, alter_request(((("user", "carol"),), [(PRODUCE, None)])), AlterClientQuotasResponse)
+    assert reply.writes == [('["quota","user=carol","virtual-cluster=team-a","producer_byte_rate"]', None)]
+
+
+def test_members_who_are_not_admins_are_refused_in_the_apis_shape():
+    img = image(Clock())
+    s = session(img, "User:carol")
+    reply, response = call(s, 49, alter_request(((("user", "carol"),), [(PRODUCE, 1)])), AlterClientQuotasResponse)
+    assert [int(e.error_code) for e in response.entries] == [31] and reply.writes == []
+    _, described = call(s, 48, describe_request(), DescribeClientQuotasResponse)
+    assert int(described.error_code) == 31
+    # A VC admin may not use the virtual-cluster entity type: super admins only.
+    _, response = call(
+        session(img, "User:alice"),
+        49,
+        alter_request(((("virtual-cluster", "team-a"),), [(PRODUCE, 1)])),
+        AlterClientQuotasResponse,
+    )
+    assert int(response.entries[0].error_code) == 31
+
+
+def test_super_admin_sets_caps_with_the_virtual_cluster_entity_type_and_the_rest_goes_upstream():
+    img = image(Clock())
+    s = session(img, "User:admin")
+    reply, response = call(
+        s,
+        49,
+        alter_request(
+            ((("virtual-cluster", "team-a"),), [(PRODUCE, 5e6)]),
+            ((("virtual-cluster", None),), [(PRODUCE, 1e6)]),
+            ((("virtual-cluster", "team-b"), ("user", "bob")), [(FETCH, 3e6)]),
+            ((("virtual-cluster", "kafka-cluster"), ("client-id", None)), [(FETCH, 7e6)]),
+            ((("virtual-cluster", "kafka-cluster"),), [(FETCH, 7e6)]),
+        ),
+        AlterClientQuotasResponse,
+    )
+    assert [int(e.error_code) for e in response.entries] == [0, 0, 0, 0, 42]
+    for record in reply.writes:
+        img.apply(*record)
+    assert img.quotas.resolve("team-a", "User:alice", None).caps[PRODUCE].quota == 5e6
+    assert img.quotas.resolve("team-b", "User:bob", None).caps[PRODUCE].quota == 1e6
+    assert img.quotas.resolve("team-b", "User:bob", "x").limits[FETCH].quota == 3e6
+    assert img.quotas.resolve("team-a", "User:alice", "x").limits[FETCH].quota == 7e6  # the global level
+    _, described = call(
+        s, 48, describe_request(("virtual-cluster", 0, "team-a"), strict=True), DescribeClientQuotasResponse
+    )
+    assert [(v.key, v.value) for v in described.entries[0].values] == [(PRODUCE, 5e6)]
+    _, everything = call(s, 48, describe_request(("virtual-cluster", 2, None)), DescribeClientQuotasResponse)
+    names = [tuple((e.entity_type, e.entity_name) for e in x.entity) for x in everything.entries]
+    assert (("client-id", None), ("virtual-cluster", "kafka-cluster")) in names and len(names) == 4
+    # Without the virtual-cluster entity type an unbound admin's quota requests are the broker's.
+    decision, _ = call(s, 48, describe_request(("user", 0, "x")), DescribeClientQuotasResponse)
+    assert decision.action is Action.FORWARD
+
+
+def test_malformed_quota_request_closes_the_connection():
+    img = image(Clock())
+    s = session(img, "User:alice")
+    frame = bytearray(request_frame(49, 1, 5, alter_request(((("user", "carol"),), [(PRODUCE, 1)]))))
+    frame[-3] = 0x7F  # a length past the end
+    assert s.on_request(memoryview(frame)).action is Action.CLOSE
+
+
+def test_a_vc_cap_bounds_the_vcs_clients_together():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a"), PRODUCE, 10_000.0))
+    alice, carol, bob = session(img, "User:alice"), session(img, "User:carol"), session(img, "User:bob")
+    assert alice.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
+    assert carol.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
+    # Both were charged to team-a's cap: each connection is muted, carol's for both requests' bytes.
+    size = len(produce(1))
+    assert abs(alice.on_request(memoryview(bytearray(produce(2)))).delay - size / 10_000) < 1e-6
+    assert abs(carol.on_request(memoryview(bytearray(produce(2)))).delay - 2 * size / 10_000) < 1e-6
+    assert bob.on_request(memoryview(bytearray(produce(1)))).delay == 0.0  # team-b has no cap
+
+
+def test_controller_mutations_counted_from_the_brokers_answer():
+    from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+    from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
+
+    from proxy.quotas.model import MUTATION
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), MUTATION, 2.0))
+    s = session(img, "User:alice")
+    topics = tuple(
+        CreatableTopic(name=n, num_partitions=i32(6), replication_factor=i16(1), assignments=(), configs=())
+        for n in ("t1", "t2")
+    )
+    request = CreateTopicsRequest(topics=topics, timeout=datetime.timedelta(seconds=5), validate_only=False)
+    decision = s.on_request(memoryview(bytearray(request_frame(19, 7, 1, request))))
+    assert decision.action is Action.FORWARD
+    physical = [t.name for t in codec.decode(CreateTopicsRequest, joined(decision.pieces), 14 + 1 + 1)[0].topics]
+    results = tuple(
+        CreatableTopicResult(
+            name=name, topic_id=uuid.uuid4(), error_code=ErrorCode(code), error_message=None,
+            topic_config_error_code=ErrorCode.none, num_partitions=i32(6), replication_factor=i16(1), configs=(),
+        )
+        for name, code in zip(physical, (0, 36), strict=True)
+    )  # fmt: skip
+    response = CreateTopicsResponse(throttle_time=T0, topics=results)
+    result = s.on_response(memoryview(bytearray(response_frame(19, 7, 1, response))))
+    out = joined(result.pieces)
+    body, _ = codec.decode(CreateTopicsResponse, out, response_body_offset(out, 1))
+    # 6 partitions created (the second topic failed) against 2/s, a new client: 3 s of mute.
+    assert abs(body.throttle_time.total_seconds() - 3.0) < 0.002
+    assert [t.name for t in body.topics] == ["t1", "t2"]
+
+
+def test_metrics_show_quota_use_and_throttle_per_entity():
+    from proxy.observability.metrics import Metrics
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user=None), PRODUCE, 1000.0))
+    s = session(img, "User:carol")
+    s.on_request(memoryview(bytearray(produce(1))))
+    metrics = Metrics()
+    metrics.quotas = img.quotas
+    text = metrics.render().decode()
+    labels = 'client_id="",quota="producer_byte_rate",scope="client",user="carol",vc="team-a"'
+    assert f"vcproxy_quota_throttle_seconds_total{{{labels}}}" in text
+    assert f"vcproxy_quota_usage_ratio{{{labels}}}" in text
+
+
+def test_quota_entities_per_vc_are_bounded(monkeypatch):
+    from proxy.quotas import rpc
+
+    monkeypatch.setattr(rpc, "MAX_ENTITIES", 2)
+    img = image(Clock())
+    s = session(img, "User:alice")
+    entries = [((("user", f"u{i}"),), [(PRODUCE, 1)]) for i in range(3)]
+    reply, response = call(s, 49, alter_request(*entries), AlterClientQuotasResponse)
+    assert [int(e.error_code) for e in response.entries] == [0, 0, 44] and len(reply.writes) == 2
+    for record in reply.writes:
+        img.apply(*record)
+    # Changing or removing an existing entity is always possible.
+    reply, response = call(s, 49, alter_request(((("user", "u0"),), [(PRODUCE, None)])), AlterClientQuotasResponse)
+    assert int(response.entries[0].error_code) == 0 and len(reply.writes) == 1
+
+
+def test_the_span_carries_the_throttle_and_the_mute():
+    import time
+
+    from .test_request_trace import attrs, recorder
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), PRODUCE, 1000.0))
+    s = session(img, "User:alice")
+    connection, collect = recorder(s)
+    for cid in (1, 2):
+        frame = memoryview(bytearray(produce(cid)))
+        decision = s.on_request(frame)
+        connection.on_request(frame, decision, time.time_ns())
+        upstream = memoryview(bytearray(produce_response(cid)))
+        result = s.on_response(upstream)
+        connection.on_reply(result.exchange, result.pieces, upstream)
+    first, second = (attrs(span) for span in collect.named("Produce"))
+    size = len(produce(1))
+    # The throttle the client was sent (the broker said 0), and the mute that held the next request back.
+    assert abs(first["vcproxy.throttle_ms"] - size) <= 1 and "vcproxy.quota.delay_ms" not in first
+    assert abs(second["vcproxy.quota.delay_ms"] - size) <= 1
