@@ -212,7 +212,7 @@ def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[
     if vc_admin is not None:
         admin, member, vc = vc_admin
         admin_login = f"--bootstrap-server {bootstrap} --command-config {properties[admin]}"
-        member_login = f"--bootstrap-server {bootstrap} --consumer.config {properties[member]}"
+        member_login = f"--bootstrap-server {bootstrap} --command-config {properties[member]}"
         steps.append(
             (
                 f"ACLs inside {vc}, as {admin} (its admin), with Kafka's own tool: {member} may now read demo but "
@@ -228,6 +228,21 @@ def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[
                         f"{tool} kafka-console-consumer",
                         member_login,
                         f"--topic demo --group {member}-app --from-beginning --max-messages 1",
+                    ),
+                ],
+            )
+        )
+        steps.append(
+            (
+                f"Quotas inside {vc}, as {admin}, with Kafka's own tool: {member} may produce 1 MB/s (docs/quotas.md):",
+                [
+                    _command(
+                        f"{tool} kafka-configs",
+                        admin_login,
+                        f"--alter --entity-type users --entity-name {member} --add-config producer_byte_rate=1048576",
+                    ),
+                    _command(
+                        f"{tool} kafka-configs", admin_login, f"--describe --entity-type users --entity-name {member}"
                     ),
                 ],
             )

@@ -122,6 +122,11 @@ class ResponseMessage:
             self.pieces = [b"".join(bytes(p) for p in self.pieces)]
         return self.pieces[0]
 
+    @property
+    def decoded(self) -> bool:
+        """A stage decoded the body (or waits to edit it): edits go to the entity, not the bytes."""
+        return self._entity is not None or bool(self.post)
+
     def entity(self) -> Any:
         if self._entity is None:
             self._entity, _ = codec.decode(

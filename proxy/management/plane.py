@@ -144,6 +144,7 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
         code, message = _check(check)
         if code == NONE:
             records.extend(acl_record(name, b, False) for b in image.vcs[name].acls)  # its ACLs go with it
+            records.extend(image.quotas.of_vc(name))  # and its quotas
             records.append(vc_delete(name))
         results.append(m.DeletableVirtualClusterResult(name=name, error_code=i16(code), error_message=message))
     return m.DeleteVirtualClustersResponse(responses=tuple(results)), [] if request.validate_only else records

@@ -155,6 +155,15 @@ class QuotaBook:
         ordered = sorted(self.values.items(), key=lambda kv: [(t, n or "") for t, n in kv[0]])
         return [record(ent, key, value) for ent, values in ordered for key, value in values.items()]
 
+    def of_vc(self, vc: str) -> list[tuple[str, dict[str, Any] | None]]:
+        """Tombstones for every quota of one VC (its entities and its cap): a deleted VC takes them along."""
+        return [
+            record(ent, key, None)
+            for ent, values in self.values.items()
+            if (VIRTUAL_CLUSTER, vc) in ent
+            for key in values
+        ]
+
     def get(self, ent: Entity) -> dict[str, float]:
         return self.values.get(ent, {})
 

@@ -40,7 +40,7 @@ def set_throttle(msg: Any, api_key: int, version: int, ms: int) -> None:
         return  # too old a version to say it (Produce v0, Fetch v0): the mute alone applies
     name, index = where
     ms = min(ms, _MAX_MS)
-    if msg._entity is not None or msg.post:  # decoded by a stage: edit the entity, keep their edits
+    if msg.decoded:  # decoded by a stage: edit the entity, keep their edits
         entity = msg.entity()
         old = getattr(entity, name)
         old_ms = int(old.total_seconds() * 1000) if isinstance(old, timedelta) else int(old)

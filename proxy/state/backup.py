@@ -3,7 +3,7 @@
 A backup is the replayed image written back out as records, one JSON object per line
 (`{"key": [...], "value": {...} | null}`): the canonical state, independent of the topic's history and
 of compaction. Replaying a restored backup gives the same VCs, ids, cluster ids, bindings, links,
-topic ids and link generations.
+topic ids, link generations, assigned groups and transactional ids, admins, ACLs and quotas.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..tenancy.model import TenancyImage
+from ..acl.model import acl_record
+from ..tenancy.model import TenancyImage, admin_record, group_record, seeded_record, txn_record
 
 Record = tuple[str, dict[str, Any] | None]  # as in store.py (not imported: it loads confluent-kafka)
 
@@ -39,6 +40,13 @@ def image_records(image: TenancyImage) -> list[Record]:
         records += [(_key("link", name, link), {"physical": vc.links[link]}) for link in order]
     records += [(_key("topic", t), {"topic_id": str(i)}) for t, i in sorted(image.topic_ids.items())]
     records += [(_key("gen", v, link), {"gen": g}) for (v, link), g in sorted(image.generations.items())]
+    for name, vc in sorted(image.vcs.items()):  # what migration assigned, the VC's admins and ACLs
+        records += [group_record(name, g, True) for g in sorted(vc.groups)]
+        records += [txn_record(name, t, True) for t in sorted(vc.txns)]
+        records += [admin_record(name, p, True) for p in sorted(vc.admins)]
+        records += [acl_record(name, b, True) for b in sorted(vc.acls, key=lambda b: b.key_parts())]
+    records += [seeded_record(name, entries) for name, entries in sorted(image.seeded.items())]
+    records += image.quotas.records()
     return records
 
 

@@ -174,7 +174,7 @@ def test_reads_need_the_topic_and_the_group(proxy, logins, matrix):
     done = run_tool(
         "kafka-console-consumer",
         [
-            "--bootstrap-server", proxy.bootstrap, "--consumer.config", str(logins["carol"]),
+            "--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["carol"]),
             "--topic", "payments", "--group", "app", "--from-beginning", "--timeout-ms", "20000",
         ],
         timeout=TIMEOUT,
@@ -203,3 +203,16 @@ def test_the_unbound_admin_reaches_the_brokers_acls(proxy, logins):
     out = done.stdout + done.stderr
     assert "SecurityDisabledException" in out or "No Authorizer is configured" in out, out
     assert "UnsupportedVersion" not in out
+
+
+def test_the_unbound_admin_sets_the_brokers_client_quotas(proxy, logins):
+    """`kafka-configs --entity-type clients` as admin goes to the broker (was UnsupportedVersion)."""
+    client = f"acl-test-{uuid.uuid4().hex[:6]}"
+    common = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["admin"])]
+    common += ["--entity-type", "clients", "--entity-name", client]
+    done = run_tool("kafka-configs", [*common, "--alter", "--add-config", "producer_byte_rate=4096"], timeout=TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    described = run_tool("kafka-configs", [*common, "--describe"], timeout=TIMEOUT)
+    assert "producer_byte_rate=4096" in described.stdout, described.stdout + described.stderr
+    removed = run_tool("kafka-configs", [*common, "--alter", "--delete-config", "producer_byte_rate"], timeout=TIMEOUT)
+    assert removed.returncode == 0, removed.stdout + removed.stderr

@@ -229,6 +229,9 @@ def test_the_banner_works_top_to_bottom(first_run):
     assert "User:carol" in first_run.outputs[listed] and "READ" in first_run.outputs[listed]
     carol = next(c for c in commands if "kafka-console-consumer" in c and "carol" in c)
     assert first_run.outputs[carol].split()[:1] in (["hi"], ["hello"])
+    # ...and sets carol's produce quota with kafka-configs
+    described = next(c for c in commands if "kafka-configs" in c and "--describe" in c)
+    assert "producer_byte_rate=1048576" in first_run.outputs[described]
 
 
 def test_a_fresh_start_logs_no_warning(first_run):

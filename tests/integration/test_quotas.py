@@ -230,8 +230,15 @@ class Flow:
         self.throttle_ms = max([self.throttle_ms, *(b.get("throttle", {}).get("max", 0) for b in brokers)])
 
     def rate(self, start: float, end: float) -> float:
+        """Bytes per second from the first event at or after `start` to the first at or after `end`:
+        throttled clients get through in bursts (one per mute), and an interval from burst to burst
+        holds whole bursts only, where one cut by a fixed edge would be off by a burst."""
         with self.lock:
-            return sum(n for t, n in self.events if start <= t < end) / (end - start)
+            times = [t for t, _ in self.events]
+            first = next(t for t in times if t >= start)
+            last = next((t for t in times if t >= end), times[-1])
+            assert last - first >= 0.8 * (end - start), f"too few events: {first:.1f}..{last:.1f}"
+            return sum(n for t, n in self.events if first <= t < last) / (last - first)
 
     @property
     def first(self) -> float:

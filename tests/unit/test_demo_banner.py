@@ -42,7 +42,7 @@ def test_the_topic_is_created_before_anything_produces_or_consumes(banner):
 
 def test_commands_are_whole_shell_lines(banner):
     commands = demo.banner_commands(banner(kept=False))
-    assert len(commands) == 13
+    assert len(commands) == 15
     for command in commands:
         lines = command.splitlines()
         assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
@@ -56,6 +56,9 @@ def test_commands_are_whole_shell_lines(banner):
     acl = [c for c in commands if "kafka-acls" in c]
     assert len(acl) == 2 and all("alice.properties" in c for c in acl) and "User:carol" in acl[0]
     assert any("console-consumer" in c and "carol.properties" in c for c in commands)
+    # ...and a quota for carol, with kafka-configs
+    configs = [c for c in commands if "kafka-configs" in c]
+    assert len(configs) == 2 and "producer_byte_rate=1048576" in configs[0] and "--describe" in configs[1]
 
 
 def test_the_banner_says_what_happens_to_the_cluster(banner):

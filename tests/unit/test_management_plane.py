@@ -237,3 +237,25 @@ def test_binding_change_closes_the_connection_at_its_next_request():
     img.apply(*principal_record("User:alice", None))
     assert "no longer bound to team-a" in (session.stale_binding() or "")
     assert session.on_request(memoryview(bytearray(metadata))).action is Action.CLOSE
+
+
+def test_a_deleted_vc_takes_its_acls_and_quotas_along():
+    from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
+    from proxy.tenancy.model import quota_record
+
+    img = TenancyImage()
+    img.apply(*vc_record("team-c"))
+    binding = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:x", "*", Operation.READ, Permission.ALLOW)
+    img.apply(*acl_record("team-c", binding, True))
+    img.apply(*quota_record((("user", "x"), ("virtual-cluster", "team-c")), "producer_byte_rate", 1024.0))
+    img.apply(*quota_record((("virtual-cluster", "team-c"),), "consumer_byte_rate", 4096.0))
+    img.apply(*quota_record((("user", "x"),), "producer_byte_rate", 512.0))  # global: not the VC's
+    deleted, records = handle(
+        img, ADMIN, m.DeleteVirtualClustersRequest(virtual_clusters=(m.DeletableVirtualCluster(name="team-c"),))
+    )
+    assert int(deleted.responses[0].error_code) == 0  # ACLs and quotas do not make a VC "not empty"
+    apply(img, records)
+    assert "team-c" not in img.vcs
+    assert img.quotas.values == {(("user", "x"),): {"producer_byte_rate": 512.0}}
+    img.apply(*vc_record("team-c"))  # a new VC of the same name starts with nothing
+    assert not len(img.vcs["team-c"].acls)

@@ -6,14 +6,20 @@ import uuid
 
 import pytest
 
+from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
 from proxy.state.backup import dump_lines, find_orphans, image_records, parse_lines, replay_records, unlink_records
 from proxy.tenancy.model import (
     TenancyImage,
+    admin_record,
     client_record,
     gen_record,
+    group_record,
     link_record,
     principal_record,
+    quota_record,
+    seeded_record,
     topic_record,
+    txn_record,
     vc_record,
 )
 
@@ -31,6 +37,18 @@ def sample_image() -> TenancyImage:
         link_record("team-a", "alias", "11111111-1111-1111-1111-111111111111.orders"),
         topic_record("11111111-1111-1111-1111-111111111111.orders", uuid.uuid4()),
         gen_record("team-a", "payments", 3),
+        group_record("team-a", "legacy-group", True),
+        txn_record("team-a", "legacy-txn", True),
+        admin_record("team-a", "User:dave", True),
+        seeded_record("team-a", {"principals": ["User:alice"]}),
+        acl_record(
+            "team-a",
+            AclBinding(
+                ResourceType.TOPIC, "ord", PatternType.PREFIXED, "User:alice", "*", Operation.READ, Permission.DENY
+            ),
+            True,
+        ),
+        quota_record((("user", "alice"), ("virtual-cluster", "team-a")), "producer_byte_rate", 1024.0),
     ):
         image.apply(*record)
     return image
@@ -46,6 +64,9 @@ def test_a_backup_replays_to_the_same_image():
         assert again.vcs[name].physical_links == vc.physical_links  # link order: the first names it back
     assert again.generation("team-a", "payments") == 3
     assert again.principals["User:ghost"] == "gone"
+    a = again.vcs["team-a"]  # migration, admins, ACLs and quotas come back too
+    assert (a.groups, a.txns, a.admins, len(a.acls)) == ({"legacy-group"}, {"legacy-txn"}, {"User:dave"}, 1)
+    assert again.seeded == image.seeded and again.quotas.values == image.quotas.values
 
 
 @pytest.mark.parametrize("line", ["not json", '{"key": "vc", "value": {}}', '{"key": ["vc", "a"], "value": 3}', "{}"])

@@ -43,7 +43,7 @@ class TenancyStage:
         assert info is not None and header is not None and ex.frame is not None
         rule = tenant_rules().get(ex.api_key)
         if rule is None or rule.action in ("deny", "local"):  # `local`: a stage before this one answers
-            error = rule.error if rule is not None else CLUSTER_AUTHORIZATION_FAILED
+            error = (rule.error if rule is not None else 0) or CLUSTER_AUTHORIZATION_FAILED
             return refuse(ex, error, f"{info.name} in virtual cluster {engine.vc.name}")
         try:
             call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access)
