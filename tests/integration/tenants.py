@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.auth.credentials import make_entry
+from proxy.demo import java_client_properties
 from proxy.process import ProxyProcess, proxy_config
 from proxy.state.store import StateStore
 from proxy.tenancy.model import TenancyImage
@@ -68,3 +69,30 @@ def tap_bytes(proxy: ProxyProcess, vc: str, timeout: float = 120) -> bytes:
         assert time.monotonic() < deadline, f"connections still open at the proxy: {[p.name for p in open_]}"
         time.sleep(0.1)
     return b"".join(p.read_bytes() for p in sorted(tap.glob(f"*.{vc}.bin")))
+
+
+def login_files(workdir: Path, users: dict[str, str]) -> dict[str, Path]:
+    """Per user, a --command-config file as Kafka's tools take it (SASL_PLAINTEXT, SCRAM-SHA-512)."""
+    paths = {}
+    for user, password in users.items():
+        paths[user] = workdir / f"{user}.properties"
+        paths[user].write_text(java_client_properties(user, password))
+    return paths
+
+
+def scram_conf(proxy: ProxyProcess, user: str, password: str, **extra: Any) -> dict[str, Any]:
+    """confluent-kafka settings for `user` through the proxy (SASL_PLAINTEXT, SCRAM-SHA-512)."""
+    return {
+        "bootstrap.servers": proxy.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+        **extra,
+    }
+
+
+def assert_clean_log(process: ProxyProcess) -> None:
+    """A proxy that ran a test module logged no traceback and no ERROR."""
+    log = process.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and " ERROR " not in log, process.log_tail(lines=60)

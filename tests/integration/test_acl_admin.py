@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
 from proxy.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 
 from .ports import free_kafka_base_port, free_port_block
+from .tenants import assert_clean_log, login_files
 
 USERS = {
     "admin": "admin-secret",
@@ -95,17 +95,12 @@ def proxy(authz_cluster, workdir) -> Iterator[ProxyProcess]:
     process = ProxyProcess(config, workdir, name="acl-admin").start(timeout=120)
     yield process
     process.stop()
-    log = process.log_path.read_text(errors="replace")
-    assert "Traceback" not in log and " ERROR " not in log, process.log_tail(lines=60)
+    assert_clean_log(process)
 
 
 @pytest.fixture(scope="module")
 def logins(workdir) -> dict[str, Path]:
-    paths = {}
-    for user, password in USERS.items():
-        paths[user] = workdir / f"{user}.properties"
-        paths[user].write_text(java_client_properties(user, password))
-    return paths
+    return login_files(workdir, USERS)
 
 
 def vcproxy(proxy: ProxyProcess, login: Path, *args: str) -> tuple[int, Any]:

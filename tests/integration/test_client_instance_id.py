@@ -357,7 +357,22 @@ def test_spans_carry_the_instance_ids(kip_proxy, workdir):
     producer = Producer({"bootstrap.servers": kip_proxy.bootstrap, "client.id": VC_CLIENT})
     producer.list_topics(timeout=20)
     del producer
-    spans = _spans(workdir / "traces", lambda a: a.get("vcproxy.api.name") in ("ListGroups", "Metadata"))
+    served = (top(16) + 1, top(16))  # this test's ListGroups: the client's version, and the broker's
+
+    def complete(found: list[dict[str, Any]]) -> bool:
+        """This test's own spans are exported: the served header-v3 ListGroups and librdkafka's Metadata (the
+        earlier tests' spans, a refused ListGroups among them, are there before: they prove nothing here)."""
+        return any(
+            a["vcproxy.api.name"] == "ListGroups"
+            and a.get("vcproxy.client_instance_id") == str(APP)
+            and (a["vcproxy.api.version"], a.get("vcproxy.api.upstream_version")) == served
+            and not a.get("vcproxy.error_codes")
+            for a in found
+        ) and any(
+            a["vcproxy.api.name"] == "Metadata" and a.get("vcproxy.client_instance_id.source") == "proxy" for a in found
+        )
+
+    spans = _spans(workdir / "traces", lambda a: a.get("vcproxy.api.name") in ("ListGroups", "Metadata"), complete)
     header = [a for a in spans if a.get("vcproxy.client_instance_id") == str(APP)]
     assert header and all(a["vcproxy.client_instance_id.source"] == "header" for a in header)
     # Served: the client's version, and the one the broker got. Refused (old header after v3): 42.
@@ -374,8 +389,9 @@ def test_spans_carry_the_instance_ids(kip_proxy, workdir):
     assert all(uuid.UUID(a["vcproxy.client_instance_id"]) != APP for a in others)
 
 
-def _spans(directory: Path, wanted, timeout: float = 120) -> list[dict[str, Any]]:
-    """Span attributes from the proxy's OTLP JSON Lines (exported within a second or so)."""
+def _spans(directory: Path, wanted, complete, timeout: float = 120) -> list[dict[str, Any]]:
+    """The `wanted` span attributes from the proxy's OTLP JSON Lines (exported in batches, a second or so
+    apart) once `complete(found)` holds; what was found by the deadline otherwise."""
     deadline = time.monotonic() + timeout
     while True:
         found = []
@@ -388,11 +404,7 @@ def _spans(directory: Path, wanted, timeout: float = 120) -> list[dict[str, Any]
                             attrs = {a["key"]: _value(a["value"]) for a in span.get("attributes", [])}
                             if wanted(attrs):
                                 found.append(attrs)
-        if any(a.get("vcproxy.client_instance_id.source") == "header" for a in found) and any(
-            a.get("vcproxy.client_instance_id.source") == "proxy" for a in found
-        ):
-            return found
-        if time.monotonic() > deadline:
+        if complete(found) or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
 

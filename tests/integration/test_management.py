@@ -29,7 +29,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
 from proxy.kafka.tools import run_tool
 from proxy.management import schema
 from proxy.process import ProxyProcess, proxy_config
@@ -37,7 +36,7 @@ from proxy.protocol import codec
 
 from .hardening_attacks import login
 from .ports import free_port_block
-from .tenants import replayed
+from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_tenancy_sasl import consume, produce
 
 USERS = {
@@ -82,18 +81,12 @@ def replicas(kafka_cluster, workdir) -> Iterator[tuple[ProxyProcess, ProxyProces
     second.stop()
     first.stop()
     for process in (first, second):
-        log = process.log_path.read_text(errors="replace")
-        assert "Traceback" not in log and " ERROR " not in log, process.log_tail(lines=60)
+        assert_clean_log(process)
 
 
 @pytest.fixture(scope="module")
 def logins(workdir) -> dict[str, Path]:
-    """--command-config files, as Kafka's tools take them (SCRAM-SHA-512)."""
-    paths = {}
-    for user, password in USERS.items():
-        paths[user] = workdir / f"{user}.properties"
-        paths[user].write_text(java_client_properties(user, password))
-    return paths
+    return login_files(workdir, USERS)
 
 
 def vc_tool(proxy: ProxyProcess, login_file: Path, *args: str) -> tuple[int, Any]:
@@ -119,14 +112,7 @@ def ok(proxy: ProxyProcess, login_file: Path, *args: str) -> Any:
 
 
 def conf(proxy: ProxyProcess, user: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": proxy.bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": user,
-        "sasl.password": USERS[user],
-        **extra,
-    }
+    return scram_conf(proxy, user, USERS[user], **extra)
 
 
 def topics_seen(proxy: ProxyProcess, user: str) -> set[str]:

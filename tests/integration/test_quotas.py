@@ -28,11 +28,11 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 
 from .ports import free_port, free_port_block
+from .tenants import assert_clean_log, login_files, scram_conf
 
 USERS = {
     "admin": "admin-secret",  # super admin, in no VC
@@ -84,28 +84,16 @@ def replicas(kafka_cluster, workdir) -> Iterator[tuple[ProxyProcess, ProxyProces
     second.stop()
     first.stop()
     for process in (first, second):
-        log = process.log_path.read_text(errors="replace")
-        assert "Traceback" not in log and " ERROR " not in log, process.log_tail(lines=60)
+        assert_clean_log(process)
 
 
 @pytest.fixture(scope="module")
 def logins(workdir) -> dict[str, Path]:
-    paths = {}
-    for user, password in USERS.items():
-        paths[user] = workdir / f"{user}.properties"
-        paths[user].write_text(java_client_properties(user, password))
-    return paths
+    return login_files(workdir, USERS)
 
 
 def conf(proxy: ProxyProcess, user: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": proxy.bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": user,
-        "sasl.password": USERS[user],
-        **extra,
-    }
+    return scram_conf(proxy, user, USERS[user], **extra)
 
 
 def kafka_configs(proxy: ProxyProcess, login: Path, *args: str) -> subprocess.CompletedProcess[str]:
