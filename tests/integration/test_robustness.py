@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
+from kio.static.primitive import i16, i32, i64
 
 from proxy.process import ProxyProcess, proxy_config
 
@@ -43,7 +44,28 @@ def test_api_versions_advertises_no_internal_apis(proxy_bootstrap):
         _, body = raw.request(18, 3, 1, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     keys = {int(k.api_key) for k in body.api_keys}
     assert {0, 1, 3, 18, 60}.issubset(keys)
-    assert keys.isdisjoint({27, 52, 53, 54, 56, 58, 62, 63, 67, 70, 73, 83, 84, 85, 86, 87})
+    assert keys.isdisjoint({52, 53, 54, 56, 58, 62, 63, 67, 70, 73, 83, 84, 85, 86, 87})
+    assert 27 in keys  # WriteTxnMarkers: advertised as brokers do, refused per partition (next test)
+
+
+def test_write_txn_markers_is_refused_per_partition(proxy_bootstrap):
+    from kio.schema.write_txn_markers.v1.request import (
+        WritableTxnMarker,
+        WritableTxnMarkerTopic,
+        WriteTxnMarkersRequest,
+    )
+
+    marker = WritableTxnMarker(
+        producer_id=i64(4242),
+        producer_epoch=i16(0),
+        transaction_result=False,
+        topics=(WritableTxnMarkerTopic(name="anything", partition_indexes=(i32(0), i32(1))),),
+        coordinator_epoch=i32(0),
+    )
+    with RawClient(proxy_bootstrap) as raw:
+        _, body = raw.request(27, 1, 5, WriteTxnMarkersRequest(markers=(marker,)))
+    partitions = body.markers[0].topics[0].partitions
+    assert [(int(p.partition_index), int(p.error_code)) for p in partitions] == [(0, 31), (1, 31)]
 
 
 def test_internal_api_is_refused_and_never_reaches_the_broker(proxy_bootstrap):
