@@ -20,7 +20,8 @@ COPY rewrite_rules rewrite_rules
 RUN /opt/vcproxy/bin/pip install --no-deps . \
  && /opt/vcproxy/bin/python -m compileall -q /opt/vcproxy/lib
 
-FROM ${PYTHON_IMAGE} AS runtime
+# The proxy as it runs; the stages below add to it. The last stage is what a plain build gives.
+FROM ${PYTHON_IMAGE} AS base
 RUN groupadd --system --gid 10001 vcproxy \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vcproxy
 COPY --from=build /opt/vcproxy /opt/vcproxy
@@ -33,7 +34,7 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s CMD ["vcproxy", "prob
 ENTRYPOINT ["vcproxy"]
 CMD ["serve", "--config", "/etc/vcproxy/config/config.yaml"]
 
-FROM runtime AS analytics
+FROM base AS analytics
 USER root
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
@@ -43,3 +44,6 @@ RUN /opt/vcproxy/bin/pip install --no-cache-dir --require-hashes -r /tmp/analyti
 USER 10001:10001
 ENTRYPOINT ["vcproxy", "traces", "aggregate"]
 CMD ["--help"]
+
+# Last, so that `docker build .` (and `buildah bud` without --target) gives the proxy, not analytics.
+FROM base AS runtime

@@ -47,7 +47,7 @@ image:
 	mkdir -p .vcproxy
 	mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm .vcproxy/base.tar
 	podman import .vcproxy/base.tar localhost/vcproxy-base:bookworm
-	buildah bud --isolation chroot $(BUILD_VOLUMES) --build-arg PYTHON_IMAGE=localhost/vcproxy-base:bookworm -t $(IMAGE) .
+	buildah bud --isolation chroot $(BUILD_VOLUMES) --build-arg PYTHON_IMAGE=localhost/vcproxy-base:bookworm --target runtime -t $(IMAGE) .
 
 # Resolve the Apache Kafka jars from Maven Central into the cache (~/.cache/vcproxy/kafka), Kafka
 # Streams included (the tests' Streams application); `make run` resolves what it needs by itself.

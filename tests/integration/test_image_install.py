@@ -40,6 +40,15 @@ def test_the_lock_pins_every_runtime_dependency_and_nothing_else():
     assert "--require-hashes" in DOCKERFILE and "requirements/runtime.txt" in DOCKERFILE
 
 
+def test_a_plain_build_gives_the_proxy_not_analytics():
+    """`docker build .` builds the last stage: it must be the proxy, without PySpark and Java."""
+    stages = re.findall(r"^FROM (\S+)(?: AS (\S+))?$", DOCKERFILE, re.M)
+    names = [name for _, name in stages]
+    assert names[-1] == "runtime" and "analytics" in names, stages
+    runtime = DOCKERFILE[DOCKERFILE.rindex("FROM ") :]
+    assert "analytics" not in runtime.split("\n", 1)[1] and "openjdk" not in runtime
+
+
 def test_installed_as_the_image_installs_it(kafka_cluster, tmp_path):
     venv = tmp_path / "opt-vcproxy"
     _run([sys.executable, "-m", "venv", str(venv)])
