@@ -212,19 +212,7 @@ def describe_request(f: AclFilter, vc: dict[str, Any]) -> m.DescribeVirtualClust
 
 
 def create_request(items: Iterable[AclBinding], vc: dict[str, Any]) -> m.CreateVirtualClusterAclsRequest:
-    creations = tuple(
-        m.VirtualClusterAclCreation(
-            resource_type=i8(b.resource_type),
-            resource_name=b.name,
-            resource_pattern_type=i8(b.pattern),
-            principal=b.principal,
-            host=b.host,
-            operation=i8(b.operation),
-            permission_type=i8(b.permission),
-            **vc,
-        )
-        for b in items
-    )
+    creations = tuple(m.VirtualClusterAclCreation(**b.wire("resource_pattern_type"), **vc) for b in items)
     return m.CreateVirtualClusterAclsRequest(creations=creations)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.static.primitive import i8
+
 
 class ResourceType(enum.IntEnum):
     UNKNOWN = 0
@@ -147,6 +149,18 @@ class AclBinding:
     def from_key_parts(cls, parts: list[str]) -> AclBinding:
         rtype, name, pattern, principal, host, op, perm = parts
         return cls(ResourceType[rtype], name, PatternType[pattern], principal, host, Operation[op], Permission[perm])
+
+    def wire(self, pattern_field: str = "pattern_type") -> dict[str, Any]:
+        """The binding as the ACL APIs' fields (CreateAcls names the pattern `resource_pattern_type`)."""
+        return {
+            "resource_type": i8(self.resource_type),
+            "resource_name": self.name,
+            pattern_field: i8(self.pattern),
+            "principal": self.principal,
+            "host": self.host,
+            "operation": i8(self.operation),
+            "permission_type": i8(self.permission),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -189,15 +189,4 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
 
 def _matching(match_cls: type, bindings: Iterable[AclBinding]) -> Iterable[Any]:
     for b in bindings:
-        yield _make(
-            match_cls,
-            error_code=ErrorCode(NONE),
-            error_message=None,
-            resource_type=i8(b.resource_type),
-            resource_name=b.name,
-            pattern_type=i8(b.pattern),
-            principal=b.principal,
-            host=b.host,
-            operation=i8(b.operation),
-            permission_type=i8(b.permission),
-        )
+        yield _make(match_cls, error_code=ErrorCode(NONE), error_message=None, **b.wire())

@@ -508,17 +508,7 @@ def _delete_acls(
                 error_code=i16(code),
                 error_message=message,
                 matching_acls=tuple(
-                    m.DeleteVirtualClusterAclsMatchingAcl(
-                        resource_type=i8(b.resource_type),
-                        resource_name=b.name,
-                        pattern_type=i8(b.pattern),
-                        principal=b.principal,
-                        host=b.host,
-                        operation=i8(b.operation),
-                        permission_type=i8(b.permission),
-                        virtual_cluster=vc,
-                    )
-                    for vc, b in matched
+                    m.DeleteVirtualClusterAclsMatchingAcl(**b.wire(), virtual_cluster=vc) for vc, b in matched
                 ),
             )
         )
