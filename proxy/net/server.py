@@ -424,7 +424,6 @@ class ProxyServer:
                     auto_create_topics=tc.auto_create_topics,
                     delete_physical_topic=tc.delete_physical_topic_with_last_link,
                 ),
-                lc.refuse_unbound_principals,
             )
         versions = self.upstream_versions.get(node_id)
         if versions is None:
@@ -449,7 +448,6 @@ class SessionTenancy:
 
     image: TenancyImage
     policy: Policy
-    refuse_unbound: bool
 
 
 def _sni_callback(routing: SniRouting) -> Callable[[object, str | None, ssl.SSLContext], int | None]:
