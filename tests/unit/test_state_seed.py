@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
+from proxy.acl.model import Operation
 from proxy.config import ConfigError, VirtualClusterSeedConfig, parse_config
 from proxy.state.cli import image_to_dict
-from proxy.acl.model import Operation
 from proxy.state.seed import seed_records
 from proxy.state.service import TenancyService
 from proxy.state.store import StateStore, StateStoreError, decode, encode_value

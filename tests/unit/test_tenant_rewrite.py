@@ -405,8 +405,8 @@ def test_regex_subscription_is_confined_to_the_vcs_topics():
 
 
 def test_only_kafka_cluster_members_see_the_physical_cluster():
-    from kio.schema.list_offsets.v9.request import ListOffsetsRequest
     from kio.schema.errors import ErrorCode
+    from kio.schema.list_offsets.v9.request import ListOffsetsRequest
     from kio.schema.list_offsets.v9.response import ListOffsetsResponse
 
     image, physical = make_image()
