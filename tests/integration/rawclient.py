@@ -66,6 +66,19 @@ class RawClient:
         self.send_raw(self.encode(api_key, version, correlation_id, body))
         return self.decode(api_key, version, self.read_frame())
 
+    def login_plain(self, user: str, password: str, client_id: str = "raw") -> None:
+        """SASL PLAIN, as a client does it: SaslHandshake v1, then SaslAuthenticate v2 (raises if refused)."""
+        from proxy.protocol.apis import request_type
+
+        handshake = codec._empty(request_type(17, 1), mechanism="PLAIN")
+        self.send_raw(self.encode(17, 1, 90001, handshake, client_id))
+        _, answer = self.decode(17, 1, self.read_frame())
+        assert int(answer.error_code) == 0, answer
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        self.send_raw(self.encode(36, 2, 90002, codec._empty(request_type(36, 2), auth_bytes=token), client_id))
+        _, done = self.decode(36, 2, self.read_frame())
+        assert int(done.error_code) == 0, done
+
     @staticmethod
     def decode(api_key: int, version: int, raw: bytes) -> tuple[int, Any]:
         correlation_id = int.from_bytes(raw[4:8], "big", signed=True)

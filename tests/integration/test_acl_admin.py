@@ -6,8 +6,9 @@ The broker's super users are the proxy's upstream principal (User:vcproxy), the 
 who runs Kafka's kafka-acls against the broker directly) and User:ANONYMOUS (the brokers' own PLAINTEXT
 listener: inter-broker and controller traffic).
 
-At the proxy: admin is the super admin (bound to no VC); dave administers team-a, erin team-b; alice is a
-member of team-a; jane and kim are the users migrated into team-a.
+At the proxy: admin is the super admin (in kafka-cluster); dave administers team-a, erin team-b (each in
+the VC it administers: everyone is somewhere); alice is a member of team-a; jane and kim are the users
+migrated into team-a.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def proxy(authz_cluster, workdir) -> Iterator[ProxyProcess]:
             "state_topic": f"__vcproxy_state_acladmin_{uuid.uuid4().hex[:6]}",
             "super_admins": ["User:admin"],
             "virtual_clusters": [
-                {"name": "team-a", "principals": ["User:alice"], "admins": ["User:dave"]},
-                {"name": "team-b", "admins": ["User:erin"]},
+                {"name": "team-a", "principals": ["User:alice", "User:dave"], "admins": ["User:dave"]},
+                {"name": "team-b", "principals": ["User:erin"], "admins": ["User:erin"]},
             ],
         },
     )

@@ -1,8 +1,8 @@
 """The state topic is guarded, checked and restorable (issue 8, class 10).
 
-Two proxy replicas share one state topic on the session's real Kafka: on `plain`, unbound principals
-(PLAINTEXT: User:ANONYMOUS, with a client id bound to no VC) are not state topic readers; on
-`operator` they are (`tenancy.state_topic_readers`). The attacks are real clients (confluent-kafka)
+Two proxy replicas share one state topic on the session's real Kafka: on `plain`, the super-admin `ops`
+(in kafka-cluster: the physical cluster's view) is not a state topic reader; on `operator` it is
+(`tenancy.state_topic_readers`). The attacks are real clients (confluent-kafka)
 and hand-built frames; the state is replayed independently of the proxies before and after. A third
 proxy on a state topic of its own has that topic deleted under it.
 """
@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode
 
+from proxy.auth.credentials import make_entry
 from proxy.process import READY_LINE, ProxyProcess
 from proxy.protocol.apis import request_type
 from proxy.state.backup import image_records
@@ -37,20 +38,43 @@ from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 
 TENANTS = ("team-a", "team-b")
-UNBOUND = "ops-tool"  # a client id in no VC: the physical cluster's view
+UNBOUND = "ops-tool"  # a client id in no VC
+# ops is a super-admin: in kafka-cluster, the physical cluster's view (the guard holds for it too);
+# tenant has no binding of its own: its client id places it (team-a-app, team-b-app).
+USERS = {"ops": "ops-secret", "tenant": "tenant-secret"}
 DENIED = KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def sasl(user: str) -> dict[str, object]:
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+    }
+
+
+def guarded_config(kafka_cluster: object, port: int, **tenancy: object) -> dict:
+    return tenancy_config(
+        kafka_cluster,
+        port,
+        by_client_id(TENANTS),
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN"]},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        tenancy={"super_admins": ["User:ops"], **tenancy},
+    )
 
 
 @pytest.fixture(scope="module")
 def proxies(kafka_cluster, tmp_path_factory) -> Iterator[tuple[ProxyProcess, ProxyProcess]]:
     workdir = tmp_path_factory.mktemp("state-guard")
-    config = tenancy_config(kafka_cluster, free_port_block(), by_client_id(TENANTS))
+    config = guarded_config(kafka_cluster, free_port_block())
     plain = ProxyProcess(config, workdir, name="plain").start(timeout=120)
     operator_config = copy.deepcopy(config)
     operator_config["listeners"]["bootstrap_port"] = free_port_block()
-    operator_config["tenancy"]["state_topic_readers"] = ["User:ANONYMOUS"]
+    operator_config["tenancy"]["state_topic_readers"] = ["User:ops"]
     operator = ProxyProcess(operator_config, workdir, name="operator").start(timeout=120)
-    admin = AdminClient({"bootstrap.servers": plain.bootstrap, "client.id": "team-a-app"})
+    admin = AdminClient({"bootstrap.servers": plain.bootstrap, "client.id": "team-a-app", **sasl("tenant")})
     admin.create_topics([NewTopic("orders", 1, 3)])["orders"].result(60)
     yield plain, operator
     operator.stop()
@@ -62,7 +86,8 @@ def state_topic(proxy: ProxyProcess) -> str:
 
 
 def unbound(proxy: ProxyProcess, **extra: object) -> dict[str, object]:
-    return {"bootstrap.servers": proxy.bootstrap, "client.id": UNBOUND, **extra}
+    """The operator's view: a super-admin in kafka-cluster (a reader of the state topic on `operator` only)."""
+    return {"bootstrap.servers": proxy.bootstrap, "client.id": UNBOUND, **sasl("ops"), **extra}
 
 
 def test_an_unbound_principal_cannot_hand_a_tenant_anothers_topic(kafka_cluster, proxies):
@@ -85,6 +110,7 @@ def test_an_unbound_principal_cannot_hand_a_tenant_anothers_topic(kafka_cluster,
         topic_data=[{"name": state_topic(plain), "partition_data": [{"index": 0, "records": b""}]}],
     )
     with RawClient(operator.bootstrap) as client:
+        client.login_plain("ops", USERS["ops"], client_id=UNBOUND)
         client.send_raw(RawClient.encode(0, 9, 1, request, client_id=UNBOUND))
         _, response = RawClient.decode(0, 9, client.read_frame())
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
@@ -117,6 +143,7 @@ def test_an_unbound_principal_cannot_delete_truncate_or_reconfigure_it(kafka_clu
     )
     for proxy in (plain, operator):
         with RawClient(proxy.bootstrap) as client:
+            client.login_plain("ops", USERS["ops"], client_id=UNBOUND)
             client.send_raw(RawClient.encode(21, 2, 1, request, client_id=UNBOUND))
             _, response = RawClient.decode(21, 2, client.read_frame())
         assert response.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
@@ -163,6 +190,7 @@ def test_only_state_topic_readers_see_or_read_it(proxies):
         topics=[{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
     )
     with RawClient(plain.bootstrap) as client:  # a consumer's two requests, by hand: librdkafka stops at the first
+        client.login_plain("ops", USERS["ops"], client_id=UNBOUND)
         client.send_raw(RawClient.encode(3, 12, 1, metadata, client_id=UNBOUND))
         _, described = RawClient.decode(3, 12, client.read_frame())
         client.send_raw(RawClient.encode(1, 12, 2, fetch, client_id=UNBOUND))

@@ -7,8 +7,8 @@ coordinator creates on the broker must exist physically under the VC's derived n
 to their own VC only; Kafka's kafka-streams-groups tool must show the group in the VC's terms.
 
 Tenants are told apart by client id, as in test_tenancy.py: Kafka Streams derives its clients' ids
-from `client.id`, and those are bound. `refuse_unbound_principals` closes any connection whose
-client id is bound to no VC, so a Streams client that escaped its VC would fail, not pass.
+from `client.id`, and those are bound. A connection whose client id is bound to no VC is closed
+(everyone is somewhere), so a Streams client that escaped its VC would fail, not pass.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ def streams_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
         kafka_cluster,
         free_port_block(),
         [{"name": t, "client_ids": client_ids(t)} for t in TENANTS],
-        listeners={"refuse_unbound_principals": True},
         debug={"tap_dir": str(workdir / "tap")},
     )
     process = ProxyProcess(config, workdir, name="streams").start(timeout=120)
