@@ -258,3 +258,74 @@ def test_a_deleted_vc_takes_its_acls_and_quotas_along():
     assert img.quotas.values == {(("user", "x"),): {"producer_byte_rate": 512.0}}
     img.apply(*vc_record("team-c"))  # a new VC of the same name starts with nothing
     assert not len(img.vcs["team-c"].acls)
+
+
+# -- the trust model: rights are ACLs, and none widens its holder's reach --------------------------------
+
+
+def _grant(img: TenancyImage, principal: str, op, vc: str) -> None:
+    from proxy.acl.model import AclBinding, PatternType, Permission, ResourceType, acl_record
+
+    b = AclBinding(ResourceType.CLUSTER, vc, PatternType.LITERAL, principal, "*", op, Permission.ALLOW)
+    img.apply(*acl_record("kafka-cluster", b, True))
+
+
+def test_a_partial_admin_adds_users_but_links_no_foreign_topic():
+    from proxy.acl.model import Operation
+
+    img = image()
+    img.apply(*principal_record("User:pat", "team-a"))
+    _grant(img, "User:pat", Operation.ALTER_VIRTUAL_CLUSTER, "team-a")
+    pat = Caller("User:pat", frozenset({"User:admin"}))
+    response, records = handle(
+        img,
+        pat,
+        alter(
+            "team-a",
+            (T.USER, "carol", ADD, None),
+            (T.TOPIC, "phys.events", ADD, "events"),  # team-b's physical topic: beyond team-a
+            (T.TOPIC, "phys.orders", ADD, "orders-2"),  # already in team-a: an alias is fine
+            (T.GROUP, "legacy", ADD, None),
+        ),
+    )
+    assert codes(response) == [0, 31, 0, 31]
+    assert len(records) == 2
+    described, _ = handle(
+        img, pat, m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name="team-a"),))
+    )
+    assert int(described.virtual_clusters[0].error_code) == 0  # ALTER implies DESCRIBE
+    deleted, _ = handle(
+        img, pat, m.DeleteVirtualClustersRequest(virtual_clusters=(m.DeletableVirtualCluster(name="team-a"),))
+    )
+    assert int(deleted.responses[0].error_code) == 31
+
+
+def test_no_right_captures_a_principal_or_leaves_a_vc_without_an_admin():
+    img = image()
+    img.apply(*principal_record("User:ops", "kafka-cluster"))
+    for who, code in (
+        ("admin", 42),  # a super-admin is never bound
+        ("bob", 92),  # another VC's member
+        ("ops", 92),  # in kafka-cluster
+    ):
+        response, records = handle(img, DAVE, alter("team-a", (T.USER, who, ADD, None)))
+        assert codes(response) == [code] and records == [], who
+    # Another VC's admin (a principal holding rights elsewhere) is not placed by a VC admin.
+    img.apply(*principal_record("User:bob", None))
+    img.apply(*admin_record("team-b", "User:bob", True))
+    response, _ = handle(img, DAVE, alter("team-a", (T.USER, "bob", ADD, None)))
+    assert codes(response) == [31]
+    # dave cannot remove himself as team-a's last admin; the super-admin can.
+    response, _ = handle(img, DAVE, alter("team-a", (T.ADMIN, "User:dave", REMOVE, None)))
+    assert codes(response) == [44]
+    response, _ = handle(img, ADMIN, alter("team-a", (T.ADMIN, "User:dave", REMOVE, None)))
+    assert codes(response) == [0]
+    # Nobody adds User:ANONYMOUS (or anyone, without the right on kafka-cluster) to kafka-cluster.
+    response, _ = handle(img, ADMIN, alter("kafka-cluster", (T.USER, "User:ANONYMOUS", ADD, None)))
+    assert codes(response) == [42]
+    response, _ = handle(img, DAVE, alter("kafka-cluster", (T.USER, "User:eve", ADD, None)))
+    assert codes(response) == [31]
+    response, records = handle(
+        img, ADMIN, alter("kafka-cluster", (T.USER, "User:eve", ADD, None), (T.CLIENT, "x", ADD, None))
+    )
+    assert codes(response) == [0, 42] and len(records) == 1  # client ids never place anyone in kafka-cluster
