@@ -11,6 +11,10 @@ joins:
   every member and proxy replica sends the same topology and the broker creates one topic; the link
   is written to the state topic before the member hears back, so the topic shows up in the VC's
   Metadata, under its own name, as soon as the broker has created it, and in no other VC.
+* **Creation is checked first**, as Kafka's KafkaApis checks it before asking the controller: CREATE
+  on the cluster or on each topic, then the VC's topic policy (proxy/tenancy/policy.py). A refused
+  topic goes to the broker as its derived name plus an illegal `!`, so the broker creates nothing and
+  reports it missing; the proxy says why in Kafka's words in the MISSING_INTERNAL_TOPICS status.
 * **Source topics** the VC does not have (yet) get that same stable name, without a link: the
   broker keeps the topology it was given, and a fresh random placeholder per heartbeat would make
   it inconsistent. The broker reports them missing; `derived_link` names them back in status text.
