@@ -12,9 +12,9 @@ joins:
   is written to the state topic before the member hears back, so the topic shows up in the VC's
   Metadata, under its own name, as soon as the broker has created it, and in no other VC.
 * **Creation is checked first**, as Kafka's KafkaApis checks it before asking the controller: CREATE
-  on the cluster or on each topic, then the VC's topic policy (proxy/tenancy/policy.py). A refused
-  topic goes to the broker as its derived name plus an illegal `!`, so the broker creates nothing and
-  reports it missing; the proxy says why in Kafka's words in the MISSING_INTERNAL_TOPICS status.
+  on the cluster or on each topic, then the VC's topic policy (proxy/tenancy/policy.py). Refused, the
+  join never reaches the broker; the proxy answers it with Kafka's MISSING_INTERNAL_TOPICS status and
+  lets the member rejoin once creation is allowed (`streams_group_heartbeat_request`).
 * **Source topics** the VC does not have (yet) get that same stable name, without a link: the
   broker keeps the topology it was given, and a fresh random placeholder per heartbeat would make
   it inconsistent. The broker reports them missing; `derived_link` names them back in status text.
@@ -25,26 +25,30 @@ joins:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
-import re
+import typing
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
 
 from ..protocol import codec
 from . import names
 from .engine import LocalAnswer, TenantCall, TenantEngine
 from .model import derived_topic_for, link_record, partitions_record
-from .translate import HIDDEN
 
 log = logging.getLogger(__name__)
 
 
 MISSING_INTERNAL_TOPICS = 1  # the StreamsGroupHeartbeat status code (KIP-1071)
-REFUSED_MARK = "!"  # appended to a refused internal topic's derived name: illegal, so the broker creates nothing
-_REFUSED = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[a-zA-Z0-9._-]+)!")
-MAX_REFUSALS = 1024  # reasons a connection remembers for its refused internal topics
+MAX_HELD = 1024  # members a connection keeps out of the broker (least recently joined dropped)
+# What the proxy answers a member it keeps out: Kafka's defaults for the group's intervals.
+HEARTBEAT_INTERVAL = datetime.timedelta(seconds=5)  # streams.heartbeat.interval.ms
+TASK_OFFSET_INTERVAL = datetime.timedelta(minutes=1)  # task offset interval
+ACCEPTABLE_RECOVERY_LAG = 10_000
+FENCED_MEMBER_EPOCH = 110
 
 
 def _topology_topics(topology: Any) -> tuple[dict[str, Any], set[str]]:
@@ -60,52 +64,77 @@ def _topology_topics(topology: Any) -> tuple[dict[str, Any], set[str]]:
     return internal, sources - set(internal)
 
 
-def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    """A joining member's topology: internal topics the VC has no link for are created by the broker,
-    so they are checked as Kafka checks them before creating any (KafkaApis): CREATE on the cluster,
-    else on each topic; a refusal holds back every topic the heartbeat would create, and the member
-    hears it in the MISSING_INTERNAL_TOPICS status ("Unauthorized to CREATE on topics ..."), as from
-    Kafka. Then the VC's topic policy (configs, partitions, topics and partitions per VC), per topic:
-    "Creation failed: <topic> (...)". A refused topic goes to the broker under a name it cannot create."""
-    if body.topology is None:
-        return body
-    internal, sources = _topology_topics(body.topology)
-    to_create = sorted(n for n in internal if engine.vc.physical_topic(n) is None)
+def _spec(info: Any) -> tuple[int, tuple[tuple[str, str | None], ...]]:
+    """(partitions, configs) of an internal topic: what creating it asks for (0: the broker derives it)."""
+    if info is None:
+        return 0, ()
+    return int(info.partitions), tuple((kv.key, kv.value) for kv in info.topic_configs)
+
+
+def _refusals(engine: TenantEngine, ex: TenantCall, specs: dict[str, Any]) -> tuple[dict[str, str], dict[str, int]]:
+    """Why the broker may not create these internal topics for the caller (name -> Kafka's words), as
+    Kafka checks them (KafkaApis, before any is created): CREATE on the cluster, else on each topic
+    (one refusal holds back every topic); the state topic; then the VC's topic policy, per topic.
+    Also the partitions of those admitted (for the partition counts the proxy learns)."""
+    to_create = sorted(n for n in specs if engine.vc.physical_topic(n) is None)
     access = ex.tx.access
-    refusals: dict[str, str] = {}
     if access is not None:
         unauthorized = [n for n in to_create if not access.may_create_topic(n)]
         if unauthorized:
-            reason = f"Unauthorized to CREATE on topics {', '.join(unauthorized)}."
-            refusals = dict.fromkeys(to_create, reason)
+            return dict.fromkeys(to_create, f"Unauthorized to CREATE on topics {', '.join(unauthorized)}."), {}
     problem = engine.image.state_problem
-    if problem is not None and not refusals:
-        refusals = dict.fromkeys(to_create, f"Creation failed: topic changes are refused: {problem}.")
+    if problem is not None and to_create:
+        return dict.fromkeys(to_create, f"Creation failed: topic changes are refused: {problem}."), {}
     budget = engine.budget()
+    refusals: dict[str, str] = {}
+    admitted: dict[str, int] = {}
+    for name in to_create:
+        partitions, configs = specs[name]
+        why = budget.admit_topic(partitions, configs)
+        if why is None:
+            admitted[name] = partitions
+        else:
+            refusals[name] = f"Creation failed: {name} (Policy violation: {why})."
+    return refusals, admitted
+
+
+def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """A joining member's topology: internal topics the VC has no link for would be created by the
+    broker, so they are checked first, as Kafka checks them (`_refusals`). Refused, the join never
+    reaches the broker (which would create them): the proxy answers it as Kafka answers a member whose
+    internal topics are missing — joined, no tasks, and the MISSING_INTERNAL_TOPICS status in Kafka's
+    words ("Unauthorized to CREATE on topics ...", "Creation failed: ...") — and answers that member's
+    heartbeats the same way, checking again each time; once creation is allowed it fences the member
+    (FENCED_MEMBER_EPOCH), which rejoins with its topology at once, and this time the broker gets it."""
+    if body.topology is None:
+        return _held_heartbeat(engine, ex, body)
+    internal, sources = _topology_topics(body.topology)
+    specs = {name: _spec(info) for name, info in internal.items()}
+    for name in sorted(n for n in internal if engine.vc.physical_topic(n) is None):
+        why = names.refusal(engine.vc, name)
+        if why is not None:  # the broker would create it: Kafka's rules for new names first
+            raise _invalid_topology(ex, f"internal topic {why.message}")
+    refusals, admitted = _refusals(engine, ex, specs)
+    if refusals:
+        ex.tx.to_physical("group", body.group_id)  # the group's ACL (READ) is still checked first
+        held = engine.streams_held
+        held[(body.group_id, body.member_id)] = specs
+        held.move_to_end((body.group_id, body.member_id))
+        while len(held) > MAX_HELD:
+            held.popitem(last=False)
+        for name, reason in refusals.items():
+            log.info("virtual cluster %s: internal topic %r refused: %s", engine.vc.name, name, reason)
+        raise _missing_topics(ex, body, specs, refusals, epoch=1, tasks=())
+    engine.streams_held.pop((body.group_id, body.member_id), None)
     to_link: dict[str, str] = {}  # physical -> link, written once the broker accepted the topology
     partitions: dict[str, int] = {}
     for name in sorted(set(internal) | sources):
         if engine.vc.physical_topic(name) is not None:
             continue  # linked already (an earlier member, or created by the tenant): use that topic
         if name in internal:
-            why = names.refusal(engine.vc, name)
-            if why is not None:  # the broker would create it: Kafka's rules for new names first
-                raise _invalid_topology(ex, f"internal topic {why.message}")
             physical = derived_topic_for(engine.vc.id, name)
-            if name not in refusals:
-                info = internal[name]
-                count = int(info.partitions) if info is not None else 0
-                configs = [(kv.key, kv.value) for kv in info.topic_configs] if info is not None else []
-                refused = budget.admit_topic(count, configs)
-                if refused is not None:
-                    refusals[name] = f"Creation failed: {name} (Policy violation: {refused})."
-            if name in refusals:
-                log.info("virtual cluster %s: internal topic %r refused: %s", engine.vc.name, name, refusals[name])
-                _remember(engine, name, refusals[name])
-                physical += REFUSED_MARK
-            else:
-                to_link[physical] = name
-                partitions[physical] = count
+            to_link[physical] = name
+            partitions[physical] = admitted.get(name, 0)
         elif names.invalid_name(name) is None:
             physical = derived_topic_for(engine.vc.id, name)
         else:
@@ -116,18 +145,73 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
     return body
 
 
-def _remember(engine: TenantEngine, name: str, reason: str) -> None:
-    reasons = engine.refused_internal
-    reasons[name] = reason
-    reasons.move_to_end(name)
-    while len(reasons) > MAX_REFUSALS:
-        reasons.popitem(last=False)
+def _held_heartbeat(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """A heartbeat of a member the proxy keeps out of the broker (its join was refused)."""
+    key = (body.group_id, body.member_id)
+    specs = engine.streams_held.get(key)
+    if specs is None:
+        return body
+    ex.tx.to_physical("group", body.group_id)
+    epoch = int(body.member_epoch)
+    if epoch < 0:  # leaving: gone, as the broker says it
+        del engine.streams_held[key]
+        raise _missing_topics(ex, body, specs, {}, epoch=epoch, tasks=None, status=False)
+    refusals, _ = _refusals(engine, ex, specs)
+    if refusals:
+        raise _missing_topics(ex, body, specs, refusals, epoch=epoch, tasks=None)
+    del engine.streams_held[key]  # allowed now: the member rejoins with its topology, the broker gets it
+    log.info("virtual cluster %s: streams group %r member may create its topics now", engine.vc.name, body.group_id)
+    cls = _response_type(ex)
+    raise LocalAnswer(
+        codec._empty(
+            cls, error_code=ErrorCode(FENCED_MEMBER_EPOCH), error_message="Internal topics may be created now."
+        )
+    )
+
+
+def _response_type(ex: TenantCall) -> type:
+    from ..protocol.apis import response_type
+
+    return response_type(ex.api_key, ex.version)
+
+
+def _missing_topics(
+    ex: TenantCall,
+    body: Any,
+    specs: dict[str, Any],
+    refusals: dict[str, str],
+    *,
+    epoch: int,
+    tasks: tuple[Any, ...] | None,
+    status: bool = True,
+) -> LocalAnswer:
+    """Kafka's answer to a member whose internal topics are missing: in the group, no tasks, and why."""
+    cls = _response_type(ex)
+    statuses = None
+    if status:
+        missing = sorted(n for n in specs if ex.tx.vc.physical_topic(n) is None)
+        detail = "; ".join([f"Internal topics are missing: [{', '.join(missing)}]", *dict.fromkeys(refusals.values())])
+        status_cls = typing.get_args(typing.get_args(typing.get_type_hints(cls)["status"])[0])[0]
+        statuses = (codec._empty(status_cls, status_code=i8(MISSING_INTERNAL_TOPICS), status_detail=detail),)
+    return LocalAnswer(
+        codec._empty(
+            cls,
+            member_id=body.member_id,
+            member_epoch=i32(epoch),
+            heartbeat_interval=HEARTBEAT_INTERVAL,
+            acceptable_recovery_lag=i32(ACCEPTABLE_RECOVERY_LAG),
+            task_offset_interval=TASK_OFFSET_INTERVAL,
+            status=statuses,
+            active_tasks=tasks,
+            standby_tasks=tasks,
+            warmup_tasks=tasks,
+            partitions_by_user_endpoint=None,
+        )
+    )
 
 
 def _invalid_topology(ex: TenantCall, message: str) -> LocalAnswer:
-    from ..protocol.apis import response_type
-
-    cls = response_type(ex.api_key, ex.version)
+    cls = _response_type(ex)
     return LocalAnswer(codec._empty(cls, error_code=ErrorCode.streams_invalid_topology, error_message=message))
 
 
@@ -141,25 +225,6 @@ def streams_group_heartbeat_response(engine: TenantEngine, ex: TenantCall, body:
             ex.mutations += max(count, 1)  # created on the VC's behalf: the mutation quota's
     if body.status:
         # Status details quote topic names ("internal topics are missing: ..."): say them the VC's way.
-        status = tuple(
-            dataclasses.replace(s, status_detail=ex.tx.scrub(_refused_detail(engine, s)) or "") for s in body.status
-        )
+        status = tuple(dataclasses.replace(s, status_detail=ex.tx.scrub(s.status_detail) or "") for s in body.status)
         body = dataclasses.replace(body, status=status)
     return body
-
-
-def _refused_detail(engine: TenantEngine, status: Any) -> str:
-    """A status naming topics the proxy refused (under their unusable names): the names back, and
-    instead of the broker's failure to create them, why the proxy refused them."""
-    detail = status.status_detail or ""
-    found = [engine.vc.derived_link(m.group(1)) for m in _REFUSED.finditer(detail)]
-    refused = sorted({n for n in found if n is not None})
-    if not refused:
-        return detail
-    parts = [p for p in detail.split("; ") if not (p.startswith("Creation failed:") and _REFUSED.search(p))]
-    head = _REFUSED.sub(lambda m: engine.vc.derived_link(m.group(1)) or HIDDEN, "; ".join(parts))
-    default = "Creation failed: refused by the virtual cluster's policy."
-    reasons = dict.fromkeys(engine.refused_internal.get(n, default) for n in refused)
-    if int(status.status_code) == MISSING_INTERNAL_TOPICS:
-        return "; ".join([head, *reasons])
-    return head

@@ -8,6 +8,8 @@ cluster's, linked into both. The topic policy is the safe default with at most 4
 
 from __future__ import annotations
 
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -30,13 +33,23 @@ from confluent_kafka.admin import (
 )
 
 from proxy.auth.credentials import make_entry
+from proxy.demo import java_client_properties
+from proxy.kafka.dist import java_executable
 from proxy.process import ProxyProcess, proxy_config
+from proxy.tenancy.model import derived_topic_for
 
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_management import vc_tool
+from .test_streams_groups import APP_ID, INPUT, INTERNAL, JAVA_DIR, OUTPUT, StreamsApp, classpath  # noqa: F401
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret", "bob": "bob-secret"}
+USERS = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "carol": "carol-secret",
+    "sam": "sam-secret",  # team-a's Kafka Streams application
+    "bob": "bob-secret",
+}
 MAX_PARTITIONS = 4
 
 
@@ -58,7 +71,11 @@ def proxy(kafka_cluster, workdir) -> Iterator[ProxyProcess]:
             "super_admins": ["User:admin"],
             "topic_policy": {"max_partitions_per_topic": MAX_PARTITIONS},
             "virtual_clusters": [
-                {"name": "team-a", "principals": ["User:alice", "User:carol"], "admins": ["User:alice"]},
+                {
+                    "name": "team-a",
+                    "principals": ["User:alice", "User:carol", "User:sam"],
+                    "admins": ["User:alice"],
+                },
                 {"name": "team-b", "principals": ["User:bob"], "admins": ["User:bob"]},
             ],
         },
@@ -179,3 +196,100 @@ def test_partitions_per_topic_are_bounded(proxy, shared):
     assert error_of(alice.create_topics([NewTopic("narrow", MAX_PARTITIONS, 1)], operation_timeout=30)["narrow"]) == 0
     grow = alice.create_partitions([NewPartitions("narrow", MAX_PARTITIONS + 1)], operation_timeout=30)["narrow"]
     assert error_of(grow) == KafkaError.POLICY_VIOLATION
+
+
+# -- Kafka Streams internal topics ----------------------------------------------------------------------
+
+
+class SaslStreamsApp(StreamsApp):
+    """tests/integration/test_streams_groups.py's word count, logged in as a SCRAM user."""
+
+    def __init__(self, jars: str, workdir: Path, user: str, bootstrap: str):
+        self.log = workdir / f"{user}.log"
+        props = workdir / f"{user}.properties"
+        props.write_text(
+            java_client_properties(user, USERS[user])
+            + "\n".join(
+                [
+                    f"application.id={APP_ID}",
+                    f"bootstrap.servers={bootstrap}",
+                    "group.protocol=streams",
+                    f"state.dir={workdir / user}",
+                    "num.stream.threads=1",
+                    "default.key.serde=org.apache.kafka.common.serialization.Serdes$StringSerde",
+                    "default.value.serde=org.apache.kafka.common.serialization.Serdes$StringSerde",
+                    f"wordcount.input={INPUT}",
+                    f"wordcount.output={OUTPUT}",
+                ]
+            )
+            + "\n"
+        )
+        argv = [
+            java_executable(),
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
+        ]
+        argv += ["-cp", jars, "StreamsWordCount", str(props)]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+_ACL_FIELDS = ("restype", "name", "resource_pattern_type", "principal", "host", "operation", "permission_type")
+
+
+def _acl(
+    rtype: Any, name: str, op: Any, permission: Any = AclPermissionType.ALLOW, principal: str = "User:sam"
+) -> AclBinding:
+    return AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", op, permission)
+
+
+def test_a_streams_application_without_create_gets_no_internal_topics(
+    kafka_cluster,
+    proxy,
+    shared,
+    classpath,  # noqa: F811 (the fixture, imported above)
+    workdir,
+):
+    alice = admin(proxy, "alice")
+    for topic in (INPUT, OUTPUT):
+        assert error_of(alice.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic]) == 0
+    denials = [
+        _acl(ResourceType.TOPIC, "*", AclOperation.CREATE, AclPermissionType.DENY),
+        _acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE, AclPermissionType.DENY),
+    ]
+    grants = [
+        _acl(ResourceType.TOPIC, "*", AclOperation.ALL),
+        _acl(ResourceType.GROUP, "*", AclOperation.ALL),
+        _acl(ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE),
+    ]
+    for future in alice.create_acls(grants + denials).values():
+        future.result(60)
+    app = SaslStreamsApp(classpath, workdir, "sam", proxy.bootstrap)
+    try:
+        deadline = time.monotonic() + 180
+        refused = "internal topic 'wordcount-counts-changelog' refused: Unauthorized to CREATE on topics"
+        while refused not in proxy.log_path.read_text(errors="replace"):
+            assert app.proc.poll() is None, app.text()[-4000:]
+            assert time.monotonic() < deadline, f"no refusal in the proxy's log:\n{proxy.log_tail()}"
+            time.sleep(0.5)
+        # The join never reached the broker: no internal topic, no link, while the member waits.
+        team_a = replayed(kafka_cluster, proxy).vcs["team-a"]
+        physical_admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        derived = {derived_topic_for(team_a.id, name) for name in INTERNAL}
+        physical = set(physical_admin.list_topics(timeout=30).topics)
+        assert not derived & physical and not any(t.endswith(INTERNAL) for t in physical)
+        assert not set(INTERNAL) & set(team_a.links)
+        # The application keeps running (Kafka's MISSING_INTERNAL_TOPICS status is not fatal) and, once
+        # alice lifts the denials, rejoins and gets its internal topics, without a restart.
+        filters = [AclBindingFilter(*(getattr(d, f) for f in _ACL_FIELDS)) for d in denials]
+        for future in alice.delete_acls(filters).values():
+            future.result(60)
+        while not derived <= set(physical_admin.list_topics(timeout=30).topics):
+            assert app.proc.poll() is None, app.text()[-4000:]
+            assert time.monotonic() < deadline + 120, f"the internal topics never came:\n{app.text()[-4000:]}"
+            time.sleep(1)
+        assert set(INTERNAL) <= set(replayed(kafka_cluster, proxy).vcs["team-a"].links)
+    finally:
+        app.stop()
+    assert "STATE ERROR" not in app.text(), app.text()[-4000:]

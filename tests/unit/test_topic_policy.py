@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from proxy.acl.model import Operation, PatternType, ResourceType
+from proxy.acl.model import Operation, PatternType, Permission, ResourceType
 from proxy.config import ConfigError, TenancyConfig
 from proxy.core.session import Action, ProxySession
 from proxy.protocol import codec
@@ -36,7 +36,7 @@ from proxy.tenancy.policy import SAFE_DEFAULT, UNLIMITED, Budget, TopicPolicy, U
 
 from .test_acls import LAYOUT, Tenancy, _answer, _forwarded_body, _item, _local_reply, _send, allow, grant
 
-Op, R, P = Operation, ResourceType, PatternType
+Op, R, P, Perm = Operation, ResourceType, PatternType, Permission
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS = 19, 20, 21, 32, 33
 CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, METADATA, STREAMS_HEARTBEAT = 37, 44, 3, 88
 TOPIC, GROUP = 2, 32
@@ -525,6 +525,7 @@ def _streams_join(configs: dict[str, str] | None = None, partitions: int = 3) ->
 
 
 def _streams_answer(s: ProxySession, sent: Any) -> tuple[Any, Any]:
+    """The broker accepts a join (the topics it creates are missing at first)."""
     names = [
         t.name
         for sub in sent.topology.subtopologies
@@ -539,6 +540,15 @@ def _streams_answer(s: ProxySession, sent: Any) -> tuple[Any, Any]:
     return _decode(STREAMS_HEARTBEAT, 0, result), result
 
 
+def _heartbeat(epoch: int) -> Any:
+    return codec._empty(request_type(STREAMS_HEARTBEAT, 0), group_id="app", member_id="m1", member_epoch=epoch)
+
+
+def _held(s: ProxySession, body: Any) -> Any:
+    """The proxy answers the member itself (the broker never sees it)."""
+    return _local_reply(s, _send(s, STREAMS_HEARTBEAT, 0, body), STREAMS_HEARTBEAT, 0)
+
+
 def test_streams_internal_topics_need_create(shared):
     from .test_tenant_streams import CHANGELOG, REPARTITION
 
@@ -551,25 +561,23 @@ def test_streams_internal_topics_need_create(shared):
         allow(CHANGELOG, Op.CREATE),
     )
     s = open_session(image, "User:carol", allow_if_no_acl=False)
-    sent = _forwarded_body(_send(s, STREAMS_HEARTBEAT, 0, _streams_join()), STREAMS_HEARTBEAT, 0)
-    internal = [
-        t.name
-        for sub in sent.topology.subtopologies
-        for t in (*sub.state_changelog_topics, *sub.repartition_source_topics)
+    # Kafka holds back every topic of the heartbeat when one may not be created. The join never reaches
+    # the broker (which would create them): the member is told what Kafka tells it, and gets no tasks.
+    got = _held(s, _streams_join())
+    assert (got.error_code, got.member_id, got.member_epoch, got.active_tasks) == (E.none, "m1", 1, ())
+    assert [(x.status_code, x.status_detail) for x in got.status] == [
+        (
+            1,
+            f"Internal topics are missing: [{CHANGELOG}, {REPARTITION}]; "
+            f"Unauthorized to CREATE on topics {REPARTITION}.",
+        )
     ]
-    # Kafka holds back every topic of the heartbeat when one may not be created; the broker is sent
-    # names it cannot create (illegal), so nothing is created on carol's behalf
-    assert internal and all(n.endswith("!") for n in internal)
-    got, result = _streams_answer(s, sent)
-    assert not result.writes and result.exchange.tenant.mutations == 0
-    detail = got.status[0].status_detail
-    assert got.status[0].status_code == 1 and "!" not in detail
-    assert detail == (
-        f"Internal topics are missing: [{CHANGELOG}, {REPARTITION}]; Unauthorized to CREATE on topics {REPARTITION}."
-    )
-    # with CREATE on the cluster, both are created and linked, and charged to the mutation quota
+    got = _held(s, _heartbeat(1))  # its heartbeats too, checked again each time
+    assert (got.error_code, got.member_epoch, got.status[0].status_code) == (E.none, 1, 1)
+    assert "Unauthorized to CREATE" in got.status[0].status_detail
+    # CREATE granted: the member is fenced, so it rejoins with its topology at once, which the broker gets
     grant(image, allow("kafka-cluster", Op.CREATE, rtype=R.CLUSTER))
-    s = open_session(image, "User:carol", allow_if_no_acl=False)
+    assert _held(s, _heartbeat(1)).error_code == E.fenced_member_epoch
     sent = _forwarded_body(_send(s, STREAMS_HEARTBEAT, 0, _streams_join()), STREAMS_HEARTBEAT, 0)
     _, result = _streams_answer(s, sent)
     assert {k for k, _ in result.writes if k.startswith('["link"')} == {
@@ -577,6 +585,33 @@ def test_streams_internal_topics_need_create(shared):
         link_record("team-a", REPARTITION, "x")[0],
     }
     assert result.exchange.tenant.mutations == 1 + 3  # the changelog's count is the broker's (one), 3 partitions
+
+
+def test_a_held_member_leaves_without_the_broker(shared):
+    image, _ = shared
+    no_create = (
+        allow("*", Op.CREATE, perm=Perm.DENY),
+        allow("kafka-cluster", Op.CREATE, rtype=R.CLUSTER, perm=Perm.DENY),
+    )
+    grant(image, *no_create)
+    s = open_session(image, "User:carol")
+    assert _held(s, _streams_join()).member_epoch == 1
+    left = _held(s, _heartbeat(-1))
+    assert (left.error_code, left.member_epoch, left.status) == (E.none, -1, None)
+    decision = _send(s, STREAMS_HEARTBEAT, 0, _heartbeat(1))  # unknown to the proxy now: the broker's
+    assert decision.action is Action.FORWARD
+
+
+def test_a_held_member_without_the_groups_acl_is_refused_as_kafka_refuses_it(shared):
+    image, _ = shared
+    grant(
+        image,
+        allow("kafka-cluster", Op.CREATE, rtype=R.CLUSTER, perm=Perm.DENY),
+        allow("other", Op.READ, rtype=R.GROUP),
+    )
+    s = open_session(image, "User:carol", allow_if_no_acl=False)
+    got = _local_reply(s, _send(s, STREAMS_HEARTBEAT, 0, _streams_join()), STREAMS_HEARTBEAT, 0)
+    assert got.error_code == E.group_authorization_failed
 
 
 @pytest.mark.parametrize(
@@ -593,29 +628,28 @@ def test_streams_internal_topics_follow_the_policy(shared, policy, configs, word
 
     image, _ = shared
     s = open_session(image, "User:carol", policy)
-    sent = _forwarded_body(_send(s, STREAMS_HEARTBEAT, 0, _streams_join(configs)), STREAMS_HEARTBEAT, 0)
-    repartition = sent.topology.subtopologies[1].repartition_source_topics[0].name
-    assert repartition.endswith("!")
-    got, result = _streams_answer(s, sent)
-    assert not any(REPARTITION in k for k, _ in result.writes)
+    got = _held(s, _streams_join(configs))
     detail = got.status[0].status_detail
-    assert f"Creation failed: {REPARTITION} (Policy violation: " in detail and words in detail and "!" not in detail
+    assert f"Creation failed: {REPARTITION} (Policy violation: " in detail and words in detail
+    assert not any(REPARTITION in link for link in image.vcs["team-a"].links)
 
 
 def test_streams_topologies_cannot_grow_the_state_without_bound(shared):
     """Each new topology names new internal topics; links stop at the VC's topic limit."""
+    from .test_tenant_streams import join
+
     image, _ = shared
     policy = TopicPolicy(max_topics=6)
-    written = 0
+    held = 0
     for i in range(5):
         s = open_session(image, "User:carol", policy)
-        from .test_tenant_streams import join
-
         body = join(0, changelog=f"app{i}-store-changelog", repartition=f"app{i}-repartition")
-        sent = _forwarded_body(_send(s, STREAMS_HEARTBEAT, 0, body), STREAMS_HEARTBEAT, 0)
-        _, result = _streams_answer(s, sent)
-        links = [r for r in result.writes if r[0].startswith('["link"')]
+        decision = _send(s, STREAMS_HEARTBEAT, 0, body)
+        if decision.action is Action.LOCAL:
+            held += 1
+            assert "at most 6 topics" in _local_reply(s, decision, STREAMS_HEARTBEAT, 0).status[0].status_detail
+            continue
+        _, result = _streams_answer(s, _forwarded_body(decision, STREAMS_HEARTBEAT, 0))
         for record in result.writes:
             image.apply(*record)
-        written += len(links)
-    assert len(image.vcs["team-a"].links) == 6 and written == 4
+    assert len(image.vcs["team-a"].links) == 6 and held == 3
