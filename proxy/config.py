@@ -154,8 +154,9 @@ class ListenerConfig(_Strict):
     """Certificate and client authentication for SSL and SASL_SSL listeners."""
     sni: ListenerSniConfig | None = None
     """SNI routing: bootstrap_port is then the one port for the bootstrap and every broker (needs TLS)."""
-    refuse_unbound_principals: bool = False
-    """Refuse principals not bound to a virtual cluster (read by the tenancy layer)."""
+    refuse_unbound_principals: bool | None = None
+    """Gone: with tenancy on, a principal in no virtual cluster (nor in kafka-cluster) is always refused.
+    `true` is accepted (it is what happens); `false` is an error (docs/security.md#migration)."""
     request_header_v3: bool = False
     """KIP-1313: advertise each API's next version with request header v3 and translate it for the
     brokers. Off by default: the KIP's version numbers are not fixed yet (docs/observability.md)."""
@@ -171,6 +172,11 @@ class ListenerConfig(_Strict):
             raise ValueError(f"tls is set but security_protocol {self.security_protocol} does not use TLS")
         if len(set(self.sasl_mechanisms)) != len(self.sasl_mechanisms):
             raise ValueError("sasl_mechanisms lists a mechanism twice")
+        if self.refuse_unbound_principals is False:
+            raise ValueError(
+                "refuse_unbound_principals: false is no longer possible: every principal is in a virtual cluster "
+                "or in kafka-cluster, or is refused; remove the key (docs/security.md#migration)"
+            )
         if self.sni is not None:
             if not _uses_tls(self.security_protocol):
                 raise ValueError(f"sni needs a TLS security_protocol (SSL or SASL_SSL), not {self.security_protocol}")
@@ -453,8 +459,9 @@ class TenancyConfig(_Strict):
     seed entry may say otherwise for that VC (see docs/acls.md)."""
 
     super_admins: list[str] = []
-    """Operators (e.g. "User:admin") allowed every management RPC on every VC: the KIP's *_CLUSTER operations
-    on `kafka-cluster`. They must be bound to no VC."""
+    """The bootstrap of the trust model: principals in kafka-cluster (the physical cluster) holding every
+    right on every VC, e.g. "User:admin". Everyone else's rights are ACLs (docs/security.md). They must be
+    bound to no VC, and User:ANONYMOUS cannot be one."""
 
     topic_policy: TopicPolicyConfig = TopicPolicyConfig()
     """What members of every VC may do with topics: config keys and bounds, partitions per topic, topics and
@@ -498,6 +505,8 @@ class TenancyConfig(_Strict):
                     if first != path:
                         raise ValueError(f"{path}: {value!r} is already bound at {first} (one virtual cluster each)")
         for i, admin in enumerate(self.super_admins):
+            if admin == "User:ANONYMOUS":
+                raise ValueError(f"super_admins.{i}: User:ANONYMOUS is nobody's identity and cannot hold rights")
             if ("principals", admin) in seen:
                 where = seen[("principals", admin)]
                 raise ValueError(f"super_admins.{i}: {admin!r} is bound to a virtual cluster at {where}")

@@ -260,6 +260,27 @@ def _steps(config: ProxyConfig, properties: dict[str, Path]) -> tuple[str, list[
                 ],
             )
         )
+        if vc_admin is not None:
+            _, member, member_vc = vc_admin
+            member_login = f"--bootstrap-server {bootstrap} --command-config {properties[member]}"
+            steps.append(
+                (
+                    f"Rights are ACLs (KIP-1134), in kafka-cluster's own: {admins[0]} lets {member} describe "
+                    f"{member_vc} (and nothing more), and {member} does (docs/security.md#rights):",
+                    [
+                        _command(
+                            f"{vcproxy} acls",
+                            login,
+                            f"--add --virtual-cluster kafka-cluster --allow-principal User:{member} "
+                            f"--operation DescribeVirtualCluster --cluster-name {member_vc}",
+                        ),
+                        _command(f"{vcproxy} acls", login, "--list --virtual-cluster kafka-cluster"),
+                        _command(
+                            f"{vcproxy} virtual-clusters describe", member_login, f"--virtual-cluster {member_vc}"
+                        ),
+                    ],
+                )
+            )
     return intro, steps
 
 

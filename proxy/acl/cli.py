@@ -34,6 +34,15 @@ Names in ACLs are the virtual cluster's own: topic link names, and its group and
 --virtual-cluster-pattern-type prefixed applies the command to every virtual cluster (that this principal
 may manage) whose name starts with --virtual-cluster, as they are now.
 
+--virtual-cluster kafka-cluster manages the cluster-wide ACLs (KIP-1134): the rights over virtual
+clusters, e.g. a partial admin of team-a who may add users but not link foreign topics:
+  vcproxy acls --bootstrap-server ... --command-config admin.properties --add --virtual-cluster kafka-cluster \
+    --allow-principal User:dave --operation AlterVirtualCluster --operation DescribeVirtualCluster \
+    --cluster-name team-a
+(operations CreateVirtualCluster, AlterVirtualCluster, DeleteVirtualCluster, ListVirtualClusters,
+DescribeVirtualCluster; --cluster-name kafka-cluster for every VC), and the physical names that members of
+kafka-cluster whom the proxy authenticates may use (--topic, --group, --transactional-id, --cluster).
+
 exit codes: 0 done; 1 the proxy refused an item (each item's error is printed); 2 usage error;
 3 cannot connect or log in; 4 not authorized (super admins may manage every VC's ACLs, a VC's admins its own).
 """
@@ -89,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--transactional-id", action="append", default=[], help="a transactional id, repeatable")
     parser.add_argument("--cluster", action="store_true", help="the virtual cluster's cluster resource")
     parser.add_argument(
+        "--cluster-name",
+        action="append",
+        default=[],
+        metavar="VC",
+        help="with --virtual-cluster kafka-cluster: a CLUSTER resource naming a VC (rights over it), repeatable",
+    )
+    parser.add_argument(
         "--resource-pattern-type",
         choices=("literal", "prefixed", "match", "any"),
         help="of the resources (default literal; --add: literal or prefixed)",
@@ -109,6 +125,7 @@ def resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     out += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
     if args.cluster:
         out.append((ResourceType.CLUSTER, CLUSTER_NAME))
+    out += [(ResourceType.CLUSTER, name) for name in getattr(args, "cluster_name", ())]
     return out
 
 

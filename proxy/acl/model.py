@@ -55,6 +55,14 @@ class Operation(enum.IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
     TWO_PHASE_COMMIT = 15
+    # KIP-1134's rights over virtual clusters, on CLUSTER resources of `kafka-cluster`'s own ACLs: the
+    # resource names a VC (or `kafka-cluster` for every VC). Kafka has no codes for them yet; the proxy
+    # uses a range far above Kafka's (docs/security.md#rights), so a future Kafka code cannot collide.
+    CREATE_VIRTUAL_CLUSTER = 100
+    ALTER_VIRTUAL_CLUSTER = 101
+    DELETE_VIRTUAL_CLUSTER = 102
+    LIST_VIRTUAL_CLUSTERS = 103
+    DESCRIBE_VIRTUAL_CLUSTER = 104
 
 
 class Permission(enum.IntEnum):
@@ -65,6 +73,15 @@ class Permission(enum.IntEnum):
 
 
 CLUSTER_NAME = "kafka-cluster"  # the cluster resource's only name, in a VC as on a broker
+VC_OPERATIONS = frozenset(
+    {
+        Operation.CREATE_VIRTUAL_CLUSTER,
+        Operation.ALTER_VIRTUAL_CLUSTER,
+        Operation.DELETE_VIRTUAL_CLUSTER,
+        Operation.LIST_VIRTUAL_CLUSTERS,
+        Operation.DESCRIBE_VIRTUAL_CLUSTER,
+    }
+)
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 Op = Operation
@@ -109,7 +126,9 @@ class AclBinding:
     operation: Operation
     permission: Permission
 
-    def validate(self) -> AclBinding:
+    def validate(self, cluster_wide: bool = False) -> AclBinding:
+        """Kafka's checks; `cluster_wide`: a binding of `kafka-cluster`'s own ACLs, where a CLUSTER resource
+        may name a virtual cluster and take the KIP-1134 *_VIRTUAL_CLUSTER operations."""
         if self.resource_type not in SUPPORTED:
             raise AclError(f"resource type {self.resource_type.name} cannot be used in a virtual cluster")
         if self.pattern not in (PatternType.LITERAL, PatternType.PREFIXED):
@@ -118,11 +137,16 @@ class AclBinding:
             raise AclError("resource name must not be empty")
         if self.pattern is PatternType.PREFIXED and self.name == WILDCARD:
             raise AclError("a prefixed pattern cannot be the wildcard '*'")
-        if self.resource_type is ResourceType.CLUSTER and self.name != CLUSTER_NAME:
+        if self.resource_type is ResourceType.CLUSTER and self.name != CLUSTER_NAME and not cluster_wide:
             raise AclError(f"the cluster resource is named {CLUSTER_NAME!r}")
         if self.operation in (Op.UNKNOWN, Op.ANY):
             raise AclError(f"operation {self.operation.name} cannot be granted")
-        if self.operation is not Op.ALL and self.operation not in SUPPORTED[self.resource_type]:
+        if self.operation in VC_OPERATIONS:
+            if not cluster_wide:
+                raise AclError(f"{self.operation.name} is granted in kafka-cluster's ACLs, not in a virtual cluster")
+            if self.resource_type is not ResourceType.CLUSTER:
+                raise AclError(f"{self.operation.name} applies to CLUSTER resources (a virtual cluster's name)")
+        elif self.operation is not Op.ALL and self.operation not in SUPPORTED[self.resource_type]:
             raise AclError(f"operation {self.operation.name} does not apply to {self.resource_type.name}")
         if self.permission not in (Permission.ALLOW, Permission.DENY):
             raise AclError(f"permission must be ALLOW or DENY, not {self.permission.name}")

@@ -80,7 +80,7 @@ def filter_of(item: Any, prefix: str = "") -> AclFilter:
     ).validate()
 
 
-def binding_of(item: Any) -> AclBinding:
+def binding_of(item: Any, cluster_wide: bool = False) -> AclBinding:
     pattern = getattr(item, "resource_pattern_type", int(PatternType.LITERAL))
     return AclBinding(
         ResourceType(int(item.resource_type)),
@@ -90,7 +90,7 @@ def binding_of(item: Any) -> AclBinding:
         item.host,
         Operation(int(item.operation)),
         Permission(int(item.permission_type)),
-    ).validate()
+    ).validate(cluster_wide)
 
 
 def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:

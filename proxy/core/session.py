@@ -110,7 +110,7 @@ class ProxySession:
         self.stages: list[Any] = [self.identify, self.auth]
         authorize: AuthorizationStage | None = None
         if tenancy is not None:
-            caller = Caller(ctx, frozenset(super_admins))
+            caller = Caller(ctx, frozenset(super_admins), lambda: tenancy.image, host)
             authorize = AuthorizationStage(ctx, caller, lambda: tenancy.image, allow_if_no_acl, host)
         self.versions = VersionStage(
             ctx, self.auth, header_v3, upstream_versions, authorize.advertised if authorize is not None else None
@@ -119,7 +119,7 @@ class ProxySession:
         if tenancy is not None:
             assert authorize is not None
             tenant = TenancyStage(ctx, tenancy)
-            self.binding = BindingStage(ctx, tenancy, tenant.engine_for)
+            self.binding = BindingStage(ctx, tenancy, tenant.engine_for, frozenset(super_admins))
             manage = ManagementStage(authorize.caller, lambda: tenancy.image)
             quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image)  # quotas and their RPCs
             self.stages += [self.binding, authorize, quota, manage, tenant]
@@ -158,9 +158,9 @@ class ProxySession:
         return self.binding.stale() if self.binding is not None else None
 
     def _may_log_in(self, principal: str | None, client_id: str | None) -> bool:
-        tenancy = self.tenancy
-        assert tenancy is not None
-        return not tenancy.refuse_unbound or tenancy.image.vc_for(principal, client_id) is not None
+        """Everyone is somewhere: a principal in no VC (nor in kafka-cluster) is refused at login."""
+        assert self.binding is not None
+        return self.binding.rights().placement(principal, client_id) is not None
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -2,18 +2,21 @@
 the state records to write out. The proxy writes the records durably before the answer leaves, and
 every replica applies them from the state topic (docs/management.md).
 
-Who may do what:
-* super-admins (`tenancy.super_admins`; the KIP's *_CLUSTER operations on kafka-cluster): everything;
-* a VC's admins (its `admins`; the KIP's *_VIRTUAL_CLUSTER operations): list (their VCs only), describe
-  and alter their VC, within bounds that keep it from reaching outside the VC: users, client ids and
-  admins of the VC, removals, and topic links to physical topics already in the VC (aliases). Linking a
-  physical topic not yet in the VC, or assigning an existing group or transactional id, would reach
-  another tenant's data: super-admins only; and the VC-scoped ACLs of their VCs (the ACL RPCs);
+Who may do what is ACLs (proxy/tenancy/rights.py, docs/security.md#rights): the KIP's *_VIRTUAL_CLUSTER
+operations on CLUSTER resources in `kafka-cluster`'s own ACLs, the config's super-admins holding all.
+* CREATE/DELETE/LIST/DESCRIBE_VIRTUAL_CLUSTER on a VC's name (or `kafka-cluster`: every VC);
+* ALTER_VIRTUAL_CLUSTER on a VC: its users, client ids and admins, removals, and topic links to physical
+  topics already in the VC (aliases). What reaches beyond the VC (linking a physical topic not yet in
+  it, assigning an existing group or transactional id, placing a principal that holds rights elsewhere,
+  adding members to `kafka-cluster`) needs ALTER_VIRTUAL_CLUSTER on `kafka-cluster`;
+* no right lets its holder move a super-admin or another VC's member, widen its own rights, or remove
+  the last holder of ALTER_VIRTUAL_CLUSTER on a VC;
 * anyone else: CLUSTER_AUTHORIZATION_FAILED, never saying whether a VC they may not see exists.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +25,9 @@ from typing import Any
 from kio.static.primitive import i8, i16
 
 from ..acl import plane as acl_plane
-from ..acl.model import AclBinding, AclError, acl_record
+from ..acl.model import CLUSTER_NAME, AclBinding, AclError, Operation, PatternType, ResourceType, acl_record
 from ..tenancy.model import (
+    KAFKA_CLUSTER,
     RESERVED_VC_NAMES,
     TenancyError,
     TenancyImage,
@@ -38,9 +42,11 @@ from ..tenancy.model import (
     vc_delete,
     vc_record,
 )
+from ..tenancy.rights import ANONYMOUS, Rights, admin_bindings
 from . import schema as m
 
 Record = tuple[str, dict[str, Any] | None]
+Op = Operation
 
 NONE = 0
 CLUSTER_AUTHORIZATION_FAILED = 31
@@ -55,30 +61,63 @@ _PRINCIPAL = re.compile(r"^[^:\s]+:\S.*$")
 
 @dataclass(frozen=True)
 class Caller:
+    """Who asks, from where, and the rights over the image the request is decided on (`on`)."""
+
     principal: str | None
-    super_admin: bool
-    super_admins: frozenset[str] = frozenset()  # never bound into a VC (they would lose the physical view)
+    super_admins: frozenset[str] = frozenset()
+    host: str = "*"
+    image: TenancyImage | None = None
+
+    def on(self, image: TenancyImage) -> Caller:
+        return self if self.image is image else dataclasses.replace(self, image=image)
+
+    @property
+    def rights(self) -> Rights:
+        return Rights(self.image if self.image is not None else TenancyImage(), self.super_admins)
+
+    @property
+    def super_admin(self) -> bool:
+        return self.principal is not None and self.principal in self.super_admins
+
+    def may(self, op: Operation, vc: str) -> bool:
+        return self.rights.may(self.principal, op, vc, self.host)
+
+    @property
+    def operator(self) -> bool:
+        """Holds ALTER_VIRTUAL_CLUSTER on kafka-cluster: may reach beyond one VC."""
+        return self.rights.cluster_operator(self.principal, self.host)
+
+    def acl_admin(self, op: Operation = Op.ALTER) -> bool:
+        """May manage kafka-cluster's own ACLs: Kafka's rule, ALTER (DESCRIBE to read) on the cluster."""
+        if self.super_admin:
+            return True
+        if self.principal is None or self.principal == ANONYMOUS:
+            return False
+        from ..tenancy.rights import decide
+
+        return decide(
+            self.rights.image.cluster_acls, self.principal, self.host, op, ResourceType.CLUSTER, [CLUSTER_NAME]
+        )
 
 
-def administered(image: TenancyImage, caller: Caller) -> list[str]:
-    """The VCs this caller may see: all for super-admins, else those it administers."""
-    if caller.super_admin:
-        return sorted(image.vcs)
-    return sorted(name for name, vc in image.vcs.items() if caller.principal in vc.admins)
+def administered(image: TenancyImage, caller: Caller, op: Operation = Op.LIST_VIRTUAL_CLUSTERS) -> list[str]:
+    """The VCs on which this caller may do `op` (listing: those it may list)."""
+    caller = caller.on(image)
+    return sorted(name for name in image.vcs if caller.may(op, name))
 
 
 def advertised(image: TenancyImage, caller: Caller) -> set[int]:
-    """The management API keys this caller may use (ApiVersions shows only these)."""
-    if caller.super_admin:
+    """The management API keys this caller may use (ApiVersions shows only these): all of them for a
+    principal holding any right, none for anyone else."""
+    caller = caller.on(image)
+    if caller.principal is not None and caller.rights.holds_any(caller.principal):
         return set(m.KEYS)
-    if administered(image, caller):
-        return {m.LIST_VIRTUAL_CLUSTERS, m.DESCRIBE_VIRTUAL_CLUSTERS, m.ALTER_VIRTUAL_CLUSTERS, *m.ACL_KEYS}
     return set()
 
 
 def handle(image: TenancyImage, caller: Caller, request: Any) -> tuple[Any, list[Record]]:
     handler = _HANDLERS[type(request)]
-    return handler(image, caller, request)
+    return handler(image, caller.on(image), request)
 
 
 class _Refused(Exception):
@@ -109,8 +148,8 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
         name = item.name
 
         def check(name: str = name) -> None:
-            if not caller.super_admin:
-                raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "only super-admins may create virtual clusters")
+            if not caller.may(Op.CREATE_VIRTUAL_CLUSTER, name):
+                raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized to create this virtual cluster")
             validate_vc_name(name)
             if name in image.vcs or name in planned:
                 raise _Refused(DUPLICATE_RESOURCE, f"virtual cluster {name!r} exists")
@@ -130,10 +169,10 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
         name = item.name
 
         def check(name: str = name) -> None:
-            if not caller.super_admin:
-                raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "only super-admins may delete virtual clusters")
             if name in RESERVED_VC_NAMES:
                 raise _Refused(INVALID_REQUEST, f"{name!r} is reserved")
+            if not caller.may(Op.DELETE_VIRTUAL_CLUSTER, name):
+                raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
             vc = image.vcs.get(name)
             if vc is None:
                 raise _Refused(RESOURCE_NOT_FOUND, f"no virtual cluster {name!r}")
@@ -144,6 +183,7 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
         code, message = _check(check)
         if code == NONE:
             records.extend(acl_record(name, b, False) for b in image.vcs[name].acls)  # its ACLs go with it
+            records.extend(acl_record(KAFKA_CLUSTER, b, False) for b in _rights_on(image, name))  # and rights on it
             records.extend(image.quotas.of_vc(name))  # and its quotas
             records.append(vc_delete(name))
         results.append(m.DeletableVirtualClusterResult(name=name, error_code=i16(code), error_message=message))
@@ -164,9 +204,19 @@ def _contents(image: TenancyImage, name: str) -> str:
     return ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for what, n in counts if n)
 
 
+def _rights_on(image: TenancyImage, vc: str) -> list[AclBinding]:
+    """kafka-cluster's bindings about exactly this VC (a later VC of the same name must not inherit them)."""
+    return [
+        b
+        for b in image.cluster_acls
+        if b.resource_type is ResourceType.CLUSTER and b.pattern is PatternType.LITERAL and b.name == vc
+    ]
+
+
 def _list(image: TenancyImage, caller: Caller, request: m.ListVirtualClustersRequest) -> tuple[Any, list[Record]]:
+    caller = caller.on(image)
     names = administered(image, caller)
-    if not names and not caller.super_admin:
+    if not names and not caller.may(Op.LIST_VIRTUAL_CLUSTERS, KAFKA_CLUSTER):
         return m.ListVirtualClustersResponse(error_code=i16(CLUSTER_AUTHORIZATION_FAILED)), []
     listed = tuple(m.ListedVirtualCluster(name=n) for n in names)
     return m.ListVirtualClustersResponse(virtual_clusters=listed), []
@@ -175,17 +225,19 @@ def _list(image: TenancyImage, caller: Caller, request: m.ListVirtualClustersReq
 def _describe(
     image: TenancyImage, caller: Caller, request: m.DescribeVirtualClustersRequest
 ) -> tuple[Any, list[Record]]:
-    visible = set(administered(image, caller))
     results = []
     for item in request.virtual_clusters:
         name = item.name
         vc = image.vcs.get(name)
-        if name not in visible:
-            code = RESOURCE_NOT_FOUND if caller.super_admin else CLUSTER_AUTHORIZATION_FAILED
-            why = f"no virtual cluster {name!r}" if caller.super_admin else "not authorized"
+        if name == KAFKA_CLUSTER and caller.may(Op.DESCRIBE_VIRTUAL_CLUSTER, name):
+            results.append(_describe_kafka_cluster(image, caller))
+            continue
+        if vc is None or not caller.may(Op.DESCRIBE_VIRTUAL_CLUSTER, name):
+            everywhere = caller.may(Op.DESCRIBE_VIRTUAL_CLUSTER, KAFKA_CLUSTER)
+            code = RESOURCE_NOT_FOUND if everywhere else CLUSTER_AUTHORIZATION_FAILED
+            why = f"no virtual cluster {name!r}" if everywhere else "not authorized"
             results.append(m.VirtualClusterResults(name=name, error_code=i16(code), error_message=why))
             continue
-        assert vc is not None
         principals, client_ids = image.bound_to(name)
         links = tuple(
             m.TopicLink(link_name=link, physical_name=physical) for link, physical in sorted(vc.links.items())
@@ -199,10 +251,25 @@ def _describe(
                 transactional_ids=tuple(sorted(vc.txns)),
                 consumer_groups=tuple(sorted(vc.groups)),
                 cluster_id=vc.cluster_id,
-                admins=tuple(sorted(vc.admins)),
+                admins=tuple(sorted(caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, name) - _everywhere(caller))),
             )
         )
     return m.DescribeVirtualClustersResponse(virtual_clusters=tuple(results)), []
+
+
+def _everywhere(caller: Caller) -> set[str]:
+    """Holders of ALTER_VIRTUAL_CLUSTER on kafka-cluster: operators, not any one VC's admins."""
+    return caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, KAFKA_CLUSTER)
+
+
+def _describe_kafka_cluster(image: TenancyImage, caller: Caller) -> Any:
+    """kafka-cluster, the physical cluster: its members (super-admins and those added) and operators."""
+    members, _ = image.bound_to(KAFKA_CLUSTER)
+    return m.VirtualClusterResults(
+        name=KAFKA_CLUSTER,
+        users=tuple(sorted(set(members) | caller.super_admins)),
+        admins=tuple(sorted(_everywhere(caller) | caller.super_admins)),
+    )
 
 
 # -- Alter -----------------------------------------------------------------------------------------------
@@ -246,7 +313,10 @@ class _Plan:
         return self.txns[t] if t in self.txns else self.image.txn_owners.get(t)
 
     def admin(self, vc: str, p: str) -> bool:
-        return self.admins[(vc, p)] if (vc, p) in self.admins else p in self.image.vcs[vc].admins
+        if (vc, p) in self.admins:
+            return self.admins[(vc, p)]
+        granted = all(b in self.image.cluster_acls for b in admin_bindings(vc, p))
+        return granted or p in self.image.vcs[vc].admins
 
 
 def _principal(name: str) -> str:
@@ -258,7 +328,6 @@ def _principal(name: str) -> str:
 
 def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersRequest) -> tuple[Any, list[Record]]:
     plan = _Plan(image)
-    visible = set(administered(image, caller))
     records: list[Record] = []
     results = []
     for vc_data in request.virtual_cluster:
@@ -268,10 +337,10 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
             out: list[Record] = []
 
             def check(resource: Any = resource, out: list[Record] = out, name: str = name) -> None:
-                if name not in visible:
-                    if caller.super_admin:
-                        raise _Refused(RESOURCE_NOT_FOUND, f"no virtual cluster {name!r}")
+                if not caller.may(Op.ALTER_VIRTUAL_CLUSTER, name):
                     raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+                if name != KAFKA_CLUSTER and name not in image.vcs:
+                    raise _Refused(RESOURCE_NOT_FOUND, f"no virtual cluster {name!r}")
                 out.extend(_alter_one(plan, caller, name, resource))
 
             code, message = _check(check)
@@ -300,20 +369,20 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
     add = op is m.ResourceOperation.ADD
     value = resource.resource_name
 
-    def super_only(what: str) -> None:
-        if not caller.super_admin:
-            raise _Refused(CLUSTER_AUTHORIZATION_FAILED, f"only super-admins may {what}")
+    def operator_only(what: str) -> None:
+        if not caller.operator:
+            raise _Refused(
+                CLUSTER_AUTHORIZATION_FAILED, f"only holders of ALTER_VIRTUAL_CLUSTER on {KAFKA_CLUSTER} may {what}"
+            )
 
+    if vc == KAFKA_CLUSTER and kind is not m.ResourceType.USER:
+        raise _Refused(INVALID_REQUEST, f"{KAFKA_CLUSTER} is the physical cluster: only users are added to it")
     if kind in (m.ResourceType.USER, m.ResourceType.ADMIN):
         principal = _principal(value)
         if kind is m.ResourceType.ADMIN:
-            if plan.admin(vc, principal) == add:
-                raise _Refused(
-                    DUPLICATE_RESOURCE if add else RESOURCE_NOT_FOUND,
-                    f"{principal} is {'already' if add else 'not'} an admin of {vc!r}",
-                )
-            plan.admins[(vc, principal)] = add
-            return [admin_record(vc, principal, add)]
+            return _admin(plan, caller, vc, principal, add)
+        if add:
+            _may_place(plan, caller, vc, principal)
         return _bind(plan, caller, vc, principal, add, plan.principal, plan.principals, principal_record, "user")
     if kind is m.ResourceType.CLIENT:
         if not value:
@@ -329,7 +398,7 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
             if current is not None:
                 raise _Refused(DUPLICATE_RESOURCE, f"{vc!r} already has a topic link {link!r}")
             if not plan.in_vc(vc, value):
-                super_only("link a physical topic that is not yet in the virtual cluster")
+                operator_only("link a physical topic that is not yet in the virtual cluster")
             plan.links[(vc, link)] = value
             return [link_record(vc, link, value)]
         if current != value:
@@ -345,7 +414,7 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
     table = plan.groups if group else plan.txns
     record = group_record if group else txn_record
     if add:
-        super_only(f"assign an existing {what}")
+        operator_only(f"assign an existing {what}")
         if owner == vc:
             raise _Refused(DUPLICATE_RESOURCE, f"{what} {value!r} is already in {vc!r}")
         if owner is not None or _prefixed(plan.image, value):
@@ -356,6 +425,59 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
         raise _Refused(RESOURCE_NOT_FOUND, f"{what} {value!r} is not assigned to {vc!r}")
     table[value] = None
     return [record(vc, value, False)]
+
+
+def _may_place(plan: _Plan, caller: Caller, vc: str, principal: str) -> None:
+    """Adding a principal to a VC must not capture anyone: not a super-admin, not User:ANONYMOUS into
+    kafka-cluster, and not a principal holding rights beyond this VC (an operator's tool, another VC's
+    admin) unless the caller holds ALTER_VIRTUAL_CLUSTER on kafka-cluster. (Another VC's member is bound
+    elsewhere: `_bind` refuses it.)"""
+    if principal in caller.super_admins:
+        raise _Refused(INVALID_REQUEST, "a super-admin is in kafka-cluster and cannot be bound to a virtual cluster")
+    if vc == KAFKA_CLUSTER and principal in (ANONYMOUS, "User:*"):
+        raise _Refused(INVALID_REQUEST, f"{principal} is nobody's identity and cannot be in {KAFKA_CLUSTER}")
+    if not caller.operator and _rights_beyond(plan.image, caller, principal, vc):
+        raise _Refused(
+            CLUSTER_AUTHORIZATION_FAILED, f"{principal} holds rights beyond {vc!r}: only an operator may place it"
+        )
+
+
+def _rights_beyond(image: TenancyImage, caller: Caller, principal: str, vc: str) -> bool:
+    """Whether a principal holds any right other than on `vc` itself."""
+    if any(principal in other.admins for name, other in image.vcs.items() if name != vc):
+        return True
+    return any(
+        b.principal == principal
+        and not (b.resource_type is ResourceType.CLUSTER and b.pattern is PatternType.LITERAL and b.name == vc)
+        for b in image.cluster_acls
+    )
+
+
+def _admin(plan: _Plan, caller: Caller, vc: str, principal: str, add: bool) -> list[Record]:
+    """An admin of a VC holds ADMIN_OPERATIONS on it (ACLs in kafka-cluster's). Granting them needs them
+    (ALTER_VIRTUAL_CLUSTER grants all three) and may not capture a principal placed elsewhere; removing
+    them may not leave the VC without a holder of ALTER_VIRTUAL_CLUSTER, unless an operator does it."""
+    if plan.admin(vc, principal) == add:
+        raise _Refused(
+            DUPLICATE_RESOURCE if add else RESOURCE_NOT_FOUND,
+            f"{principal} is {'already' if add else 'not'} an admin of {vc!r}",
+        )
+    if add:
+        if principal in caller.super_admins or principal in (ANONYMOUS, "User:*"):
+            raise _Refused(INVALID_REQUEST, f"{principal} cannot be made an admin of a virtual cluster")
+        placed = plan.principal(principal)
+        if placed not in (None, vc) and not caller.operator:
+            raise _Refused(CLUSTER_AUTHORIZATION_FAILED, f"{principal} is in another virtual cluster")
+    elif not caller.operator:
+        left = caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, vc) - {principal}
+        left -= {p for (v, p), on in plan.admins.items() if v == vc and not on}
+        if not left - _everywhere(caller):
+            raise _Refused(POLICY_VIOLATION, f"{principal} is the last admin of {vc!r}: grant another first")
+    plan.admins[(vc, principal)] = add
+    records = [acl_record(KAFKA_CLUSTER, b, add) for b in admin_bindings(vc, principal)]
+    if not add and principal in plan.image.vcs[vc].admins:
+        records.append(admin_record(vc, principal, False))  # an admin of older state
+    return records
 
 
 def _prefixed(image: TenancyImage, value: str) -> bool:
@@ -381,8 +503,10 @@ def _bind(
         if bound is not None:
             where = f" ({bound!r})" if caller.super_admin else ""
             raise _Refused(DUPLICATE_RESOURCE, f"{what} {value!r} is bound to another virtual cluster{where}")
-        if what == "user" and value in caller.super_admins:
-            raise _Refused(INVALID_REQUEST, "a super-admin cannot be bound to a virtual cluster")
+        if what == "client id" and vc == KAFKA_CLUSTER:
+            raise _Refused(
+                INVALID_REQUEST, "a client id is a label the client chooses: it cannot place anyone in kafka-cluster"
+            )
         table[value] = vc
         return [record(value, vc)]
     if bound != vc:
@@ -392,19 +516,26 @@ def _bind(
 
 
 # -- VC-scoped ACLs for operators (Describe/Create/DeleteVirtualClusterAcls) ------------------------------
-# Kafka's ACL RPCs with the VC named in each item, for super-admins (bound to no VC, so Kafka's own ACL
-# APIs reach the broker's ACLs) and a VC's admins. The bindings are checked and matched as Kafka's ACL
-# APIs inside a VC check them (proxy/acl/plane.py); a prefixed VC pattern means every VC, among those
-# the caller may manage, whose name starts with it, as they are now (a VC made later gets none).
+# Kafka's ACL RPCs with the VC named in each item. A VC's ACLs are managed by those holding
+# ALTER_VIRTUAL_CLUSTER on it (DESCRIBE_VIRTUAL_CLUSTER to read them); the bindings are checked and
+# matched as Kafka's ACL APIs inside a VC check them (proxy/acl/plane.py). A prefixed VC pattern means
+# every VC, among those the caller may manage, whose name starts with it, as they are now (a VC made
+# later gets none). `kafka-cluster` (literal) names the cluster-wide ACLs: the rights over VCs and the
+# physical names its proxy-authenticated members may use, managed as Kafka manages ACLs (ALTER on the
+# cluster to change, DESCRIBE to read), and never so as to leave nobody able to manage them.
 
 
-def _acl_targets(image: TenancyImage, caller: Caller, name: str, pattern_type: int) -> list[str]:
+def _acl_targets(image: TenancyImage, caller: Caller, name: str, pattern_type: int, op: Operation) -> list[str]:
     """The VCs one ACL item is about; _Refused if none the caller may manage."""
     try:
         pattern = m.VirtualClusterPatternType(int(pattern_type))
     except ValueError:
         raise _Refused(INVALID_REQUEST, "virtual cluster pattern type must be LITERAL (3) or PREFIXED (4)") from None
-    visible = administered(image, caller)
+    if pattern is m.VirtualClusterPatternType.LITERAL and name == KAFKA_CLUSTER:
+        if not caller.acl_admin(Op.ALTER if op is Op.ALTER_VIRTUAL_CLUSTER else Op.DESCRIBE):
+            raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+        return [KAFKA_CLUSTER]
+    visible = administered(image, caller, op)
     if pattern is m.VirtualClusterPatternType.LITERAL:
         if name in visible:
             return [name]
@@ -412,12 +543,14 @@ def _acl_targets(image: TenancyImage, caller: Caller, name: str, pattern_type: i
         matched = [vc for vc in visible if vc.startswith(name)]
         if matched:
             return matched
-    if not caller.super_admin:
+    if not caller.may(op, KAFKA_CLUSTER):
         raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
-    if name in RESERVED_VC_NAMES and pattern is m.VirtualClusterPatternType.LITERAL:
-        raise _Refused(INVALID_REQUEST, f"{name!r} is the physical cluster: its ACLs are the broker's (kafka-acls)")
     what = "virtual cluster" if pattern is m.VirtualClusterPatternType.LITERAL else "virtual cluster starting with"
     raise _Refused(RESOURCE_NOT_FOUND, f"no {what} {name!r}")
+
+
+def _acls_of(image: TenancyImage, vc: str) -> Any:
+    return image.cluster_acls if vc == KAFKA_CLUSTER else image.vcs[vc].acls
 
 
 def _acl_check(fn: Callable[[], None]) -> tuple[int, str | None]:
@@ -434,9 +567,11 @@ def _describe_acls(
     found: list[tuple[str, list[AclBinding]]] = []
 
     def check() -> None:
-        vcs = _acl_targets(image, caller, request.virtual_cluster, request.virtual_cluster_pattern_type)
+        vcs = _acl_targets(
+            image, caller, request.virtual_cluster, request.virtual_cluster_pattern_type, Op.DESCRIBE_VIRTUAL_CLUSTER
+        )
         flt = acl_plane.filter_of(request)
-        found.extend((vc, image.vcs[vc].acls.matching(flt)) for vc in vcs)
+        found.extend((vc, _acls_of(image, vc).matching(flt)) for vc in vcs)
 
     code, message = _acl_check(check)
     if code != NONE:
@@ -474,10 +609,14 @@ def _create_acls(
         out: list[Record] = []
 
         def check(item: Any = item, out: list[Record] = out) -> None:
-            vcs = _acl_targets(image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type)
-            binding = acl_plane.binding_of(item)
+            vcs = _acl_targets(
+                image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type, Op.ALTER_VIRTUAL_CLUSTER
+            )
+            binding = acl_plane.binding_of(item, cluster_wide=vcs == [KAFKA_CLUSTER])
+            if vcs == [KAFKA_CLUSTER] and binding.principal == ANONYMOUS and binding.permission.name == "ALLOW":
+                raise _Refused(INVALID_REQUEST, "User:ANONYMOUS is nobody's identity: it holds no right")
             for vc in vcs:  # creating an existing binding succeeds, as in Kafka
-                if binding not in image.vcs[vc].acls and (vc, binding) not in planned:
+                if binding not in _acls_of(image, vc) and (vc, binding) not in planned:
                     planned.add((vc, binding))
                     out.append(acl_record(vc, binding, True))
 
@@ -497,9 +636,13 @@ def _delete_acls(
         matched: list[tuple[str, AclBinding]] = []
 
         def check(item: Any = item, matched: list[tuple[str, AclBinding]] = matched) -> None:
-            vcs = _acl_targets(image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type)
+            vcs = _acl_targets(
+                image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type, Op.ALTER_VIRTUAL_CLUSTER
+            )
             flt = acl_plane.filter_of(item)
-            matched.extend((vc, b) for vc in vcs for b in image.vcs[vc].acls.matching(flt))
+            found = [(vc, b) for vc in vcs for b in _acls_of(image, vc).matching(flt)]
+            _keeps_a_holder(image, caller, [b for vc, b in [*gone, *found] if vc == KAFKA_CLUSTER])
+            matched.extend(found)
 
         code, message = _acl_check(check)
         gone.update(dict.fromkeys(matched))
@@ -515,6 +658,29 @@ def _delete_acls(
     return m.DeleteVirtualClusterAclsResponse(filter_results=tuple(results)), [
         acl_record(vc, b, False) for vc, b in gone
     ]
+
+
+def _keeps_a_holder(image: TenancyImage, caller: Caller, removed: list[AclBinding]) -> None:
+    """Removing kafka-cluster bindings must leave every VC that had a holder of ALTER_VIRTUAL_CLUSTER
+    with one (super-admins aside), and the cluster's ACLs with someone allowed to manage them, unless
+    the caller is a super-admin (the bootstrap, who can always grant again)."""
+    if caller.super_admin or not removed:
+        return
+    after = TenancyImage(vcs=image.vcs, principals=image.principals)
+    for b in image.cluster_acls:
+        if b not in removed:
+            after.cluster_acls.add(b)
+    before, then = caller.rights, Rights(after, caller.super_admins)
+    for vc in [*image.vcs, KAFKA_CLUSTER]:
+        if before.holders(Op.ALTER_VIRTUAL_CLUSTER, vc) and not then.holders(Op.ALTER_VIRTUAL_CLUSTER, vc):
+            raise _Refused(POLICY_VIOLATION, f"this would remove the last holder of ALTER_VIRTUAL_CLUSTER on {vc!r}")
+    managers = {b.principal for b in image.cluster_acls} - {WILDCARD_ANY, ANONYMOUS}
+    was = any(Caller(p, caller.super_admins, image=image).acl_admin() for p in managers)
+    if was and not any(Caller(p, caller.super_admins, image=after).acl_admin() for p in managers):
+        raise _Refused(POLICY_VIOLATION, "this would leave nobody but the super-admins able to manage these ACLs")
+
+
+WILDCARD_ANY = "User:*"
 
 
 _HANDLERS: dict[type, Callable[[TenancyImage, Caller, Any], tuple[Any, list[Record]]]] = {

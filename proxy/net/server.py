@@ -425,7 +425,6 @@ class ProxyServer:
                     delete_physical_topic=tc.delete_physical_topic_with_last_link,
                     topic_policy=tc.topic_policy_for,
                 ),
-                lc.refuse_unbound_principals,
             )
         versions = self.upstream_versions.get(node_id)
         if versions is None:
@@ -450,7 +449,6 @@ class SessionTenancy:
 
     image: TenancyImage
     policy: Policy
-    refuse_unbound: bool
 
 
 def _sni_callback(routing: SniRouting) -> Callable[[object, str | None, ssl.SSLContext], int | None]:

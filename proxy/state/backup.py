@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..acl.model import acl_record
-from ..tenancy.model import TenancyImage, admin_record, group_record, seeded_record, txn_record
+from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, admin_record, group_record, seeded_record, txn_record
 
 Record = tuple[str, dict[str, Any] | None]  # as in store.py (not imported: it loads confluent-kafka)
 
@@ -46,6 +46,7 @@ def image_records(image: TenancyImage) -> list[Record]:
         records += [txn_record(name, t, True) for t in sorted(vc.txns)]
         records += [admin_record(name, p, True) for p in sorted(vc.admins)]
         records += [acl_record(name, b, True) for b in sorted(vc.acls, key=lambda b: b.key_parts())]
+    records += [acl_record(KAFKA_CLUSTER, b, True) for b in sorted(image.cluster_acls, key=lambda b: b.key_parts())]
     records += [seeded_record(name, entries) for name, entries in sorted(image.seeded.items())]
     records += image.quotas.records()
     return records

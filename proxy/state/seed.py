@@ -1,7 +1,7 @@
 """Seeding the state topic from the `tenancy.virtual_clusters` section of the proxy config.
 
 The seed bootstraps; the management RPCs change things at runtime (docs/management.md). Each entry of
-the seed (a VC, a principal or client-id binding, an admin) is applied once, the first time a proxy
+the seed (a VC, a principal or client-id binding, an admin: its rights as ACLs) is applied once, the first time a proxy
 starts with it, and remembered in a `seeded` record of its VC; later starts apply only entries never
 applied before. So a restart never undoes a runtime change (an unbound principal stays unbound, a
 deleted VC stays deleted), and an entry added to the seed still takes effect. A VC that exists keeps
@@ -14,16 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from ..acl.model import acl_record
 from ..tenancy.model import (
+    KAFKA_CLUSTER,
     TenancyError,
     TenancyImage,
-    admin_record,
     client_record,
     principal_record,
     seeded_record,
     validate_vc_name,
     vc_record,
 )
+from ..tenancy.rights import admin_bindings
 from .store import Record
 
 
@@ -79,10 +81,10 @@ def seed_records(image: TenancyImage, seed: Iterable[VirtualClusterSeed]) -> lis
                 applied[kind].add(value)
                 if bound.get(value) is None:  # bound elsewhere at runtime: the runtime change stands
                     bindings.append(record(value, vc.name))
-        for admin in vc.admins:
+        for admin in vc.admins:  # an admin is a holder of the admin rights on the VC: ACLs in kafka-cluster's
             if admin not in applied["admins"]:
                 applied["admins"].add(admin)
-                bindings.append(admin_record(vc.name, admin, True))
+                bindings += [acl_record(KAFKA_CLUSTER, b, True) for b in admin_bindings(vc.name, admin)]
         applied["vc"] = {vc.name}
         entries = {kind: sorted(values) for kind, values in applied.items()}
         if entries != {kind: sorted(done.get(kind, ())) for kind in entries}:

@@ -33,7 +33,8 @@ UUID_PREFIX_LEN = 36 + 1  # "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."
 MAX_LINK_NAME = MAX_TOPIC_NAME - UUID_PREFIX_LEN
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _VC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,100}$")
-RESERVED_VC_NAMES = {"kafka-cluster"}  # the KIP reserves it for the physical cluster
+KAFKA_CLUSTER = "kafka-cluster"  # the KIP's reserved VC: the physical cluster, names unchanged
+RESERVED_VC_NAMES = {KAFKA_CLUSTER}
 
 
 class TenancyError(ValueError):
@@ -163,10 +164,14 @@ class TenancyImage:
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
     quotas: quotas.QuotaBook = field(default_factory=quotas.QuotaBook)  # client quotas (proxy/quotas/)
+    # kafka-cluster's own ACLs (the KIP's cluster-wide ACLs): the *_VIRTUAL_CLUSTER rights on CLUSTER
+    # resources naming VCs, and the physical names its proxy-authenticated members may use.
+    cluster_acls: AclSet = field(default_factory=AclSet)
 
     # -- lookups -----------------------------------------------------------------------------------
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
-        """A principal's VC, else its client id's (KIP-1134: one VC per user or client id)."""
+        """The VC a principal is bound to by name, else its client id's: the plain lookup, without the
+        trust model's rules (proxy/tenancy/rights.py `Rights.placement` decides who is where)."""
         name = self.principals.get(principal or "") or self.client_ids.get(client_id or "")
         return self.vcs.get(name) if name else None
 
@@ -291,13 +296,14 @@ class TenancyImage:
 
     def _apply_acl(self, vc_name: str, *parts: str, value: dict[str, Any] | None) -> None:
         vc = self.vcs.get(vc_name)
-        if vc is None:
+        acls = self.cluster_acls if vc_name == KAFKA_CLUSTER else vc.acls if vc is not None else None
+        if acls is None:
             return
         try:
             binding = AclBinding.from_key_parts(list(parts))
         except (KeyError, ValueError):
             return  # a newer proxy's binding: ignore rather than fail replay
-        (vc.acls.discard if value is None else vc.acls.add)(binding)
+        (acls.discard if value is None else acls.add)(binding)
 
     def _apply_quota(self, *parts: Any, value: dict[str, Any] | None) -> None:
         try:

@@ -24,9 +24,9 @@ from proxy.tenancy.model import TenancyImage, admin_record, link_record, princip
 
 from .wire import request_frame
 
-ADMIN = Caller("User:admin", True, frozenset({"User:admin"}))
-DAVE = Caller("User:dave", False, frozenset({"User:admin"}))  # team-a's VC admin
-ALICE = Caller("User:alice", False, frozenset({"User:admin"}))  # a member of team-a
+ADMIN = Caller("User:admin", frozenset({"User:admin"}))
+DAVE = Caller("User:dave", frozenset({"User:admin"}))  # team-a's VC admin
+ALICE = Caller("User:alice", frozenset({"User:admin"}))  # a member of team-a
 T, P, Op, Perm = ResourceType, PatternType, Operation, Permission
 LITERAL, PREFIXED = m.VirtualClusterPatternType.LITERAL, m.VirtualClusterPatternType.PREFIXED
 OK, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, RESOURCE_NOT_FOUND = 0, 31, 42, 91
@@ -39,6 +39,7 @@ def image() -> TenancyImage:
         vc_record("team-b"),
         vc_record("other"),
         principal_record("User:alice", "team-a"),
+        principal_record("User:dave", "team-a"),
         admin_record("team-a", "User:dave", True),
         link_record("team-a", "orders", "teamA.orders"),
     ):
@@ -145,7 +146,13 @@ def test_members_and_strangers_are_offered_none_of_it():
     [
         (read("User:carol"), "missing", LITERAL, RESOURCE_NOT_FOUND),
         (read("User:carol"), "zzz", PREFIXED, RESOURCE_NOT_FOUND),
-        (read("User:carol"), "kafka-cluster", LITERAL, INVALID_REQUEST),  # the broker's ACLs: kafka-acls
+        # A right over VCs lives in kafka-cluster's ACLs, never in a VC's own.
+        (
+            AclBinding(T.CLUSTER, "kafka-cluster", P.LITERAL, "User:c", "*", Op.ALTER_VIRTUAL_CLUSTER, Perm.ALLOW),
+            "team-a",
+            LITERAL,
+            INVALID_REQUEST,
+        ),
         (read("carol"), "team-a", LITERAL, INVALID_REQUEST),  # not Type:name
         (AclBinding(T.GROUP, "g", P.LITERAL, "User:c", "*", Op.WRITE, Perm.ALLOW), "team-a", LITERAL, INVALID_REQUEST),
         (AclBinding(T.TOPIC, "t", P.MATCH, "User:c", "*", Op.READ, Perm.ALLOW), "team-a", LITERAL, INVALID_REQUEST),

@@ -187,7 +187,12 @@ def image() -> TenancyImage:
 
 def session(image: TenancyImage, principal: str = "User:carol", allow_if_no_acl: bool = True) -> ProxySession:
     return ProxySession(
-        LAYOUT, tenancy=Tenancy(image), principal=principal, host="10.0.0.7", allow_if_no_acl=lambda vc: allow_if_no_acl
+        LAYOUT,
+        tenancy=Tenancy(image),
+        principal=principal,
+        host="10.0.0.7",
+        allow_if_no_acl=lambda vc: allow_if_no_acl,
+        super_admins=("User:admin",),
     )
 
 
@@ -413,8 +418,8 @@ def test_a_vc_admin_manages_acls_and_an_ordinary_member_may_not(image):
     assert decision.pending.writes == [acl_record("team-a", b, False)]
 
 
-def test_acl_apis_are_advertised_and_unbound_principals_reach_the_broker(image):
-    s = session(image, "User:admin")  # bound to no VC: the physical cluster's ACLs
+def test_acl_apis_are_advertised_and_super_admins_reach_the_broker(image):
+    s = session(image, "User:admin")  # a super-admin, in kafka-cluster: the physical cluster's ACLs
     describe = codec._empty(
         request_type(29, 3), resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
     )

@@ -42,7 +42,7 @@ def test_the_topic_is_created_before_anything_produces_or_consumes(banner):
 
 def test_commands_are_whole_shell_lines(banner):
     commands = demo.banner_commands(banner(kept=False))
-    assert len(commands) == 15
+    assert len(commands) == 18
     for command in commands:
         lines = command.splitlines()
         assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
@@ -50,8 +50,12 @@ def test_commands_are_whole_shell_lines(banner):
     assert commands[3] == "echo hello | kcat -F .vcproxy/demo/alice.librdkafka.conf -t demo -P"
     # The management plane, as the super-admin the demo config names.
     manage = [c for c in commands if "virtual-clusters" in c]
-    assert [c.split("virtual-clusters")[1].split()[0] for c in manage] == ["list", "describe"]
-    assert all("--command-config .vcproxy/demo/admin.properties" in c for c in manage)
+    assert [c.split("virtual-clusters")[1].split()[0] for c in manage] == ["list", "describe", "describe"]
+    assert all("--command-config .vcproxy/demo/admin.properties" in c for c in manage[:2])
+    # Rights are ACLs: admin grants carol DESCRIBE_VIRTUAL_CLUSTER on team-a, and carol describes it.
+    rights = [c for c in commands if " acls " in c]
+    assert len(rights) == 2 and "--virtual-cluster kafka-cluster" in rights[0] and "User:carol" in rights[0]
+    assert "DescribeVirtualCluster --cluster-name team-a" in rights[0] and "carol.properties" in manage[2]
     # ACLs inside team-a: alice (its admin) grants carol READ, lists, and carol reads.
     acl = [c for c in commands if "kafka-acls" in c]
     assert len(acl) == 2 and all("alice.properties" in c for c in acl) and "User:carol" in acl[0]

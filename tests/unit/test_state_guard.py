@@ -24,7 +24,8 @@ STATE_ID = uuid.UUID("99999999-8888-7777-6666-555555555555")
 def session_for(principal: str) -> ProxySession:
     image, _ = make_image()
     image.guard = StateTopicGuard(STATE, frozenset({"User:ops"}), STATE_ID)
-    return ProxySession(LAYOUT, tenancy=Tenancy(image), principal=principal)
+    # In kafka-cluster (as super-admins): the guard holds even for them.
+    return ProxySession(LAYOUT, tenancy=Tenancy(image), principal=principal, super_admins=(principal,))
 
 
 def refused(session: ProxySession, key: int, version: int, body: object) -> object:

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from proxy.acl.model import Operation
 from proxy.config import ConfigError, VirtualClusterSeedConfig, parse_config
 from proxy.state.cli import image_to_dict
 from proxy.state.seed import seed_records
@@ -65,7 +66,9 @@ def test_seed_entries_apply_once_and_never_undo_runtime_changes():
     )
     records = seed_records(image, moved)
     _apply(image, records)
-    assert image.vcs["team-a"].admins == {"User:ops"}
+    from proxy.tenancy.rights import Rights
+
+    assert Rights(image).holders(Operation.ALTER_VIRTUAL_CLUSTER, "team-a") == {"User:ops"}  # admins are ACLs
     assert image.vc_for("User:erin").name == "team-b"
     assert image.vc_for(None, "app-a").name == "team-a"  # bound to team-a already: left there
     assert seed_records(image, moved) == []

@@ -404,14 +404,66 @@ def test_regex_subscription_is_confined_to_the_vcs_topics():
     assert re.fullmatch(pattern, image.vcs["team-a"].links["order-archive"])
 
 
-def test_unbound_principal_sees_the_physical_cluster():
+def test_only_kafka_cluster_members_see_the_physical_cluster():
+    from kio.schema.errors import ErrorCode
     from kio.schema.list_offsets.v9.request import ListOffsetsRequest
+    from kio.schema.list_offsets.v9.response import ListOffsetsResponse
 
     image, physical = make_image()
-    session = tenant_session(image, principal="User:operator")
-    request = sample(ListOffsetsRequest, {"topic": physical["team-b"], "group": "g", "txn": "t", "topic_id": TOPIC_ID})
-    decision = session.on_request(memoryview(request_frame(2, 9, 1, request)))
-    assert decision.action is Action.FORWARD and decision.pieces is None  # the original bytes
+    request = request_frame(
+        2,
+        9,
+        1,
+        sample(ListOffsetsRequest, {"topic": physical["team-b"], "group": "g", "txn": "t", "topic_id": TOPIC_ID}),
+    )
+    # In no VC: refused (the trust model: nobody borrows the proxy's identity).
+    decision = tenant_session(image, principal="User:operator").on_request(memoryview(request))
+    assert decision.action is Action.CLOSE and "in no virtual cluster" in decision.reason
+    # A super-admin is in kafka-cluster with every right: the original bytes go to the broker.
+    admin = ProxySession(LAYOUT, tenancy=Tenancy(image), principal="User:root", super_admins=("User:root",))
+    decision = admin.on_request(memoryview(request))
+    assert decision.action is Action.FORWARD and decision.pieces is None
+    # A member added to kafka-cluster holds only what kafka-cluster's ACLs give: none yet.
+    image.apply(*principal_record("User:monitor", "kafka-cluster"))
+    member = tenant_session(image, principal="User:monitor")
+    decision = member.on_request(memoryview(request))
+    assert decision.action is Action.FORWARD  # the refused topic as a placeholder that exists nowhere
+    raw = b"".join(bytes(p) for p in decision.pieces)
+    sent, _ = codec.decode(ListOffsetsRequest, raw, parse_request_header(raw, 2).body_offset)
+    placeholder = sent.topics[0].name
+    assert placeholder != physical["team-b"] and placeholder.endswith(".orders")
+    answer = sample(ListOffsetsResponse, {"topic": placeholder})
+    answer = dataclasses.replace(
+        answer,
+        topics=tuple(
+            dataclasses.replace(
+                t, partitions=tuple(dataclasses.replace(p, error_code=ErrorCode(3)) for p in t.partitions)
+            )
+            for t in answer.topics
+        ),
+    )
+    result = member.on_response(memoryview(bytearray(response_frame(2, 9, 1, answer))))
+    back = b"".join(bytes(p) for p in result.pieces)
+    body, _ = codec.decode(ListOffsetsResponse, back, 9)  # size, correlation id, tagged fields
+    assert [t.name for t in body.topics] == [physical["team-b"]]
+    assert {p.error_code for t in body.topics for p in t.partitions} == {29}  # TOPIC_AUTHORIZATION_FAILED
+    # Granted DESCRIBE on that physical topic: forwarded as it is.
+    from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
+
+    grant = AclBinding(
+        ResourceType.TOPIC,
+        physical["team-b"],
+        PatternType.LITERAL,
+        "User:monitor",
+        "*",
+        Operation.DESCRIBE,
+        Permission.ALLOW,
+    )
+    image.apply(*acl_record("kafka-cluster", grant, True))
+    decision = member.on_request(
+        memoryview(request_frame(2, 9, 2, sample(ListOffsetsRequest, {"topic": physical["team-b"]})))
+    )
+    assert decision.action is Action.FORWARD and decision.pieces is None
 
 
 def test_produce_is_spliced_records_untouched():

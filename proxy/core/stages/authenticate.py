@@ -43,7 +43,7 @@ class Authenticator(Protocol):
 
 
 # Whether a principal (with this client id) may log in at all: False refuses it at login, so that the
-# client reports an authentication error instead of retrying forever (listeners serving VCs only).
+# client reports an authentication error instead of retrying forever (everyone is somewhere).
 MayLogIn = Callable[[str | None, str | None], bool]
 
 
@@ -92,12 +92,12 @@ class AuthenticationStage:
                         codec._empty(
                             response_type(ex.api_key, ex.api_version),
                             error_code=ErrorCode.sasl_authentication_failed,
-                            error_message="Authentication failed: this listener serves virtual clusters only",
+                            error_message="Authentication failed: the principal is in no virtual cluster",
                         )
                     ),
                     close=True,
                 )
-                log.info("refusing %s: bound to no virtual cluster", auth.principal)
+                log.info("refusing %s: in no virtual cluster (nor in kafka-cluster)", auth.principal)
         decision = answer(ex, reply.body)
         ex.close_after = reply.close
         ex.delay_factor = SLOW_DOWN if reply.slow else 1

@@ -13,23 +13,29 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from kio.static.primitive import i32
 
+from ...acl import physical
 from ...acl import plane as acl_plane
 from ...acl.access import LISTINGS, NEEDS, Access
-from ...acl.model import CLUSTER_NAME, Authorizer, ResourceType, Subject
+from ...acl.model import CLUSTER_NAME, AclSet, Authorizer, ResourceType, Subject
+from ...acl.physical import PhysicalAuthorizer
 from ...management import plane
 from ...management import schema as management
 from ...protocol import codec
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
-from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
+from ...tenancy.fields import identifier_paths
+from ...tenancy.model import KAFKA_CLUSTER
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refuse
 from .context import ConnectionState
 from .management import Caller, refuse_all
 
+log = logging.getLogger(__name__)
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 ALL_OPERATIONS_UNSET = -2147483648  # an authorized-operations field nobody asked for
 METADATA, DESCRIBE_GROUPS, DESCRIBE_CLUSTER, CONSUMER_GROUP_DESCRIBE = 3, 15, 60, 69
@@ -52,14 +58,16 @@ class AuthorizationStage:
         self.allow_if_no_acl = allow_if_no_acl  # vc name -> its `allow_everyone_if_no_acl_found`
         self.host = host
         self._allow: dict[str, bool] = {}  # the config's choice per VC, looked up once per connection
+        self._physical_authorizer: PhysicalAuthorizer | None = None  # kafka-cluster members the proxy authorizes
 
     def advertised(self) -> dict[int, tuple[int, int]]:
         """The management APIs this caller may use, for ApiVersions."""
         return {key: (0, 0) for key in plane.advertised(self.image(), self.caller.now())}
 
     def subject(self, vc: Any) -> Subject:
+        """Super users inside a VC: the super-admins and whoever may alter the VC (its admins)."""
         principal = self.ctx.principal or ""
-        return Subject(principal, self.host, principal in self.caller.super_admins or principal in vc.admins)
+        return Subject(principal, self.host, self.caller.rights().vc_admin(principal, vc.name, self.host))
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         if ex.api_key in management.REQUESTS:
@@ -68,7 +76,9 @@ class AuthorizationStage:
             return refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
         vc = self.ctx.vc
         if vc is None:
-            return None
+            if self.ctx.place == KAFKA_CLUSTER and not self.caller.rights().is_super(self.ctx.principal):
+                return self._physical(ex)
+            return None  # a super-admin, or not bound yet (before login), or relayed: the broker judges
         if ex.api_key in acl_plane.KEYS:
             return self._acls(ex, vc)
         need = NEEDS.get(ex.api_key)
@@ -82,6 +92,30 @@ class AuthorizationStage:
         ex.access = Access(Authorizer(vc.acls, allow), self.subject(vc), ex.api_key, ex.api_version, need)
         return None
 
+    def _physical(self, ex: Exchange) -> RequestDecision | None:
+        """A member of kafka-cluster whom the proxy authenticated: kafka-cluster's ACLs, as a broker would."""
+        assert ex.header is not None and ex.frame is not None and ex.info is not None
+        auth = self._physical_authorizer
+        if auth is None:
+            auth = self._physical_authorizer = PhysicalAuthorizer(self.ctx.principal or "", self.host, AclSet())
+        auth.acls = self.image().cluster_acls
+        try:
+            verdict = auth.check(ex.api_key, ex.api_version, memoryview(ex.frame), ex.header.body_offset)
+        except (CodecError, *MALFORMED) as exc:
+            return close(f"malformed {ex.info.name} request: {exc}")
+        if verdict.error:
+            return refuse(ex, verdict.error, f"{ex.info.name} in kafka-cluster: not authorized: {verdict.why}")
+        if verdict.pieces is not None:
+            ex.pieces = verdict.pieces
+        if (
+            verdict.fixes_response
+            or verdict.filter_topics
+            or ex.api_key in physical.LISTINGS
+            or ex.api_key == physical.CREATE_TOPICS
+        ):
+            ex.access = (auth, verdict)
+        return None
+
     def _acls(self, ex: Exchange, vc: Any) -> RequestDecision:
         assert ex.header is not None and ex.frame is not None and ex.info is not None
         try:
@@ -93,8 +127,21 @@ class AuthorizationStage:
         return answer(ex, codec.encode(response))
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
-        access: Access | None = ex.access
+        access = ex.access
         if access is None:
+            return
+        if isinstance(access, tuple):  # a kafka-cluster member's request (proxy/acl/physical.py)
+            auth, verdict = access
+            body = msg.entity()
+            if verdict.fixes_response:
+                body = verdict.fix_response(body, identifier_paths(type(body)))
+            if ex.api_key in physical.LISTINGS:
+                body = auth.filter_listing(ex.api_key, body)
+            elif ex.api_key == physical.CREATE_TOPICS:
+                auth.learn(body.topics)
+            elif verdict.filter_topics:
+                body = auth.filter_topics(body)
+            msg.set_entity(body)
             return
         if access.any_denied or ex.api_key in LISTINGS:
             msg.set_entity(access.filter_listing(access.fix_response(msg.entity())))

@@ -1,13 +1,16 @@
-"""VC binding (KIP-1134): a connection belongs to its principal's virtual cluster, else to its client
-id's, from its first request after login. Bindings change at runtime (the management RPCs): when the
-connection's binding is no longer what the image says, the connection is closed and the client comes
-back under its new binding."""
+"""VC binding (KIP-1134 and the trust model, proxy/tenancy/rights.py): from its first request after login a
+connection is in its principal's virtual cluster, in `kafka-cluster` (the physical cluster), or is
+closed: nobody is bound nowhere. Bindings change at runtime (the management RPCs): when the
+connection's place is no longer what the image says, the connection is closed and the client comes
+back under its new binding (or is refused)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Protocol
 
+from ...tenancy.model import KAFKA_CLUSTER
+from ...tenancy.rights import Rights
 from ..exchange import Exchange, RequestDecision, close
 from .context import ConnectionState
 
@@ -19,20 +22,25 @@ class Tenancy(Protocol):
 
     image: Any  # proxy.tenancy.model.TenancyImage
     policy: Any  # proxy.tenancy.engine.Policy
-    refuse_unbound: bool
 
 
 class BindingStage:
-    def __init__(self, ctx: ConnectionState, tenancy: Tenancy, make_engine: Any):
+    def __init__(self, ctx: ConnectionState, tenancy: Tenancy, make_engine: Any, super_admins: frozenset[str]):
         self.ctx = ctx
         self.tenancy = tenancy
         self.make_engine = make_engine  # vc -> the tenancy stage's engine for it
+        self.super_admins = super_admins
         self.resolved = False
         self._client_id: str | None = None  # the client id the binding was made with
         self._checked_version = -1  # the image version the binding was last checked against
 
+    def rights(self) -> Rights:
+        return Rights(self.tenancy.image, self.super_admins)
+
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         ctx = self.ctx
+        if ctx.relayed:
+            return None  # the broker authenticated it and judges it: nothing of the proxy's applies
         image = self.tenancy.image
         if not self.resolved:
             refusal = self._resolve(ex)
@@ -49,13 +57,12 @@ class BindingStage:
     def stale(self) -> str | None:
         """Why the binding no longer holds (the VC was deleted, the principal moved), or None."""
         ctx = self.ctx
-        if not self.resolved:
+        if not self.resolved or ctx.relayed:
             return None
-        now = self.tenancy.image.vc_for(ctx.principal, self._client_id)
-        if now is ctx.vc:
+        now = self.rights().placement(ctx.principal, self._client_id)
+        if now == ctx.place and (now == KAFKA_CLUSTER or self.tenancy.image.vcs.get(now or "") is ctx.vc):
             return None
-        was = ctx.vc.name if ctx.vc is not None else "the physical cluster"
-        return f"{ctx.principal} is no longer bound to {was}: reconnect"
+        return f"{ctx.principal} is no longer in {ctx.place}: reconnect"
 
     def _resolve(self, ex: Exchange) -> RequestDecision | None:
         ctx = self.ctx
@@ -63,11 +70,14 @@ class BindingStage:
         self.resolved = True
         self._checked_version = image.version
         self._client_id = ex.header.client_id if ex.header is not None else ctx.client_id
-        ctx.vc = image.vc_for(ctx.principal, self._client_id)
-        if ctx.vc is None:
-            if self.tenancy.refuse_unbound:
-                return close(f"{ctx.principal} (client id {self._client_id!r}) is bound to no virtual cluster")
+        place = self.rights().placement(ctx.principal, self._client_id)
+        if place is None:
+            return close(f"{ctx.principal} (client id {self._client_id!r}) is in no virtual cluster: refused")
+        ctx.place = place
+        if place == KAFKA_CLUSTER:
+            log.info("%s (client id %r) is in kafka-cluster (the physical cluster)", ctx.principal, self._client_id)
             return None
+        ctx.vc = image.vcs[place]
         ctx.engine = self.make_engine(ctx.vc)
         log.info(
             "%s (client id %r) is in virtual cluster %s (cluster id %s)",

@@ -22,6 +22,8 @@ class ConnectionState:
     versions: apiversions.VersionTable = field(default_factory=dict)  # agreed with the client (ApiVersions)
     v3_keys: set[int] | None = None  # APIs whose header-v3 version ApiVersions offered
     vc: Any = None  # the principal's virtual cluster, bound at its first request after login
+    place: str | None = None  # where the binding put it: a VC's name, or "kafka-cluster" (vc stays None)
+    relayed: bool = False  # its SASL exchange went to the broker: the broker judges it, the proxy relays
     engine: Any = None  # the tenancy engine of `vc`
     image: Any = None  # the tenancy image (proxy.tenancy.model.TenancyImage) when VCs are served, else None
     authenticator: Any = None  # the SASL exchange (proxy/auth/sasl.py), if the listener has one

@@ -1,9 +1,9 @@
 """The KIP-1134 management RPCs, answered by the proxy itself (proxy/management/plane.py decides; this
 stage decodes, asks, and hands the state records to the shell to write before the answer leaves).
 
-Authorization is two-fold: the authorization stage (authorize.py) refuses a caller who may use none of
-the RPCs (the KIP's *_CLUSTER operations on kafka-cluster for super-admins, *_VIRTUAL_CLUSTER for a VC's
-admins); the plane checks each item (which VC, which resource) and answers per item."""
+Authorization is two-fold: the authorization stage (authorize.py) refuses a caller who holds no right
+(the KIP's *_VIRTUAL_CLUSTER operations, proxy/tenancy/rights.py); the plane checks each item (which
+VC, which resource) and answers per item."""
 
 from __future__ import annotations
 
@@ -17,20 +17,25 @@ from ...management import schema as management
 from ...protocol import codec
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
+from ...tenancy.rights import Rights
 from ..exchange import Exchange, RequestDecision, answer, close
 from .context import ConnectionState
 
 
 class Caller:
-    """Who is asking, as the plane needs to know."""
+    """Who is asking, as the plane needs to know: the principal and its rights over the current image."""
 
-    def __init__(self, ctx: ConnectionState, super_admins: frozenset[str]):
+    def __init__(self, ctx: ConnectionState, super_admins: frozenset[str], image: Callable[[], Any], host: str = "*"):
         self.ctx = ctx
         self.super_admins = super_admins
+        self.image = image
+        self.host = host
+
+    def rights(self) -> Rights:
+        return Rights(self.image(), self.super_admins)
 
     def now(self) -> plane.Caller:
-        principal = self.ctx.principal
-        return plane.Caller(principal, principal is not None and principal in self.super_admins, self.super_admins)
+        return plane.Caller(self.ctx.principal, self.super_admins, self.host, self.image())
 
 
 class ManagementStage:

@@ -44,10 +44,12 @@ log = logging.getLogger(__name__)
 
 def may_manage_quotas(image: Any, principal: str | None, vc: Any, super_admins: frozenset[str]) -> bool:
     """Whether `principal` may describe and alter client quotas in `vc` (None: only the `virtual-cluster`
-    entity type, for super admins). Today: the config's super admins and the VC's admins."""
+    entity type, for super admins): the config's super admins and whoever may alter the VC (its admins)."""
+    from ...tenancy.rights import Rights
+
     if principal is not None and principal in super_admins:
         return True
-    return vc is not None and principal in vc.admins
+    return vc is not None and Rights(image, super_admins).vc_admin(principal, vc.name)
 
 
 class QuotaStage:

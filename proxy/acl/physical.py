@@ -1,0 +1,233 @@
+"""kafka-cluster's own ACLs for its members whom the proxy authenticated and who are not super-admins
+(sans-I/O). Their requests reach the broker under the proxy's identity, so the proxy authorizes them as
+a broker with `allow.everyone.if.no.acl.found=false` would, on physical names:
+
+* every topic, group and transactional id a request names needs the API's operation (the same table
+  as inside a VC, proxy/acl/access.py `NEEDS`); a topic id needs it on the topic the connection learned
+  that id for (from Metadata, DescribeTopicPartitions or CreateTopics answers it was allowed to see), so
+  an id it was never shown is refused;
+* cluster APIs need their operation on CLUSTER `kafka-cluster` (Kafka's KafkaApis checks, `CLUSTER_OPS`);
+  config resources need it on the topic, group or cluster they name;
+* listings (Metadata of all topics, ListGroups, ListTransactions) leave out what may not be described;
+* anything else (inter-broker, delegation tokens, APIs the table does not name) is refused: fail closed.
+
+A refused topic goes to the broker as a placeholder that exists nowhere (a refused id as a random id), so
+the broker answers that item in the API's own shape and its error becomes TOPIC_AUTHORIZATION_FAILED on
+the way back, as inside a VC (proxy/acl/access.py); a refused group or transactional id refuses the
+request with the API's error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import codec, splice
+from ..protocol.apis import request_type
+from ..tenancy.fields import apply_path, identifier_paths
+from .access import ERROR_OF_KIND, NEEDS, RESOURCE_OF_KIND
+from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
+
+Op = Operation
+CLUSTER_AUTHORIZATION_FAILED = 31
+PRODUCE, METADATA, LIST_GROUPS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 3, 16, 19, 22
+DESCRIBE_TOPIC_PARTITIONS, LIST_TRANSACTIONS = 75, 66
+CONFIG_APIS = {32: Op.DESCRIBE_CONFIGS, 33: Op.ALTER_CONFIGS, 44: Op.ALTER_CONFIGS}
+CONFIG_RESOURCE = {2: ResourceType.TOPIC, 32: ResourceType.GROUP}  # any other resource type: the cluster
+# Needs nothing of the ACLs (as on a broker): ApiVersions, SASL, DescribeCluster, KIP-714 telemetry.
+FREE = frozenset({17, 18, 36, 60, 71, 72})
+# Cluster APIs: the operation on CLUSTER kafka-cluster (Kafka's KafkaApis / ControllerApis).
+CLUSTER_OPS: dict[int, Operation] = {
+    29: Op.DESCRIBE,  # DescribeAcls
+    30: Op.ALTER,  # CreateAcls
+    31: Op.ALTER,  # DeleteAcls
+    34: Op.ALTER,  # AlterReplicaLogDirs
+    35: Op.DESCRIBE,  # DescribeLogDirs
+    43: Op.ALTER,  # ElectLeaders
+    45: Op.ALTER,  # AlterPartitionReassignments
+    46: Op.DESCRIBE,  # ListPartitionReassignments
+    48: Op.DESCRIBE_CONFIGS,  # DescribeClientQuotas
+    49: Op.ALTER_CONFIGS,  # AlterClientQuotas
+    50: Op.DESCRIBE,  # DescribeUserScramCredentials
+    51: Op.ALTER,  # AlterUserScramCredentials
+    55: Op.DESCRIBE,  # DescribeQuorum
+    57: Op.ALTER,  # UpdateFeatures
+    64: Op.ALTER,  # UnregisterBroker
+    74: Op.DESCRIBE_CONFIGS,  # ListConfigResources
+}
+LISTINGS = {
+    LIST_GROUPS: ("groups", "group_id", "group"),
+    LIST_TRANSACTIONS: ("transaction_states", "transactional_id", "txn"),
+}
+MAX_LEARNED_IDS = 200_000  # topic ids a connection remembers (a cluster's topics, with room)
+
+
+@dataclass
+class Verdict:
+    """One request's outcome: refused (error, why), or forwarded (rewritten when `pieces` is set) with
+    its answer fixed: placeholders named back with TOPIC_AUTHORIZATION_FAILED, listings filtered."""
+
+    error: int = 0
+    why: str = ""
+    filter_topics: bool = False  # a listing of topics: leave out what may not be described
+    pieces: list[bytes | memoryview] | None = None  # the request with refused topics as placeholders
+    placeholders: dict[str, str] = field(default_factory=dict)  # placeholder name -> the name asked
+    fake_ids: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # placeholder id -> the id asked
+
+    @property
+    def fixes_response(self) -> bool:
+        return bool(self.placeholders or self.fake_ids)
+
+    def fix_response(self, body: Any, paths: tuple[tuple[str, str], ...]) -> Any:
+        """Placeholders named back; their items get TOPIC_AUTHORIZATION_FAILED."""
+        from .access import _fix
+
+        for path, kind in paths:
+            if kind == "topic":
+                body = apply_path(body, path, lambda v: self.placeholders.get(v, v))
+            elif kind == "topic_id":
+                body = apply_path(body, path, lambda v: self.fake_ids.get(v, v))
+        names = {"topic": set(self.placeholders.values()) | set(self.fake_ids.values()), "group": set(), "txn": set()}
+        return _fix(body, names)
+
+
+@dataclass
+class PhysicalAuthorizer:
+    """One connection's authorization against kafka-cluster's ACLs."""
+
+    principal: str
+    host: str
+    acls: AclSet
+    topic_ids: dict[uuid.UUID, str] = field(default_factory=dict)  # ids this connection was shown
+
+    def allows(self, op: Operation, rtype: ResourceType, name: str) -> bool:
+        from ..tenancy.rights import decide
+
+        granted = {Op.DESCRIBE: {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER}, Op.DESCRIBE_CONFIGS: {Op.ALTER_CONFIGS}}
+        return decide(
+            self.acls, self.principal, self.host, op, rtype, (name,), {k: frozenset(v) for k, v in granted.items()}
+        )
+
+    # -- requests -------------------------------------------------------------------------------------
+    def check(self, api_key: int, version: int, frame: memoryview, body_offset: int) -> Verdict:
+        if api_key in FREE:
+            return Verdict()
+        op = CLUSTER_OPS.get(api_key)
+        if op is not None:
+            if self.allows(op, ResourceType.CLUSTER, CLUSTER_NAME):
+                return Verdict()
+            return Verdict(CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
+        need = NEEDS.get(api_key)
+        if need is None and api_key not in CONFIG_APIS:
+            return Verdict(CLUSTER_AUTHORIZATION_FAILED, f"API {api_key} is not open to kafka-cluster's members")
+        cls = request_type(api_key, version)
+        verdict = Verdict()
+        if api_key in CONFIG_APIS:
+            body, _ = codec.decode(cls, frame, body_offset)
+            return self._configs(CONFIG_APIS[api_key], body, verdict)
+        assert need is not None
+        refused: list[tuple[str, Any]] = []  # (kind, name) of a group or transactional id
+
+        def see(kind: str, value: Any) -> Any:
+            op = need.ops.get(kind)
+            if op is None or value is None or value == "" or refused:
+                return value
+            if kind == "topic_id":
+                name = self.topic_ids.get(value)
+                if value == uuid.UUID(int=0) or (name is not None and self.allows(op, ResourceType.TOPIC, name)):
+                    return value
+                fake = uuid.uuid4()  # an id this connection was never shown, or a topic it may not use
+                verdict.fake_ids[fake] = value
+                return fake
+            if self.allows(op, RESOURCE_OF_KIND[kind], value):
+                return value
+            if kind == "topic":
+                placeholder = f"{uuid.uuid4()}.{value}"[:249]  # exists nowhere: the broker answers it unknown
+                verdict.placeholders[placeholder] = value
+                return placeholder
+            refused.append((kind, value))
+            return value
+
+        paths = frozenset(identifier_paths(cls))
+        body = None
+        if api_key == PRODUCE:  # record batches are walked over, never decoded
+            pieces = splice.rewrite_fields(cls, frame, body_offset, paths, see)
+        else:
+            body, _ = codec.decode(cls, frame, body_offset)
+            for path, kind in identifier_paths(cls):
+                body = apply_path(body, path, lambda v, kind=kind: see(kind, v))
+            pieces = None
+        if refused:
+            kind, name = refused[0]
+            verdict.error, verdict.why = ERROR_OF_KIND[kind], f"{need.ops[kind].name} on {kind} {name!r}"
+            return verdict
+        if verdict.fixes_response:
+            if pieces is None:
+                new_body = codec.encode(body)
+                head = frame[4:body_offset]
+                pieces = [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
+            verdict.pieces = pieces
+        if api_key == CREATE_TOPICS and body is not None:
+            for topic in body.topics:
+                if not (
+                    self.allows(Op.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+                    or self.allows(Op.CREATE, ResourceType.TOPIC, topic.name)
+                ):
+                    verdict.error, verdict.why = ERROR_OF_KIND["topic"], f"CREATE on topic {topic.name!r}"
+                    return verdict
+        if api_key == INIT_PRODUCER_ID and body is not None and not body.transactional_id and not self._idempotent():
+            verdict.error, verdict.why = CLUSTER_AUTHORIZATION_FAILED, "IDEMPOTENT_WRITE on the cluster"
+            return verdict
+        if api_key in (METADATA, DESCRIBE_TOPIC_PARTITIONS):
+            verdict.filter_topics = True
+        return verdict
+
+    def _idempotent(self) -> bool:
+        """Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on some topic."""
+        if self.allows(Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return True
+        return any(
+            b.operation in (Op.WRITE, Op.ALL) and self.allows(Op.WRITE, ResourceType.TOPIC, b.name)
+            for b in self.acls.by_type.get(ResourceType.TOPIC, ())
+        )
+
+    def _configs(self, op: Operation, body: Any, verdict: Verdict) -> Verdict:
+        for resource in body.resources:
+            rtype = CONFIG_RESOURCE.get(int(resource.resource_type), ResourceType.CLUSTER)
+            name = CLUSTER_NAME if rtype is ResourceType.CLUSTER else resource.resource_name
+            if not self.allows(op, rtype, name):
+                kinds = {ResourceType.TOPIC: "topic", ResourceType.GROUP: "group"}
+                error = ERROR_OF_KIND[kinds[rtype]] if rtype in kinds else CLUSTER_AUTHORIZATION_FAILED
+                verdict.error, verdict.why = error, f"{op.name} on {rtype.name.lower()} {name!r}"
+                return verdict
+        return verdict
+
+    # -- responses ------------------------------------------------------------------------------------
+    def filter_topics(self, body: Any) -> Any:
+        """A topic listing without what may not be described; the ids of the rest are learned."""
+        kept = []
+        for topic in body.topics:
+            name = getattr(topic, "name", None)
+            if name is not None and not self.allows(Op.DESCRIBE, ResourceType.TOPIC, name):
+                continue
+            self.learn([topic])
+            kept.append(topic)
+        return dataclasses.replace(body, topics=tuple(kept))
+
+    def learn(self, topics: Iterable[Any]) -> None:
+        for topic in topics:
+            name, topic_id = getattr(topic, "name", None), getattr(topic, "topic_id", None)
+            if name and isinstance(topic_id, uuid.UUID) and topic_id.int and len(self.topic_ids) < MAX_LEARNED_IDS:
+                self.topic_ids[topic_id] = name
+
+    def filter_listing(self, api_key: int, body: Any) -> Any:
+        array, item_field, kind = LISTINGS[api_key]
+        kept = tuple(
+            item
+            for item in getattr(body, array)
+            if self.allows(Op.DESCRIBE, RESOURCE_OF_KIND[kind], getattr(item, item_field))
+        )
+        return dataclasses.replace(body, **{array: kept})
