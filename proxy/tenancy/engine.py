@@ -115,9 +115,6 @@ class TenantEngine:
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
         # group -> (regex, expansion last sent), least recently used first (bounded by the handler)
         self.regex_subscriptions: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        # (streams group, member id) -> its topology's internal topics, for members the proxy keeps out of
-        # the broker until their internal topics may be created (proxy/tenancy/streams.py)
-        self.streams_held: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
 
     # -- the VC's topic policy ----------------------------------------------------------------------
 

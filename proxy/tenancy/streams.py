@@ -14,7 +14,8 @@ joins:
 * **Creation is checked first**, as Kafka's KafkaApis checks it before asking the controller: CREATE
   on the cluster or on each topic, then the VC's topic policy (proxy/tenancy/policy.py). Refused, the
   join never reaches the broker; the proxy answers it with Kafka's MISSING_INTERNAL_TOPICS status and
-  lets the member rejoin once creation is allowed (`streams_group_heartbeat_request`).
+  has the member rejoin at each heartbeat, so it gets in once creation is allowed
+  (`streams_group_heartbeat_request`).
 * **Source topics** the VC does not have (yet) get that same stable name, without a link: the
   broker keeps the topology it was given, and a fresh random placeholder per heartbeat would make
   it inconsistent. The broker reports them missing; `derived_link` names them back in status text.
@@ -29,6 +30,7 @@ import datetime
 import logging
 import typing
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -43,7 +45,11 @@ log = logging.getLogger(__name__)
 
 
 MISSING_INTERNAL_TOPICS = 1  # the StreamsGroupHeartbeat status code (KIP-1071)
-MAX_HELD = 1024  # members a connection keeps out of the broker (least recently joined dropped)
+# The member epoch the proxy gives a member it keeps out of the broker: no broker gets near it (epochs
+# start at 1 and grow by one per rebalance), so any replica, on any connection, knows such a member.
+HELD_EPOCH = 2**31 - 1
+MAX_HELD = 65536  # held members remembered for their leave (least recently joined forgotten)
+_HELD: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # (vc id, group, member id)
 # What the proxy answers a member it keeps out: Kafka's defaults for the group's intervals.
 HEARTBEAT_INTERVAL = datetime.timedelta(seconds=5)  # streams.heartbeat.interval.ms
 TASK_OFFSET_INTERVAL = datetime.timedelta(minutes=1)  # task offset interval
@@ -102,10 +108,11 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
     """A joining member's topology: internal topics the VC has no link for would be created by the
     broker, so they are checked first, as Kafka checks them (`_refusals`). Refused, the join never
     reaches the broker (which would create them): the proxy answers it as Kafka answers a member whose
-    internal topics are missing — joined, no tasks, and the MISSING_INTERNAL_TOPICS status in Kafka's
-    words ("Unauthorized to CREATE on topics ...", "Creation failed: ...") — and answers that member's
-    heartbeats the same way, checking again each time; once creation is allowed it fences the member
-    (FENCED_MEMBER_EPOCH), which rejoins with its topology at once, and this time the broker gets it."""
+    internal topics are missing — in the group, no tasks, and the MISSING_INTERNAL_TOPICS status in
+    Kafka's words ("Unauthorized to CREATE on topics ...", "Creation failed: ...") — under HELD_EPOCH.
+    That member's next heartbeat is answered FENCED_MEMBER_EPOCH, so it rejoins at once with its
+    topology and is checked again: once creation is allowed, the broker gets the join. Stateless, so
+    any replica and any connection answers it alike."""
     if body.topology is None:
         return _held_heartbeat(engine, ex, body)
     internal, sources = _topology_topics(body.topology)
@@ -115,17 +122,17 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
         if why is not None:  # the broker would create it: Kafka's rules for new names first
             raise _invalid_topology(ex, f"internal topic {why.message}")
     refusals, admitted = _refusals(engine, ex, specs)
+    key = (engine.vc.id, body.group_id, body.member_id)
     if refusals:
         ex.tx.to_physical("group", body.group_id)  # the group's ACL (READ) is still checked first
-        held = engine.streams_held
-        held[(body.group_id, body.member_id)] = specs
-        held.move_to_end((body.group_id, body.member_id))
-        while len(held) > MAX_HELD:
-            held.popitem(last=False)
+        _HELD[key] = None
+        _HELD.move_to_end(key)
+        while len(_HELD) > MAX_HELD:
+            _HELD.popitem(last=False)
         for name, reason in refusals.items():
             log.info("virtual cluster %s: internal topic %r refused: %s", engine.vc.name, name, reason)
-        raise _missing_topics(ex, body, specs, refusals, epoch=1, tasks=())
-    engine.streams_held.pop((body.group_id, body.member_id), None)
+        raise _missing_topics(ex, body, specs, refusals)
+    _HELD.pop(key, None)
     to_link: dict[str, str] = {}  # physical -> link, written once the broker accepted the topology
     partitions: dict[str, int] = {}
     for name in sorted(set(internal) | sources):
@@ -147,26 +154,18 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
 
 def _held_heartbeat(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """A heartbeat of a member the proxy keeps out of the broker (its join was refused)."""
-    key = (body.group_id, body.member_id)
-    specs = engine.streams_held.get(key)
-    if specs is None:
-        return body
-    ex.tx.to_physical("group", body.group_id)
     epoch = int(body.member_epoch)
-    if epoch < 0:  # leaving: gone, as the broker says it
-        del engine.streams_held[key]
-        raise _missing_topics(ex, body, specs, {}, epoch=epoch, tasks=None, status=False)
-    refusals, _ = _refusals(engine, ex, specs)
-    if refusals:
-        raise _missing_topics(ex, body, specs, refusals, epoch=epoch, tasks=None)
-    del engine.streams_held[key]  # allowed now: the member rejoins with its topology, the broker gets it
-    log.info("virtual cluster %s: streams group %r member may create its topics now", engine.vc.name, body.group_id)
-    cls = _response_type(ex)
-    raise LocalAnswer(
-        codec._empty(
-            cls, error_code=ErrorCode(FENCED_MEMBER_EPOCH), error_message="Internal topics may be created now."
-        )
-    )
+    key = (engine.vc.id, body.group_id, body.member_id)
+    if epoch == HELD_EPOCH:  # rejoin (with the topology), to be checked again
+        ex.tx.to_physical("group", body.group_id)
+        cls = _response_type(ex)
+        message = "Internal topics are missing: rejoin to have them checked again."
+        raise LocalAnswer(codec._empty(cls, error_code=ErrorCode(FENCED_MEMBER_EPOCH), error_message=message))
+    if epoch < 0 and key in _HELD:  # leaving, never having reached the broker
+        del _HELD[key]
+        ex.tx.to_physical("group", body.group_id)
+        raise LocalAnswer(codec._empty(_response_type(ex), member_id=body.member_id, member_epoch=i32(epoch)))
+    return body
 
 
 def _response_type(ex: TenantCall) -> type:
@@ -180,24 +179,19 @@ def _missing_topics(
     body: Any,
     specs: dict[str, Any],
     refusals: dict[str, str],
-    *,
-    epoch: int,
-    tasks: tuple[Any, ...] | None,
-    status: bool = True,
 ) -> LocalAnswer:
     """Kafka's answer to a member whose internal topics are missing: in the group, no tasks, and why."""
     cls = _response_type(ex)
-    statuses = None
-    if status:
-        missing = sorted(n for n in specs if ex.tx.vc.physical_topic(n) is None)
-        detail = "; ".join([f"Internal topics are missing: [{', '.join(missing)}]", *dict.fromkeys(refusals.values())])
-        status_cls = typing.get_args(typing.get_args(typing.get_type_hints(cls)["status"])[0])[0]
-        statuses = (codec._empty(status_cls, status_code=i8(MISSING_INTERNAL_TOPICS), status_detail=detail),)
+    missing = sorted(n for n in specs if ex.tx.vc.physical_topic(n) is None)
+    detail = "; ".join([f"Internal topics are missing: [{', '.join(missing)}]", *dict.fromkeys(refusals.values())])
+    status_cls = typing.get_args(typing.get_args(typing.get_type_hints(cls)["status"])[0])[0]
+    statuses = (codec._empty(status_cls, status_code=i8(MISSING_INTERNAL_TOPICS), status_detail=detail),)
+    tasks: tuple[Any, ...] = ()
     return LocalAnswer(
         codec._empty(
             cls,
             member_id=body.member_id,
-            member_epoch=i32(epoch),
+            member_epoch=i32(HELD_EPOCH),
             heartbeat_interval=HEARTBEAT_INTERVAL,
             acceptable_recovery_lag=i32(ACCEPTABLE_RECOVERY_LAG),
             task_offset_interval=TASK_OFFSET_INTERVAL,

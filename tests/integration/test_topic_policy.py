@@ -65,6 +65,7 @@ def proxy(kafka_cluster, workdir) -> Iterator[ProxyProcess]:
         free_port_block(),
         listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512"]},
         credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        limits={"authentication_timeout_ms": 60000},  # a loaded CI machine starts the CLI slowly
         tenancy={
             "enabled": True,
             "state_topic": f"__vcproxy_state_policy_{uuid.uuid4().hex[:6]}",

@@ -33,6 +33,7 @@ from proxy.tenancy.model import (
     vc_record,
 )
 from proxy.tenancy.policy import SAFE_DEFAULT, UNLIMITED, Budget, TopicPolicy, Usage
+from proxy.tenancy.streams import HELD_EPOCH
 
 from .test_acls import LAYOUT, Tenancy, _answer, _forwarded_body, _item, _local_reply, _send, allow, grant
 
@@ -564,7 +565,7 @@ def test_streams_internal_topics_need_create(shared):
     # Kafka holds back every topic of the heartbeat when one may not be created. The join never reaches
     # the broker (which would create them): the member is told what Kafka tells it, and gets no tasks.
     got = _held(s, _streams_join())
-    assert (got.error_code, got.member_id, got.member_epoch, got.active_tasks) == (E.none, "m1", 1, ())
+    assert (got.error_code, got.member_id, got.member_epoch, got.active_tasks) == (E.none, "m1", HELD_EPOCH, ())
     assert [(x.status_code, x.status_detail) for x in got.status] == [
         (
             1,
@@ -572,12 +573,13 @@ def test_streams_internal_topics_need_create(shared):
             f"Unauthorized to CREATE on topics {REPARTITION}.",
         )
     ]
-    got = _held(s, _heartbeat(1))  # its heartbeats too, checked again each time
-    assert (got.error_code, got.member_epoch, got.status[0].status_code) == (E.none, 1, 1)
-    assert "Unauthorized to CREATE" in got.status[0].status_detail
-    # CREATE granted: the member is fenced, so it rejoins with its topology at once, which the broker gets
+    # its next heartbeat, on any connection of any replica, has it rejoin, to be checked again
+    other = open_session(image, "User:carol", allow_if_no_acl=False)
+    assert _held(other, _heartbeat(HELD_EPOCH)).error_code == E.fenced_member_epoch
+    assert "Unauthorized to CREATE" in _held(other, _streams_join()).status[0].status_detail
+    # CREATE granted: the rejoin goes to the broker, which creates the topics
     grant(image, allow("kafka-cluster", Op.CREATE, rtype=R.CLUSTER))
-    assert _held(s, _heartbeat(1)).error_code == E.fenced_member_epoch
+    assert _held(s, _heartbeat(HELD_EPOCH)).error_code == E.fenced_member_epoch
     sent = _forwarded_body(_send(s, STREAMS_HEARTBEAT, 0, _streams_join()), STREAMS_HEARTBEAT, 0)
     _, result = _streams_answer(s, sent)
     assert {k for k, _ in result.writes if k.startswith('["link"')} == {
@@ -595,10 +597,10 @@ def test_a_held_member_leaves_without_the_broker(shared):
     )
     grant(image, *no_create)
     s = open_session(image, "User:carol")
-    assert _held(s, _streams_join()).member_epoch == 1
+    assert _held(s, _streams_join()).member_epoch == HELD_EPOCH
     left = _held(s, _heartbeat(-1))
     assert (left.error_code, left.member_epoch, left.status) == (E.none, -1, None)
-    decision = _send(s, STREAMS_HEARTBEAT, 0, _heartbeat(1))  # unknown to the proxy now: the broker's
+    decision = _send(s, STREAMS_HEARTBEAT, 0, _heartbeat(-1))  # unknown to the proxy now: the broker's
     assert decision.action is Action.FORWARD
 
 
