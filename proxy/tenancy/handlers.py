@@ -97,7 +97,7 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         wanted = wanted and engine.image.state_problem is None  # no link can be written: create nothing
         if wanted:
             access = ex.tx.access
-            budget = engine.budget()
+            budget = engine.budget() if missing else None  # (counts the VC's topics: only when needed)
             for name in missing:
                 if access is not None and not (access.may_create_topic(name) and access.permits("topic", name)):
                     access.denied.setdefault("topic", set()).add(name)  # answered TOPIC_AUTHORIZATION_FAILED
@@ -107,6 +107,7 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
                     if why.error == int(ErrorCode.invalid_topic_exception):
                         ex.state["invalid"].add(name)
                     continue
+                assert budget is not None
                 refused = budget.admit_topic(-1)  # the broker's default partition count (counted as one)
                 if refused is not None:  # never created: unknown, as with auto-creation off
                     log.info("virtual cluster %s: auto-creation of %r refused: %s", engine.vc.name, name, refused)
