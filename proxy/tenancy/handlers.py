@@ -403,6 +403,7 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     or loses a matching topic (or the VC's matching budget let only part of it be computed) the
     proxy re-sends the regex on the member's next heartbeat."""
     group = body.group_id
+    ex.tx.to_physical("group", group)  # READ on the group first, as Kafka: before any answer about the regex
     subscriptions = engine.regex_subscriptions
     if int(body.member_epoch) < 0:  # leaving the group
         subscriptions.pop(group, None)

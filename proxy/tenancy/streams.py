@@ -113,6 +113,7 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
     That member's next heartbeat is answered FENCED_MEMBER_EPOCH, so it rejoins at once with its
     topology and is checked again: once creation is allowed, the broker gets the join. Stateless, so
     any replica and any connection answers it alike."""
+    ex.tx.to_physical("group", body.group_id)  # READ on the group first, as Kafka: before any local answer
     if body.topology is None:
         return _held_heartbeat(engine, ex, body)
     internal, sources = _topology_topics(body.topology)
@@ -124,7 +125,6 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
     refusals, admitted = _refusals(engine, ex, specs)
     key = (engine.vc.id, body.group_id, body.member_id)
     if refusals:
-        ex.tx.to_physical("group", body.group_id)  # the group's ACL (READ) is still checked first
         _HELD[key] = None
         _HELD.move_to_end(key)
         while len(_HELD) > MAX_HELD:
@@ -157,13 +157,11 @@ def _held_heartbeat(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     epoch = int(body.member_epoch)
     key = (engine.vc.id, body.group_id, body.member_id)
     if epoch == HELD_EPOCH:  # rejoin (with the topology), to be checked again
-        ex.tx.to_physical("group", body.group_id)
         cls = _response_type(ex)
         message = "Internal topics are missing: rejoin to have them checked again."
         raise LocalAnswer(codec._empty(cls, error_code=ErrorCode(FENCED_MEMBER_EPOCH), error_message=message))
     if epoch < 0 and key in _HELD:  # leaving, never having reached the broker
         del _HELD[key]
-        ex.tx.to_physical("group", body.group_id)
         raise LocalAnswer(codec._empty(_response_type(ex), member_id=body.member_id, member_epoch=i32(epoch)))
     return body
 

@@ -655,3 +655,25 @@ def test_streams_topologies_cannot_grow_the_state_without_bound(shared):
         for record in result.writes:
             image.apply(*record)
     assert len(image.vcs["team-a"].links) == 6 and held == 3
+
+
+def test_answers_about_a_regex_or_a_topology_come_after_the_groups_acl(shared):
+    """Kafka checks READ on the group before it says anything about the request's regex or topology."""
+    from .test_tenant_streams import join
+
+    image, _ = shared
+    grant(image, allow("other", Op.READ, rtype=R.GROUP))
+    s = open_session(image, "User:carol", allow_if_no_acl=False)
+    cls = request_type(68, 1)
+    bad_regex = codec._empty(cls, group_id="app", member_id="m1", subscribed_topic_regex="(")
+    got = _local_reply(s, _send(s, 68, 1, bad_regex), 68, 1)
+    assert got.error_code == E.group_authorization_failed
+    bad_topology = join(0, changelog="..")
+    got = _local_reply(s, _send(s, STREAMS_HEARTBEAT, 0, bad_topology), STREAMS_HEARTBEAT, 0)
+    assert got.error_code == E.group_authorization_failed
+    # with READ on the group, Kafka's answers about them
+    grant(image, allow("app", Op.READ, rtype=R.GROUP))
+    s = open_session(image, "User:carol", allow_if_no_acl=False)
+    assert _local_reply(s, _send(s, 68, 1, bad_regex), 68, 1).error_code == E.invalid_regular_expression
+    got = _local_reply(s, _send(s, STREAMS_HEARTBEAT, 0, bad_topology), STREAMS_HEARTBEAT, 0)
+    assert got.error_code == E.streams_invalid_topology
