@@ -6,9 +6,11 @@ unknown key into an error instead of a silently ignored typo).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import ssl
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -318,6 +320,82 @@ def _principal_list(principals: list[str]) -> list[str]:
     return principals
 
 
+class TopicConfigRuleConfig(_Strict):
+    """What tenants may set one topic config key to (a key `configs` does not list follows
+    `allow_unlisted_configs`). A value passes when it is one of `values`, or a number within `min` and
+    `max`; with none of these, any value (the broker still validates it)."""
+
+    settable: bool = True
+    """False: tenants may not set the key at all (the cluster's default applies)."""
+    min: float | None = None
+    """The smallest number allowed (e.g. segment.ms: 3600000)."""
+    max: float | None = None
+    """The largest number allowed."""
+    values: list[str] | None = None
+    """Values allowed besides the bounds (e.g. "-1"); without bounds, the only ones allowed (for a list
+    config such as cleanup.policy, each comma-separated element)."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TopicConfigRuleConfig:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
+
+    def build(self) -> Any:
+        from .tenancy.policy import ConfigRule
+
+        values = frozenset(self.values) if self.values is not None else None
+        return ConfigRule(self.settable, self.min, self.max, values)
+
+
+_CONFIG_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class TopicPolicyConfig(_Strict):
+    """A virtual cluster's topic policy, like Kafka's CreateTopicPolicy and AlterConfigPolicy (proxy/tenancy/
+    policy.py; docs/tenancy.md, "Topic policy"). `tenancy.topic_policy` is every VC's; a VC's seed entry may
+    override any key of it (`configs` key by key). Unset: the safe default documented there."""
+
+    configs: dict[str, TopicConfigRuleConfig] = {}
+    """Topic config keys tenants may set and their bounds, merged key by key over the default's (which
+    allows cleanup.policy, compression.*, retention.*, segment.ms >= 1 h, segment.bytes >= 16 MiB,
+    max.message.bytes <= 8 MiB... and no flush.*, preallocate, index or tiered-storage settings)."""
+    allow_unlisted_configs: bool = False
+    """Keys no rule names: settable (true) or refused with POLICY_VIOLATION (false, the default)."""
+    max_partitions_per_topic: int | None = Field(128, ge=1)
+    """Partitions a topic may have (CreateTopics, CreatePartitions, Streams topics); null: no limit."""
+    max_topics: int | None = Field(500, ge=0)
+    """Topics a VC may have, links included (CreateTopics, Metadata auto-creation, Streams); null: no limit."""
+    max_partitions: int | None = Field(5000, ge=0)
+    """Partitions a VC may have in all its topics; null: no limit."""
+
+    @field_validator("configs")
+    @classmethod
+    def _keys(cls, configs: dict[str, TopicConfigRuleConfig]) -> dict[str, TopicConfigRuleConfig]:
+        for key in configs:
+            if not _CONFIG_KEY.match(key):
+                raise ValueError(f"{key!r} is not a topic config name (lower case, digits, '.', '_', '-')")
+        return configs
+
+    def build(self, base: Any = None) -> Any:
+        """The policy: this section's keys over `base` (a TopicPolicy; default the safe default)."""
+        from .tenancy.policy import SAFE_DEFAULT
+
+        base = base if base is not None else SAFE_DEFAULT
+        fields = self.model_fields_set
+        rules = dict(base.configs)
+        rules.update({key: rule.build() for key, rule in self.configs.items()})
+        return dataclasses.replace(
+            base,
+            configs=MappingProxyType(rules),
+            **{
+                name: getattr(self, name)
+                for name in ("allow_unlisted_configs", "max_partitions_per_topic", "max_topics", "max_partitions")
+                if name in fields
+            },
+        )
+
+
 class VirtualClusterSeedConfig(_Strict):
     """A virtual cluster to create if missing (ids are generated once, then kept in the state topic)."""
 
@@ -330,6 +408,8 @@ class VirtualClusterSeedConfig(_Strict):
     allow_everyone_if_no_acl_found: bool | None = None
     """What this VC's ACLs say of a resource no ACL names: allowed (true) or denied (false, like a broker's
     `allow.everyone.if.no.acl.found=false`). Unset: `tenancy.allow_everyone_if_no_acl_found`."""
+    topic_policy: TopicPolicyConfig | None = None
+    """This VC's topic policy: the keys given here override `tenancy.topic_policy`'s (configs key by key)."""
 
     @field_validator("name")
     @classmethod
@@ -383,7 +463,25 @@ class TenancyConfig(_Strict):
     right on every VC, e.g. "User:admin". Everyone else's rights are ACLs (docs/security.md). They must be
     bound to no VC, and User:ANONYMOUS cannot be one."""
 
+    topic_policy: TopicPolicyConfig = TopicPolicyConfig()
+    """What members of every VC may do with topics: config keys and bounds, partitions per topic, topics and
+    partitions per VC (see TopicPolicyConfig; a VC's seed entry may override it)."""
+
     _readers = field_validator("state_topic_readers", "super_admins")(_principal_list)
+    _policies: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def topic_policy_for(self, vc: str) -> Any:
+        """A VC's topic policy (proxy/tenancy/policy.TopicPolicy): its seed entry's over the global one."""
+        policy = self._policies.get(vc)
+        if policy is None:
+            policy = self._policies.get("")
+            if policy is None:
+                policy = self._policies[""] = self.topic_policy.build()
+            for seed in self.virtual_clusters:
+                if seed.name == vc and seed.topic_policy is not None:
+                    policy = seed.topic_policy.build(policy)
+            self._policies[vc] = policy
+        return policy
 
     def allow_if_no_acl(self, vc: str) -> bool:
         """A VC's choice for resources none of its ACLs names (its seed entry, else the default)."""

@@ -423,6 +423,7 @@ class ProxyServer:
                 Policy(
                     auto_create_topics=tc.auto_create_topics,
                     delete_physical_topic=tc.delete_physical_topic_with_last_link,
+                    topic_policy=tc.topic_policy_for,
                 ),
             )
         versions = self.upstream_versions.get(node_id)

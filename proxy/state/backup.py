@@ -39,6 +39,7 @@ def image_records(image: TenancyImage) -> list[Record]:
         order = [link for names in vc.physical_links.values() for link in names]
         records += [(_key("link", name, link), {"physical": vc.links[link]}) for link in order]
     records += [(_key("topic", t), {"topic_id": str(i)}) for t, i in sorted(image.topic_ids.items())]
+    records += [(_key("parts", t), {"n": n}) for t, n in sorted(image.partitions.items())]
     records += [(_key("gen", v, link), {"gen": g}) for (v, link), g in sorted(image.generations.items())]
     for name, vc in sorted(image.vcs.items()):  # what migration assigned, the VC's admins and ACLs
         records += [group_record(name, g, True) for g in sorted(vc.groups)]

@@ -20,6 +20,7 @@ from ..protocol.apis import request_type, response_type
 from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
 from .model import TenancyImage, VirtualCluster
+from .policy import SAFE_DEFAULT, Budget, TopicPolicy, usage_of
 from .translate import Translation
 
 Record = tuple[str, dict[str, Any] | None]
@@ -75,6 +76,9 @@ class Policy:
     # concurrent requests agree on it) or answer UNKNOWN_TOPIC_OR_PARTITION.
     auto_create_topics: bool = False
     delete_physical_topic: bool = True  # when its last link goes
+    # vc name -> that VC's topic policy (proxy/tenancy/policy.py): the config's `tenancy.topic_policy`
+    # and the VC's seed entry's override; a callable so that it can come from the state topic later.
+    topic_policy: Callable[[str], TopicPolicy] = field(default=lambda _vc: SAFE_DEFAULT)
 
 
 @dataclass
@@ -88,6 +92,9 @@ class TenantCall:
     state: dict[str, Any] = field(default_factory=dict)  # handler scratch space
     writes: list[Record] = field(default_factory=list)  # records to write before replying
     local_response: Any = None  # a handler answered without the broker
+    # Partitions the broker creates for this request beyond what its response counts (Metadata
+    # auto-creation, Streams internal topics): charged to the controller-mutation quota too.
+    mutations: int = 0
 
 
 class LocalAnswer(Exception):
@@ -108,6 +115,16 @@ class TenantEngine:
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
         # group -> (regex, expansion last sent), least recently used first (bounded by the handler)
         self.regex_subscriptions: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    # -- the VC's topic policy ----------------------------------------------------------------------
+
+    @property
+    def topic_policy(self) -> TopicPolicy:
+        return self.policy.topic_policy(self.vc.name)
+
+    def budget(self) -> Budget:
+        """The VC's topic policy and what the VC has now, for one request's checks."""
+        return Budget(self.topic_policy, usage_of(self.vc, self.image.partitions))
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -24,7 +24,15 @@ from ..rules import tenant_rules
 from . import names
 from .engine import Handler, LocalAnswer, Registry, TenantCall, TenantEngine
 from .fetch_sessions import FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSIONS, FIRST_SESSION_VERSION
-from .model import TenancyError, created_topic_for, derived_topic_for, gen_record, link_record, topic_record
+from .model import (
+    TenancyError,
+    created_topic_for,
+    derived_topic_for,
+    gen_record,
+    link_record,
+    partitions_record,
+    topic_record,
+)
 from .regex import REGEXES, Expansion, InvalidRegex, compile_client_regex
 
 # Kafka Streams groups (KIP-1071) live in a module of their own, registered in HANDLERS below.
@@ -89,6 +97,7 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         wanted = wanted and engine.image.state_problem is None  # no link can be written: create nothing
         if wanted:
             access = ex.tx.access
+            budget = engine.budget() if missing else None  # (counts the VC's topics: only when needed)
             for name in missing:
                 if access is not None and not (access.may_create_topic(name) and access.permits("topic", name)):
                     access.denied.setdefault("topic", set()).add(name)  # answered TOPIC_AUTHORIZATION_FAILED
@@ -97,6 +106,11 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
                 if why is not None:  # never created; a colliding name is invalid, an internal one unknown
                     if why.error == int(ErrorCode.invalid_topic_exception):
                         ex.state["invalid"].add(name)
+                    continue
+                assert budget is not None
+                refused = budget.admit_topic(-1)  # the broker's default partition count (counted as one)
+                if refused is not None:  # never created: unknown, as with auto-creation off
+                    log.info("virtual cluster %s: auto-creation of %r refused: %s", engine.vc.name, name, refused)
                     continue
                 # The generation CreateTopics would use: a deleted link's old topic is never reused.
                 ex.tx.planned[name] = created_topic_for(
@@ -152,15 +166,31 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         link = ex.state.get("auto", {}).get(topic.name)
         if link is not None and int(topic.error_code) in (0, LEADER_NOT_AVAILABLE):
             ex.writes.append(link_record(engine.vc.name, link, topic.name))
+            ex.mutations += max(len(topic.partitions), 1)  # created on the VC's behalf: the mutation quota's
+            if topic.partitions:
+                ex.writes.append(partitions_record(topic.name, len(topic.partitions)))
         if ex.state.get("all") and int(topic.error_code) != 0:
             continue  # a dangling link (or the empty-VC placeholder) is not a topic
-        if int(topic.error_code) == 0 and getattr(topic, "topic_id", None) is not None:
-            _learn_topic_id(engine, ex, topic.name, topic.topic_id)
+        if int(topic.error_code) == 0:
+            if getattr(topic, "topic_id", None) is not None:
+                _learn_topic_id(engine, ex, topic.name, topic.topic_id)
+            if link is None:
+                _learn_partitions(engine, ex, topic.name, len(topic.partitions))
         kept.append(dataclasses.replace(topic, is_internal=False) if hasattr(topic, "is_internal") else topic)
     changes: dict[str, Any] = {"topics": tuple(kept)}
     if hasattr(body, "cluster_id"):
         changes["cluster_id"] = engine.vc.cluster_id
     return dataclasses.replace(body, **changes)
+
+
+def _learn_partitions(engine: TenantEngine, ex: TenantCall, physical: str | None, count: int) -> None:
+    """A VC topic's partition count, as the broker says it (the topic policy's per-VC partition limit)."""
+    if physical is None or count <= 0 or physical not in engine.vc.physical_links:
+        return
+    if engine.image.partitions.get(physical) != count:
+        record = partitions_record(physical, count)
+        engine.image.apply(*record)  # like a topic id: usable at once, persisted before the reply
+        ex.writes.append(record)
 
 
 def _learn_topic_id(engine: TenantEngine, ex: TenantCall, physical: str | None, topic_id: Any) -> None:
@@ -373,6 +403,7 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     or loses a matching topic (or the VC's matching budget let only part of it be computed) the
     proxy re-sends the regex on the member's next heartbeat."""
     group = body.group_id
+    ex.tx.to_physical("group", group)  # READ on the group first, as Kafka: before any answer about the regex
     subscriptions = engine.regex_subscriptions
     if int(body.member_epoch) < 0:  # leaving the group
         subscriptions.pop(group, None)
@@ -426,40 +457,53 @@ def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
 
     The physical name is derived from (VC id, link, generation), so concurrent creators on any
     replica ask the broker for the same name and the broker picks one winner; the others get
-    TOPIC_ALREADY_EXISTS, as they would from Kafka. A name twice in one request is INVALID_REQUEST
-    for that name, as Kafka answers it; while the state topic cannot take changes, every topic is
-    refused with POLICY_VIOLATION and the reason.
+    TOPIC_ALREADY_EXISTS, as they would from Kafka. Checked in Kafka's order, each answered per topic:
+    a name twice in one request is INVALID_REQUEST; without CREATE (on the topic or the cluster)
+    TOPIC_AUTHORIZATION_FAILED, before anything else is said about the name; while the state topic
+    cannot take changes POLICY_VIOLATION and the reason; then Kafka's rules for names; then the VC's
+    topic policy (configs, partitions, topics and partitions per VC: POLICY_VIOLATION naming what).
     """
-    body, refused = names.refuse_create_topics(engine.vc, body)  # Kafka's rules for names, in the VC
     counts = collections.Counter(t.name for t in body.topics)
-    local: list[tuple[str, int, str]] = refused  # (link, error, message) answered by the proxy
+    local: list[tuple[str, int, str]] = []  # (link, error, message) answered by the proxy
     for name in dict.fromkeys(t.name for t in body.topics):  # first-seen order, once per name
         if counts[name] > 1:
             local.append((name, int(ErrorCode.invalid_request), "Duplicate topic name."))
     problem = engine.image.state_problem
+    access = ex.tx.access
+    budget = engine.budget()
     created: dict[str, str] = {}
+    partitions: dict[str, int] = {}  # physical -> partitions asked for (<= 0: the broker's default)
     topics = []
     for topic in body.topics:
         link = topic.name
         if counts[link] > 1:
             continue
-        if problem is not None:
-            local.append((link, int(ErrorCode.policy_violation), f"topic changes are refused: {problem}"))
-            continue
-        access = ex.tx.access
         if access is not None and not access.may_create_topic(link):  # CREATE on the topic or the cluster
             local.append((link, int(ErrorCode.topic_authorization_failed), "Authorization failed."))
             continue
+        if problem is not None:
+            local.append((link, int(ErrorCode.policy_violation), f"topic changes are refused: {problem}"))
+            continue
+        why = names.refusal(engine.vc, link)  # Kafka's rules for names, in the VC
+        if why is not None:
+            log.info("virtual cluster %s: CreateTopics refused %r: %s", engine.vc.name, link, why.message)
+            local.append((link, why.error, why.message))
+            continue
         physical = engine.vc.physical_topic(link)
-        if physical is None:
-            try:
-                physical = created_topic_for(engine.vc.id, link, engine.image.generation(engine.vc.name, link))
-            except TenancyError:
-                physical = f"{link}!"  # not a legal topic name: the broker answers INVALID_TOPIC_EXCEPTION
+        if physical is None:  # (an existing link: the broker answers TOPIC_ALREADY_EXISTS, as Kafka first does)
+            count = _partitions_asked(topic)
+            refused = budget.admit_topic(count, ((c.name, c.value) for c in topic.configs or ()))
+            if refused is not None:
+                log.info("virtual cluster %s: CreateTopics refused %r: %s", engine.vc.name, link, refused)
+                local.append((link, int(ErrorCode.policy_violation), refused))
+                continue
+            physical = created_topic_for(engine.vc.id, link, engine.image.generation(engine.vc.name, link))
             created[physical] = link
+            partitions[physical] = count
         ex.tx.topics[physical] = link
         topics.append(dataclasses.replace(topic, name=physical))
     ex.state["created"] = created
+    ex.state["partitions"] = partitions
     ex.state["create_local"] = local
     ex.state["validate_only"] = bool(getattr(body, "validate_only", False))
     ex.state["skip_generic"] = True  # names are physical now: the generic pass must not translate again
@@ -467,6 +511,12 @@ def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         cls = _response_cls(ex)
         raise LocalAnswer(codec._empty(cls, topics=_create_topics_local(cls, local)))
     return dataclasses.replace(body, topics=tuple(topics))
+
+
+def _partitions_asked(topic: Any) -> int:
+    """A CreatableTopic's partition count: its manual assignment's, else num_partitions (-1: the default)."""
+    assignments = getattr(topic, "assignments", None)
+    return len(assignments) if assignments else int(topic.num_partitions)
 
 
 def _create_topics_local(cls: type, local: list[tuple[str, int, str]]) -> tuple[Any, ...]:
@@ -503,6 +553,10 @@ def create_topics_response(engine: TenantEngine, ex: TenantCall, body: Any) -> A
         if error != 0:
             continue
         ex.writes.append(link_record(engine.vc.name, link, topic.name))
+        count = int(getattr(topic, "num_partitions", -1))  # v5+: what the broker created
+        count = count if count > 0 else ex.state["partitions"].get(topic.name, -1)
+        if count > 0:
+            ex.writes.append(partitions_record(topic.name, count))
         if getattr(topic, "topic_id", None) not in (None, ZERO_UUID):
             ex.writes.append(topic_record(topic.name, topic.topic_id))
             ex.tx.new_ids.add(topic.topic_id)  # the client may see its new topic's id at once
@@ -518,10 +572,13 @@ def create_topics_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any
 
 def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """Deleting a topic in a VC deletes the link; the physical topic goes only with its last link
-    (and only if policy.delete_physical_topic), as KIP-1134 describes."""
+    (and only if policy.delete_physical_topic), as KIP-1134 describes: a VC that shares a topic with
+    others (owner or not) only removes its own link. DELETE on the topic is checked first, for every
+    topic, whether the broker or the proxy answers it: refused, it goes to the broker as a name that
+    exists nowhere and comes back TOPIC_AUTHORIZATION_FAILED (proxy/acl/access.py)."""
     problem = engine.image.state_problem
     if problem is not None:
-        raise LocalAnswer(_delete_topics_refused(ex, body, f"topic changes are refused: {problem}"))
+        raise LocalAnswer(_delete_topics_refused(engine, ex, body, f"topic changes are refused: {problem}"))
     local: list[tuple[str, str, Any]] = []  # (link, physical, topic id) removed without the broker
     forward_links: dict[str, str] = {}  # physical -> link for those the broker deletes
 
@@ -532,9 +589,11 @@ def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         if physical is None or physical not in vc.physical_links:
             return True  # unknown: the broker answers UNKNOWN_TOPIC(_ID) for the placeholder
         link = link or vc.link_for(physical)
+        if not _acl_allows(ex, "topic", link):
+            return True  # the generic pass sends a placeholder; TOPIC_AUTHORIZATION_FAILED on the way back
         others = [x for x in engine.image.links_to(physical) if x != (vc.name, link)]
         if others or not engine.policy.delete_physical_topic:
-            local.append((link, physical, engine.image.topic_ids.get(physical)))
+            local.append((link, physical, engine.image.topic_ids.get(physical)))  # type: ignore[arg-type]
             return False
         forward_links[physical] = link  # type: ignore[assignment]
         return True
@@ -553,6 +612,17 @@ def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
     return body
 
 
+def _acl_allows(ex: TenantCall, kind: str, name: str | None) -> bool:
+    """What the request's API needs of `kind` (proxy/acl/access.py), on `name`; no ACLs: allowed."""
+    access = ex.tx.access
+    if access is None or name is None:
+        return True
+    from ..acl.access import RESOURCE_OF_KIND
+
+    op = access.need.ops.get(kind)
+    return op is None or access.allows(op, RESOURCE_OF_KIND[kind], name)
+
+
 def _unlink(engine: TenantEngine, link: str) -> list[Any]:
     """A deleted link's records: the next generation first, so that no replica ever sees the link
     gone while the old generation's name (a topic that may still exist) is current."""
@@ -560,7 +630,9 @@ def _unlink(engine: TenantEngine, link: str) -> list[Any]:
     return [gen_record(engine.vc.name, link, generation), link_record(engine.vc.name, link, None)]
 
 
-def _delete_topics_refused(ex: TenantCall, body: Any, message: str) -> Any:
+def _delete_topics_refused(engine: TenantEngine, ex: TenantCall, body: Any, message: str) -> Any:
+    """Every topic refused while the state topic cannot take changes: POLICY_VIOLATION, except those
+    the caller may not delete anyway (TOPIC_AUTHORIZATION_FAILED, as Kafka checks that first)."""
     cls = _response_cls(ex)
     item = _item_type(cls, "responses")
     fields = {f.name for f in dataclasses.fields(item)}
@@ -571,11 +643,17 @@ def _delete_topics_refused(ex: TenantCall, body: Any, message: str) -> Any:
     )
     results = []
     for name, topic_id in asked:
-        kwargs: dict[str, Any] = {"name": name, "error_code": ErrorCode.policy_violation}
+        link = name
+        if link is None and topic_id is not None and engine.image.owns_topic_id(engine.vc, topic_id):
+            physical = engine.image.physical_for_id(topic_id)
+            link = engine.vc.link_for(physical) if physical is not None else None
+        allowed = _acl_allows(ex, "topic", link) if link is not None else ex.tx.access is None
+        error = ErrorCode.policy_violation if allowed else ErrorCode.topic_authorization_failed
+        kwargs: dict[str, Any] = {"name": name, "error_code": error}
         if "topic_id" in fields:
             kwargs["topic_id"] = topic_id or ZERO_UUID
         if "error_message" in fields:
-            kwargs["error_message"] = message
+            kwargs["error_message"] = message if allowed else "Authorization failed."
         results.append(codec._empty(item, **kwargs))
     return codec._empty(cls, responses=tuple(results))
 
@@ -601,6 +679,8 @@ def delete_topics_response(engine: TenantEngine, ex: TenantCall, body: Any) -> A
         if link is not None and int(result.error_code) == 0:
             ex.writes.extend(_unlink(engine, link))
             ex.writes.append(topic_record(physical, None))
+            if physical in engine.image.partitions:
+                ex.writes.append(partitions_record(physical, None))
     if ex.state["local"]:
         extra = _delete_topics_local(ex, type(body)).responses
         # Local results are already virtual: keep them out of the reverse translation.
@@ -616,37 +696,84 @@ def delete_topics_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any
 # -- Configs --------------------------------------------------------------------------------------------
 
 
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
 def configs_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    denied: dict[str, tuple[int, str]] = {}
+    """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on the VC's topics and groups, each
+    resource checked as Kafka does before the broker sees it: the ACL first (DESCRIBE_CONFIGS or
+    ALTER_CONFIGS on the topic or group: TOPIC_/GROUP_AUTHORIZATION_FAILED), then for changes to a
+    topic its ownership (only the VC that owns a shared topic may reconfigure it) and the VC's topic
+    policy (POLICY_VIOLATION naming the key, as Kafka's AlterConfigPolicy). A refused resource goes to
+    the broker as a topic that exists nowhere, so the answer keeps the API's shape; its error is set
+    on the way back (configs_response)."""
+    refused: dict[str, tuple[int, str, int, str | None]] = {}  # placeholder -> (type, name, error, message)
+    alter = ex.api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
     resources = []
     for resource in body.resources:
         rtype, name = int(resource.resource_type), resource.resource_name
-        if rtype == TOPIC:
-            name = ex.tx.topic(name)
-        elif rtype == GROUP:
-            name = engine.vc.physical_group(name)
-        else:
-            # Broker, logger and client-metrics configs describe the physical cluster: never forwarded.
-            # Asked as an unknown topic so the answer keeps the API's shape; the error is set on the way back.
-            fake = f"{uuid.uuid4()}.denied"
-            denied[fake] = (rtype, name)
+        why = _config_refusal(engine, ex, rtype, name, resource, alter)
+        if why is not None:
+            fake = f"{uuid.uuid4()}.refused"
+            refused[fake] = (rtype, name, *why)
             rtype, name = TOPIC, fake
+        elif rtype == TOPIC:
+            name = ex.tx.topic(name)
+        else:
+            name = engine.vc.physical_group(name)
         resources.append(dataclasses.replace(resource, resource_type=i8(rtype), resource_name=name))
-    ex.state["denied"] = denied
+    ex.state["refused"] = refused
     return dataclasses.replace(body, resources=tuple(resources))
+
+
+def _config_refusal(
+    engine: TenantEngine, ex: TenantCall, rtype: int, name: str, resource: Any, alter: bool
+) -> tuple[int, str | None] | None:
+    if rtype not in (TOPIC, GROUP):
+        # Broker, logger and client-metrics configs describe the physical cluster: never forwarded.
+        return int(ErrorCode.cluster_authorization_failed), "not available in a virtual cluster"
+    kind = "topic" if rtype == TOPIC else "group"
+    if not _acl_allows(ex, kind, name):
+        error = ErrorCode.topic_authorization_failed if rtype == TOPIC else ErrorCode.group_authorization_failed
+        return int(error), None  # Kafka's words: the error's own message
+    if rtype != TOPIC or not alter:
+        return None
+    physical = engine.vc.physical_topic(name)
+    if physical is None:
+        return None  # unknown: the broker answers UNKNOWN_TOPIC_OR_PARTITION for the placeholder
+    if not engine.image.owns(engine.vc, physical):
+        return int(ErrorCode.topic_authorization_failed), _NOT_OWNER.format(name=name)
+    if ex.api_key == INCREMENTAL_ALTER_CONFIGS:
+        ops = (OP_SET, OP_APPEND)  # a value to check; DELETE and SUBTRACT need the key settable only
+        changes = [(c.name, c.value if int(c.config_operation) in ops else None) for c in resource.configs]
+    else:
+        changes = [(c.name, c.value) for c in resource.configs]
+    why = engine.topic_policy.configs_refusal(changes)
+    if why is not None:
+        log.info("virtual cluster %s: config change of topic %r refused: %s", engine.vc.name, name, why)
+        return int(ErrorCode.policy_violation), why
+    return None
+
+
+_NOT_OWNER = (
+    "Topic '{name}' is shared with other virtual clusters: only the one that owns it (or the physical "
+    "cluster's operators) may delete, truncate, reconfigure or grow it."
+)
 
 
 def configs_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     field_name = "results" if hasattr(body, "results") else "responses"
+    refused = ex.state["refused"]
     out = []
     for result in getattr(body, field_name):
         rtype, name = int(result.resource_type), result.resource_name
-        if name in ex.state["denied"]:
-            rtype, name = ex.state["denied"][name]
+        if name in refused:
+            rtype, name, error, message = refused[name]
             result = dataclasses.replace(
                 result,
-                error_code=ErrorCode.cluster_authorization_failed,
-                error_message="not available in a virtual cluster",
+                error_code=ErrorCode(error),
+                error_message=message,
                 **({"configs": ()} if hasattr(result, "configs") else {}),
             )
         elif rtype == TOPIC:
@@ -655,6 +782,90 @@ def configs_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
             name = ex.tx.to_virtual("group", name)
         out.append(dataclasses.replace(result, resource_type=i8(rtype), resource_name=name))
     return dataclasses.replace(body, **{field_name: tuple(out)})
+
+
+# -- DeleteRecords and CreatePartitions: the owner's, within the VC's policy ---------------------------
+
+
+def _owned_topics(engine: TenantEngine, ex: TenantCall, body: Any, check: Any = None) -> Any:
+    """Each topic translated here (so the generic pass is skipped): the ACL first (ex.tx.topic: a
+    placeholder refused on the way back), then ownership, then `check(topic, physical)` (a refusal
+    message: POLICY_VIOLATION). Refused items go as placeholders and get their error on the way back."""
+    refused: dict[str, tuple[int, str]] = {}
+    topics = []
+    for topic in body.topics:
+        physical = ex.tx.topic(topic.name)
+        if physical == engine.vc.physical_topic(topic.name):  # allowed and linked
+            why: tuple[int, str] | None = None
+            if not engine.image.owns(engine.vc, physical):
+                why = (int(ErrorCode.topic_authorization_failed), _NOT_OWNER.format(name=topic.name))
+            elif check is not None:
+                message = check(topic, physical)
+                if message is not None:
+                    why = (int(ErrorCode.policy_violation), message)
+            if why is not None:
+                log.info("virtual cluster %s: %s refused %r: %s", engine.vc.name, ex.rule.api, topic.name, why[1])
+                physical = f"{uuid.uuid4()}.{topic.name}"
+                ex.tx.topics[physical] = topic.name
+                refused[physical] = why
+        topics.append(dataclasses.replace(topic, name=physical))
+    ex.state["refused"] = refused
+    ex.state["skip_generic"] = True
+    return dataclasses.replace(body, topics=tuple(topics))
+
+
+def _set_errors(item: Any, error: int, message: str | None) -> Any:
+    """An item (and its nested items, e.g. DeleteRecords' partitions) answered with `error`."""
+    if not dataclasses.is_dataclass(item):
+        return item
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(item):
+        value = getattr(item, f.name)
+        if f.name == "error_code":
+            changes[f.name] = ErrorCode(error)
+        elif f.name == "error_message":
+            changes[f.name] = message
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            changes[f.name] = tuple(_set_errors(v, error, message) for v in value)
+    return dataclasses.replace(item, **changes)
+
+
+def _refused_items(ex: TenantCall, items: tuple[Any, ...]) -> tuple[Any, ...]:
+    refused = ex.state.get("refused") or {}
+    return tuple(_set_errors(i, *refused[i.name]) if i.name in refused else i for i in items)
+
+
+def delete_records_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    return _owned_topics(engine, ex, body)
+
+
+def delete_records_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    return dataclasses.replace(body, topics=_refused_items(ex, body.topics))
+
+
+def create_partitions_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """CreatePartitions: the owner's only, and within the VC's policy (partitions per topic and per VC:
+    POLICY_VIOLATION). A count that does not grow the topic is the broker's INVALID_PARTITIONS."""
+    budget = engine.budget()
+    grown: dict[str, int] = {}
+
+    def check(topic: Any, physical: str) -> str | None:
+        why = budget.admit_partitions(engine.image.partitions.get(physical), int(topic.count))
+        if why is None:
+            grown[physical] = int(topic.count)
+        return why
+
+    body = _owned_topics(engine, ex, body, check)
+    ex.state["grown"] = {} if getattr(body, "validate_only", False) else grown
+    return body
+
+
+def create_partitions_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    for result in body.results:
+        count = ex.state["grown"].get(result.name)
+        if count is not None and int(result.error_code) == 0:
+            ex.writes.append(partitions_record(result.name, count))
+    return dataclasses.replace(body, results=_refused_items(ex, body.results))
 
 
 # -- DescribeCluster (KIP-700) ------------------------------------------------------------------------------
@@ -739,6 +950,8 @@ HANDLERS: dict[str, Handler] = {
         request=delete_topics_request, response=delete_topics_response, finish=delete_topics_finish
     ),
     "configs": Handler(request=configs_request, response=configs_response),
+    "delete_records": Handler(request=delete_records_request, response=delete_records_response),
+    "create_partitions": Handler(request=create_partitions_request, response=create_partitions_response),
     "describe_cluster": Handler(request=describe_cluster_request, response=describe_cluster_response),
     "describe_topic_partitions": Handler(
         request=describe_topic_partitions_request, response=describe_topic_partitions_response

@@ -155,6 +155,7 @@ class TenancyImage:
     client_ids: dict[str, str] = field(default_factory=dict)  # client id -> vc name
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # physical topic -> topic id
     topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    partitions: dict[str, int] = field(default_factory=dict)  # physical topic -> partition count, as learned
     generations: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, link) -> incarnation
     group_owners: dict[str, str] = field(default_factory=dict)  # assigned physical group id -> vc name
     txn_owners: dict[str, str] = field(default_factory=dict)  # assigned physical transactional id -> vc name
@@ -184,6 +185,34 @@ class TenancyImage:
     def links_to(self, physical: str) -> list[tuple[str, str]]:
         """(vc name, link name) of every link to a physical topic."""
         return [(vc.name, link) for vc in self.vcs.values() for link in vc.physical_links.get(physical, [])]
+
+    # -- ownership of physical topics ------------------------------------------------------------------
+    def created_by(self, vc: VirtualCluster, physical: str) -> bool:
+        """Whether `physical` is a name this VC's creations use (`created_topic_for` of any generation
+        of its link name so far, which Metadata auto-creation and Streams share as generation 0)."""
+        head, dot, link = physical.partition(".")
+        if not dot or len(head) != 36 or not link:
+            return False
+        vc_uuid = uuid.UUID(vc.id)
+        if head == str(uuid.uuid5(vc_uuid, link)):
+            return True
+        return any(
+            head == str(uuid.uuid5(vc_uuid, f"{link}#{g}")) for g in range(1, self.generation(vc.name, link) + 1)
+        )
+
+    def topic_owner(self, physical: str) -> str | None:
+        """The VC that owns a physical topic: the VC that created it (while it links it), else the one
+        VC that links it; None when two or more VCs link it and none of them created it (then only the
+        physical cluster, `kafka-cluster`, owns it). Only an owner may delete, truncate, reconfigure or
+        grow the physical topic (docs/tenancy.md, "Shared topics")."""
+        linking = [vc for vc in self.vcs.values() if physical in vc.physical_links]
+        for vc in linking:
+            if self.created_by(vc, physical):
+                return vc.name
+        return linking[0].name if len(linking) == 1 else None
+
+    def owns(self, vc: VirtualCluster, physical: str) -> bool:
+        return self.topic_owner(physical) == vc.name
 
     # -- records -----------------------------------------------------------------------------------
     def apply(self, key: str, value: dict[str, Any] | None) -> None:
@@ -297,6 +326,12 @@ class TenancyImage:
     def generation(self, vc_name: str, link: str) -> int:
         return self.generations.get((vc_name, link), 0)
 
+    def _apply_parts(self, physical: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.partitions.pop(physical, None)
+        else:
+            self.partitions[physical] = int(value["n"])
+
     def _apply_topic(self, physical: str, *, value: dict[str, Any] | None) -> None:
         if value is None:
             topic_id = self.topic_ids.pop(physical, None)
@@ -362,6 +397,12 @@ def seeded_record(vc: str, entries: dict[str, list[str]]) -> tuple[str, dict[str
 
 def topic_record(physical: str, topic_id: uuid.UUID | None) -> tuple[str, dict[str, Any] | None]:
     return _key("topic", physical), (None if topic_id is None else {"topic_id": str(topic_id)})
+
+
+def partitions_record(physical: str, count: int | None) -> tuple[str, dict[str, Any] | None]:
+    """How many partitions a VC's physical topic has, as the proxy learned it (for the topic policy's
+    per-VC partition limit: proxy/tenancy/policy.py); None when the topic is deleted."""
+    return _key("parts", physical), (None if count is None else {"n": int(count)})
 
 
 def quota_record(ent: quotas.Entity, key: str, value: float | None) -> tuple[str, dict[str, Any] | None]:

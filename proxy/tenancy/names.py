@@ -17,9 +17,7 @@ and always in the tenant's own names:
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import logging
 import re
 from typing import Any
 
@@ -27,7 +25,6 @@ from kio.schema.errors import ErrorCode
 
 from .model import MAX_LINK_NAME
 
-log = logging.getLogger(__name__)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"})
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # fixed pattern over a bounded name: no tenant regex here
 
@@ -91,21 +88,3 @@ def refusal(vc: Any, name: str) -> Refusal | None:
             message = f"Topic '{name}' collides with existing topic: {other}"
             return Refusal(int(ErrorCode.invalid_topic_exception), message)
     return None
-
-
-def refuse_create_topics(vc: Any, body: Any) -> tuple[Any, list[tuple[str, int, str]]]:
-    """CreateTopics: the request without the names Kafka refuses, and (name, error, message) for them.
-
-    A name given twice is left in: the duplicate rule (INVALID_REQUEST) answers it, as Kafka does first.
-    """
-    counts = collections.Counter(t.name for t in body.topics)
-    refused: list[tuple[str, int, str]] = []
-    kept = []
-    for topic in body.topics:
-        why = refusal(vc, topic.name) if counts[topic.name] == 1 else None
-        if why is None:
-            kept.append(topic)
-        else:
-            log.info("virtual cluster %s: CreateTopics refused %r: %s", vc.name, topic.name, why.message)
-            refused.append((topic.name, why.error, why.message))
-    return (dataclasses.replace(body, topics=tuple(kept)) if refused else body), refused

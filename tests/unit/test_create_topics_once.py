@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from proxy.core.session import Action
 from proxy.protocol import codec
-from proxy.tenancy.model import created_topic_for, derived_topic_for, gen_record, link_record
+from proxy.tenancy.model import created_topic_for, derived_topic_for, gen_record, link_record, partitions_record
 
 from .test_tenant_rewrite import answer, forward, make_image, tenant_session
 from .wire import request_frame
@@ -59,7 +59,7 @@ def test_a_name_twice_in_one_request_is_invalid_request_once_and_the_rest_goes_a
     assert by_name["dup"].error_code == ErrorCode.invalid_request
     assert by_name["dup"].error_message == "Duplicate topic name."
     assert by_name["payments"].error_code == ErrorCode.none
-    assert result.writes == [link_record("team-a", "payments", physical)]
+    assert result.writes == [link_record("team-a", "payments", physical), partitions_record(physical, 1)]
 
 
 def test_only_duplicates_are_answered_without_the_broker():

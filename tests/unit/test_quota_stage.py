@@ -428,3 +428,35 @@ def test_the_span_carries_the_throttle_and_the_mute():
     # The throttle the client was sent (the broker said 0), and the mute that held the next request back.
     assert abs(first["vcproxy.throttle_ms"] - size) <= 1 and "vcproxy.quota.delay_ms" not in first
     assert abs(second["vcproxy.quota.delay_ms"] - size) <= 1
+
+
+def test_topics_auto_created_for_a_vc_count_as_controller_mutations():
+    """Metadata auto-creation (and Streams internal topics: tests/unit/test_topic_policy.py) make the
+    broker create topics on the VC's behalf: they are charged like CreateTopics."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
+
+    from proxy.quotas.model import MUTATION
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), MUTATION, 2.0))
+    s = ProxySession(
+        LAYOUT, tenancy=_Tenancy(img, Policy(auto_create_topics=True)), principal="User:alice", super_admins=[]
+    )
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(name="fresh", topic_id=uuid.UUID(int=0)),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    decision = s.on_request(memoryview(bytearray(request_frame(3, 12, 1, request))))
+    sent, _ = codec.decode(MetadataRequest, joined(decision.pieces), 14 + 1 + 1)
+    assert sent.allow_auto_topic_creation
+    partitions = tuple(codec._empty(MetadataResponsePartition, partition_index=i) for i in range(6))
+    topic = codec._empty(MetadataResponseTopic, name=sent.topics[0].name, partitions=partitions)
+    response = codec._empty(MetadataResponse, topics=(topic,))
+    result = s.on_response(memoryview(bytearray(response_frame(3, 12, 1, response))))
+    out = joined(result.pieces)
+    body, _ = codec.decode(MetadataResponse, out, response_body_offset(out, 1))
+    assert body.topics[0].name == "fresh"
+    assert abs(body.throttle_time.total_seconds() - 3.0) < 0.002  # 6 partitions against 2/s

@@ -18,7 +18,7 @@ from proxy.core.apiversions import tenant_versions
 from proxy.core.session import Action
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type, response_type
-from proxy.tenancy.model import derived_topic_for, link_record
+from proxy.tenancy.model import derived_topic_for, link_record, partitions_record
 
 from .test_tenant_rewrite import answer, forward, make_image, tenant_session
 
@@ -94,9 +94,14 @@ def test_join_translates_the_topology_and_links_the_internal_topics(version):
         status=(codec._empty(type(status), status_code=3, status_detail=detail),),
     )
     got, result = answer(session, HEARTBEAT, version, response)
-    # Durable before the member hears back: the broker creates these topics for the VC.
+    # Durable before the member hears back: the broker creates these topics for the VC (and the
+    # repartition topic's partition count, for the VC's partition limit).
     assert sorted(result.writes) == sorted(
-        [link_record("team-a", CHANGELOG, changelog), link_record("team-a", REPARTITION, repartition)]
+        [
+            link_record("team-a", CHANGELOG, changelog),
+            link_record("team-a", REPARTITION, repartition),
+            partitions_record(repartition, 3),
+        ]
     )
     assert got.status[0].status_detail == f"Internal topics are missing: {REPARTITION}, {CHANGELOG}; group app"
 
@@ -187,7 +192,7 @@ def test_adversarial_topology_names_stay_in_the_vc(version):
     assert all(not n.startswith(b.id) for n in sent_names)
     assert sent_names[2].endswith("...") and all("!" not in n for n in sent_names)  # a random name: nowhere
     _, result = answer(session, HEARTBEAT, version, codec._empty(response_type(HEARTBEAT, version)))
-    linked = {json.loads(key)[2] for key, _ in result.writes}
+    linked = {json.loads(key)[2] for key, _ in result.writes if json.loads(key)[0] == "link"}
     assert linked == {CHANGELOG, REPARTITION}  # only the topology's internal topics, never a source
 
 

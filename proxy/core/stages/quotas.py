@@ -5,7 +5,8 @@ quota book changes, so a request of a client without quotas costs an attribute c
 
 * produce bytes (the Produce request's size) and the request count are measured when the request
   passes, fetch bytes (the Fetch response's size) and controller mutations (partitions created or
-  topics deleted, from the response) when the answer passes; against the client's limit and its VC's cap;
+  topics deleted, from the response, and the topics Metadata auto-creation and Streams topologies
+  create: `TenantCall.mutations`) when the answer passes; against the client's limit and its VC's cap;
 * over a limit, the connection is muted for Kafka's throttle time (KIP-219): the next request from it
   is held back until the mute ends (`Exchange.delay`, honoured by the shell), and every response that
   leaves during the mute says how much of it is left in `throttle_time_ms` (the max with the broker's),
@@ -115,8 +116,14 @@ class QuotaStage:
         throttle = 0.0
         if ex.api_key == FETCH_KEY and (FETCH in limits.limits or FETCH in limits.caps):
             throttle = self._measure(limits, FETCH, float(sum(map(len, msg.pieces))), now)
-        elif ex.api_key in _MUTATIONS and (MUTATION in limits.limits or MUTATION in limits.caps):
-            throttle = self._measure(limits, MUTATION, float(_mutations(ex.api_key, msg.entity())), now)
+        elif (ex.api_key in _MUTATIONS or getattr(ex.tenant, "mutations", 0)) and (
+            MUTATION in limits.limits or MUTATION in limits.caps
+        ):
+            # Topics the broker creates on the VC's behalf (Metadata auto-creation, Streams internal
+            # topics) count like CreateTopics: the tenancy handlers say how many partitions.
+            count = _mutations(ex.api_key, msg.entity()) if ex.api_key in _MUTATIONS else 0
+            count += getattr(ex.tenant, "mutations", 0)
+            throttle = self._measure(limits, MUTATION, float(count), now)
         if throttle > 0:
             self.mute_until = max(self.mute_until, now + throttle)
         left = self.mute_until - now
