@@ -96,7 +96,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--topic", action="append", default=[], help="a topic (link name), repeatable")
     parser.add_argument("--group", action="append", default=[], help="a consumer group, repeatable")
     parser.add_argument("--transactional-id", action="append", default=[], help="a transactional id, repeatable")
-    parser.add_argument("--cluster", action="store_true", help="the virtual cluster's cluster resource")
+    parser.add_argument(
+        "--cluster",
+        nargs="?",
+        const=CLUSTER_NAME,
+        default=None,
+        metavar="NAME",
+        help="the cluster resource (kafka-cluster); with --virtual-cluster kafka-cluster also a VC's name (or "
+        "prefix), for the *_VIRTUAL_CLUSTER rights over that VC",
+    )
     parser.add_argument(
         "--cluster-name",
         action="append",
@@ -124,7 +132,7 @@ def resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     out += [(ResourceType.GROUP, g) for g in args.group]
     out += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
     if args.cluster:
-        out.append((ResourceType.CLUSTER, CLUSTER_NAME))
+        out.append((ResourceType.CLUSTER, args.cluster if isinstance(args.cluster, str) else CLUSTER_NAME))
     out += [(ResourceType.CLUSTER, name) for name in getattr(args, "cluster_name", ())]
     return out
 

@@ -25,7 +25,17 @@ from typing import Any
 from kio.static.primitive import i8, i16
 
 from ..acl import plane as acl_plane
-from ..acl.model import CLUSTER_NAME, AclBinding, AclError, Operation, PatternType, ResourceType, acl_record
+from ..acl.model import (
+    CLUSTER_NAME,
+    VC_OPERATIONS,
+    AclBinding,
+    AclError,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+    acl_record,
+)
 from ..tenancy.model import (
     KAFKA_CLUSTER,
     RESERVED_VC_NAMES,
@@ -95,8 +105,9 @@ class Caller:
             return False
         from ..tenancy.rights import decide
 
+        implied = {Op.DESCRIBE: frozenset({Op.ALTER})}  # as in Kafka: who may alter ACLs may read them
         return decide(
-            self.rights.image.cluster_acls, self.principal, self.host, op, ResourceType.CLUSTER, [CLUSTER_NAME]
+            self.rights.image.cluster_acls, self.principal, self.host, op, ResourceType.CLUSTER, [CLUSTER_NAME], implied
         )
 
 
@@ -183,7 +194,13 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
         code, message = _check(check)
         if code == NONE:
             records.extend(acl_record(name, b, False) for b in image.vcs[name].acls)  # its ACLs go with it
-            records.extend(acl_record(KAFKA_CLUSTER, b, False) for b in _rights_on(image, name))  # and rights on it
+            # and rights on it; not its DENYs: deleting one gives back what it denied (to a later VC of the
+            # same name, under a prefixed or cluster-wide grant), which only whoever holds that right may do
+            records.extend(
+                acl_record(KAFKA_CLUSTER, b, False)
+                for b in _rights_on(image, name)
+                if b.permission is not Permission.DENY
+            )
             records.extend(image.quotas.of_vc(name))  # and its quotas
             records.append(vc_delete(name))
         results.append(m.DeletableVirtualClusterResult(name=name, error_code=i16(code), error_message=message))
@@ -462,19 +479,24 @@ def _admin(plan: _Plan, caller: Caller, vc: str, principal: str, add: bool) -> l
             DUPLICATE_RESOURCE if add else RESOURCE_NOT_FOUND,
             f"{principal} is {'already' if add else 'not'} an admin of {vc!r}",
         )
+    bind: list[Record] = []
     if add:
         if principal in caller.super_admins or principal in (ANONYMOUS, "User:*"):
             raise _Refused(INVALID_REQUEST, f"{principal} cannot be made an admin of a virtual cluster")
         placed = plan.principal(principal)
         if placed not in (None, vc) and not caller.operator:
             raise _Refused(CLUSTER_AUTHORIZATION_FAILED, f"{principal} is in another virtual cluster")
+        if placed is None:  # everyone is somewhere: an admin bound nowhere would be refused at login
+            _may_place(plan, caller, vc, principal)
+            plan.principals[principal] = vc
+            bind = [principal_record(principal, vc)]
     elif not caller.operator:
         left = caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, vc) - {principal}
         left -= {p for (v, p), on in plan.admins.items() if v == vc and not on}
         if not left - _everywhere(caller):
             raise _Refused(POLICY_VIOLATION, f"{principal} is the last admin of {vc!r}: grant another first")
     plan.admins[(vc, principal)] = add
-    records = [acl_record(KAFKA_CLUSTER, b, add) for b in admin_bindings(vc, principal)]
+    records = [*bind, *(acl_record(KAFKA_CLUSTER, b, add) for b in admin_bindings(vc, principal))]
     if not add and principal in plan.image.vcs[vc].admins:
         records.append(admin_record(vc, principal, False))  # an admin of older state
     return records
@@ -615,6 +637,8 @@ def _create_acls(
             binding = acl_plane.binding_of(item, cluster_wide=vcs == [KAFKA_CLUSTER])
             if vcs == [KAFKA_CLUSTER] and binding.principal == ANONYMOUS and binding.permission.name == "ALLOW":
                 raise _Refused(INVALID_REQUEST, "User:ANONYMOUS is nobody's identity: it holds no right")
+            if vcs == [KAFKA_CLUSTER]:
+                _may_grant(caller, binding)
             for vc in vcs:  # creating an existing binding succeeds, as in Kafka
                 if binding not in _acls_of(image, vc) and (vc, binding) not in planned:
                     planned.add((vc, binding))
@@ -625,6 +649,26 @@ def _create_acls(
             records += out
         results.append(m.VirtualClusterAclCreationResult(error_code=i16(code), error_message=message))
     return m.CreateVirtualClusterAclsResponse(results=tuple(results)), records
+
+
+def _may_grant(caller: Caller, b: AclBinding, lifting: bool = False) -> None:
+    """No right lets its holder widen its own reach, managing kafka-cluster's ACLs included: a
+    *_VIRTUAL_CLUSTER right (or ALL on a CLUSTER resource, which holds them all) is granted only by a
+    caller holding it on all the binding covers: the VC it names (`kafka-cluster`: every VC). A prefix
+    also covers VCs not made yet, so granting one needs the right on `kafka-cluster`. Lifting a DENY
+    (deleting it) gives back what it denied: the same rule."""
+    wanted = Permission.DENY if lifting else Permission.ALLOW
+    if b.permission is not wanted or b.resource_type is not ResourceType.CLUSTER:
+        return
+    ops = VC_OPERATIONS if b.operation is Op.ALL else VC_OPERATIONS & {b.operation}
+    on = b.name if b.pattern is PatternType.LITERAL else KAFKA_CLUSTER
+    missing = sorted(op.name for op in ops if not caller.may(op, on))
+    if missing:
+        raise _Refused(
+            CLUSTER_AUTHORIZATION_FAILED,
+            f"may not {'lift a DENY of' if lifting else 'grant'} {', '.join(missing)} on {b.name!r}: "
+            "the caller does not hold it",
+        )
 
 
 def _delete_acls(
@@ -641,6 +685,9 @@ def _delete_acls(
             )
             flt = acl_plane.filter_of(item)
             found = [(vc, b) for vc in vcs for b in _acls_of(image, vc).matching(flt)]
+            for vc, b in found:
+                if vc == KAFKA_CLUSTER:
+                    _may_grant(caller, b, lifting=True)
             _keeps_a_holder(image, caller, [b for vc, b in [*gone, *found] if vc == KAFKA_CLUSTER])
             matched.extend(found)
 

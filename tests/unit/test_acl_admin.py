@@ -266,6 +266,11 @@ def test_add_builds_bindings_as_kafka_acls_does():
     }
     default_all = acl_cli.bindings(parse("--add", "--deny-principal", "User:x", "--cluster"))
     assert default_all == [AclBinding(T.CLUSTER, "kafka-cluster", P.LITERAL, "User:x", "*", Op.ALL, Perm.DENY)]
+    # In kafka-cluster's ACLs a CLUSTER resource may name a VC: a right over that VC only.
+    partial = acl_cli.bindings(
+        parse("--add", "--allow-principal", "User:p", "--operation", "AlterVirtualCluster", "--cluster", "team-a")
+    )
+    assert partial == [AclBinding(T.CLUSTER, "team-a", P.LITERAL, "User:p", "*", Op.ALTER_VIRTUAL_CLUSTER, Perm.ALLOW)]
 
 
 @pytest.mark.parametrize(
