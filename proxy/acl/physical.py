@@ -33,6 +33,7 @@ from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
 
 Op = Operation
 CLUSTER_AUTHORIZATION_FAILED = 31
+TOPIC_AUTHORIZATION_FAILED = 29
 PRODUCE, METADATA, LIST_GROUPS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 3, 16, 19, 22
 DESCRIBE_TOPIC_PARTITIONS, LIST_TRANSACTIONS = 75, 66
 CONFIG_APIS = {32: Op.DESCRIBE_CONFIGS, 33: Op.ALTER_CONFIGS, 44: Op.ALTER_CONFIGS}
@@ -73,6 +74,7 @@ class Verdict:
     error: int = 0
     why: str = ""
     filter_topics: bool = False  # a listing of topics: leave out what may not be described
+    all_topics: bool = False  # the listing asked for every topic (else for named ones: refused ones stay, refused)
     pieces: list[bytes | memoryview] | None = None  # the request with refused topics as placeholders
     placeholders: dict[str, str] = field(default_factory=dict)  # placeholder name -> the name asked
     fake_ids: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # placeholder id -> the id asked
@@ -183,6 +185,8 @@ class PhysicalAuthorizer:
             return verdict
         if api_key in (METADATA, DESCRIBE_TOPIC_PARTITIONS):
             verdict.filter_topics = True
+            topics = getattr(body, "topics", None)
+            verdict.all_topics = topics is None or (not topics and (api_key != METADATA or version == 0))
         return verdict
 
     def _idempotent(self) -> bool:
@@ -206,12 +210,15 @@ class PhysicalAuthorizer:
         return verdict
 
     # -- responses ------------------------------------------------------------------------------------
-    def filter_topics(self, body: Any) -> Any:
-        """A topic listing without what may not be described; the ids of the rest are learned."""
+    def filter_topics(self, body: Any, all_topics: bool = True) -> Any:
+        """A topic listing without what may not be described (a topic asked for by name stays, with
+        TOPIC_AUTHORIZATION_FAILED and nothing else, as a broker answers); the ids of the rest are learned."""
         kept = []
         for topic in body.topics:
             name = getattr(topic, "name", None)
             if name is not None and not self.allows(Op.DESCRIBE, ResourceType.TOPIC, name):
+                if not all_topics:
+                    kept.append(_refused_topic(topic))
                 continue
             self.learn([topic])
             kept.append(topic)
@@ -231,3 +238,15 @@ class PhysicalAuthorizer:
             if self.allows(Op.DESCRIBE, RESOURCE_OF_KIND[kind], getattr(item, item_field))
         )
         return dataclasses.replace(body, **{array: kept})
+
+
+def _refused_topic(topic: Any) -> Any:
+    from kio.schema.errors import ErrorCode
+
+    changes: dict[str, Any] = {"error_code": ErrorCode(TOPIC_AUTHORIZATION_FAILED)}
+    names = {f.name for f in dataclasses.fields(topic)}
+    if "partitions" in names:
+        changes["partitions"] = ()
+    if "topic_id" in names:
+        changes["topic_id"] = uuid.UUID(int=0)
+    return dataclasses.replace(topic, **changes)

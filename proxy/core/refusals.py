@@ -18,6 +18,8 @@ from ..protocol import codec
 from ..protocol.apis import request_type, response_type
 
 WRITE_TXN_MARKERS, ALTER_REPLICA_LOG_DIRS, ALTER_USER_SCRAM_CREDENTIALS = 27, 34, 51
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, CREATE_ACLS, DELETE_ACLS = 19, 20, 21, 30, 31
+DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
 
 Build = Callable[[Any, type, ErrorCode], Any]  # (request, response class, error) -> response
 
@@ -84,7 +86,94 @@ def _alter_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> 
     )
 
 
+def _fields(cls: type) -> set[str]:
+    return set(typing.get_type_hints(cls))
+
+
+def _with(cls: type, **values: Any) -> Any:
+    """An entity of `cls` from the values its version has (fields differ between versions)."""
+    names = _fields(cls)
+    return codec._empty(cls, **{k: v for k, v in values.items() if k in names})
+
+
+def _create_topics(request: Any, cls: type, error: ErrorCode) -> Any:
+    item = _item(cls, "topics")
+    return codec._empty(
+        cls,
+        topics=tuple(
+            _with(item, name=t.name, error_code=error, num_partitions=-1, replication_factor=-1) for t in request.topics
+        ),
+    )
+
+
+def _delete_topics(request: Any, cls: type, error: ErrorCode) -> Any:
+    import uuid
+
+    item = _item(cls, "responses")
+    asked = (
+        [(t.name, t.topic_id) for t in request.topics]
+        if getattr(request, "topics", None)
+        else [(n, None) for n in getattr(request, "topic_names", ())]
+    )
+    return codec._empty(
+        cls, responses=tuple(_with(item, name=n, topic_id=i or uuid.UUID(int=0), error_code=error) for n, i in asked)
+    )
+
+
+def _delete_records(request: Any, cls: type, error: ErrorCode) -> Any:
+    topic_cls = _item(cls, "topics")
+    partition_cls = _item(topic_cls, "partitions")
+    return codec._empty(
+        cls,
+        topics=tuple(
+            _with(
+                topic_cls,
+                name=t.name,
+                partitions=tuple(
+                    _with(partition_cls, partition_index=p.partition_index, low_watermark=-1, error_code=error)
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+def _create_acls(request: Any, cls: type, error: ErrorCode) -> Any:
+    item = _item(cls, "results")
+    return codec._empty(cls, results=tuple(_with(item, error_code=error) for _ in request.creations))
+
+
+def _delete_acls(request: Any, cls: type, error: ErrorCode) -> Any:
+    item = _item(cls, "filter_results")
+    return codec._empty(cls, filter_results=tuple(_with(item, error_code=error) for _ in request.filters))
+
+
+def _configs(request: Any, cls: type, error: ErrorCode) -> Any:
+    name = "results" if "results" in _fields(cls) else "responses"
+    item = _item(cls, name)
+    resources = tuple(
+        _with(item, resource_type=r.resource_type, resource_name=r.resource_name, error_code=error)
+        for r in request.resources
+    )
+    return codec._empty(cls, **{name: resources})
+
+
+def _create_partitions(request: Any, cls: type, error: ErrorCode) -> Any:
+    item = _item(cls, "results")
+    return codec._empty(cls, results=tuple(_with(item, name=t.name, error_code=error) for t in request.topics))
+
+
 PER_ITEM: dict[int, Build] = {
+    CREATE_TOPICS: _create_topics,
+    DELETE_TOPICS: _delete_topics,
+    DELETE_RECORDS: _delete_records,
+    CREATE_ACLS: _create_acls,
+    DELETE_ACLS: _delete_acls,
+    DESCRIBE_CONFIGS: _configs,
+    ALTER_CONFIGS: _configs,
+    CREATE_PARTITIONS: _create_partitions,
+    INCREMENTAL_ALTER_CONFIGS: _configs,
     WRITE_TXN_MARKERS: _write_txn_markers,
     ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
     ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,

@@ -140,7 +140,7 @@ class AuthorizationStage:
             elif ex.api_key == physical.CREATE_TOPICS:
                 auth.learn(body.topics)
             elif verdict.filter_topics:
-                body = auth.filter_topics(body)
+                body = auth.filter_topics(body, verdict.all_topics)
             msg.set_entity(body)
             return
         if access.any_denied or ex.api_key in LISTINGS:
