@@ -107,9 +107,11 @@ def _where(config: ProxyConfig, user: str) -> str:
     for vc in config.tenancy.virtual_clusters:
         if f"User:{user}" in vc.principals:
             return f"virtual cluster {vc.name}"
-    if config.tenancy.enabled and config.listeners.refuse_unbound_principals:
-        return "refused (bound to no virtual cluster)"
-    return "the physical cluster (bound to no virtual cluster)" if config.tenancy.enabled else "the cluster"
+    if not config.tenancy.enabled:
+        return "the cluster"
+    if f"User:{user}" in config.tenancy.super_admins:
+        return "kafka-cluster, the physical cluster (a super-admin)"
+    return "refused at login (in no virtual cluster)"
 
 
 def _shown(path: Path) -> str:

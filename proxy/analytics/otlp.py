@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-PHYSICAL_VC = "(physical)"  # the VC of principals that are bound to no virtual cluster
+PHYSICAL_VC = "(physical)"  # the VC of kafka-cluster's members (the physical cluster)
 PRODUCE_KEY = 0
 FETCH_KEYS = (1, 78)  # Fetch, ShareFetch: the APIs whose topic bytes count as fetched
 EXCERPT_CHARS = 160

@@ -1,4 +1,4 @@
-"""The state topic, guarded from principals bound to no virtual cluster (sans-I/O).
+"""The state topic, guarded from the members of kafka-cluster (the physical cluster), super-admins included (sans-I/O).
 
 Such principals (operators, the demo's `admin`) see the physical cluster, which holds the state topic:
 one link record written there would hand one tenant another's topic. So, through the proxy:

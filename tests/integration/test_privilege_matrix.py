@@ -140,31 +140,9 @@ def parse_matrix(text: str) -> list[tuple[str, str, str]]:
 
 MATRIX = parse_matrix(MATRIX_TEXT)
 # Cells where the proxy today does not do what the rules say: (role, action) -> what it does. Reported.
-TODAY: dict[tuple[str, str], str] = {
-    # A VC's admins may manage its client quotas and see its (absent) SCRAM credentials; the quota stage
-    # still asks for an admin of older state (`vc.admins`, proxy/core/stages/quotas.py may_manage_quotas),
-    # which the trust model no longer writes (admins are ACLs): every VC admin is refused.
-    ("partial", "java.quota-clients"): "denied",
-    ("vcadmin", "java.quota-clients"): "denied",
-    ("otheradmin", "java.quota-clients"): "denied",
-    ("vcadmin", "java.quota-users"): "denied",
-    ("vcadmin", "java.scram-describe"): "denied",
-    # A kafka-cluster member refused by kafka-cluster's ACLs should get the API's authorization error; for
-    # APIs whose answer has no top-level error field the proxy closes the connection instead
-    # (proxy/acl/physical.py via exchange.refuse: "refused (no error field to answer with)").
-    ("kcmember", "topics.create"): "closed",
-    ("kcmember", "configs.topic-describe"): "closed",
-    ("kcgranted", "configs.topic-describe"): "closed",
-    ("kcmember", "configs.topic-alter"): "closed",
-    ("kcmember", "configs.broker-describe"): "closed",
-    ("kcmember", "configs.broker-alter"): "closed",
-    ("kcmember", "acls.create"): "closed",
-    ("kcmember", "acls.delete"): "closed",
-    # Metadata naming a physical topic a kafka-cluster member may not describe should list it with
-    # TOPIC_AUTHORIZATION_FAILED (as a broker does); the proxy leaves it out (physical.py filter_listing), so
-    # clients wait for metadata that never comes: librdkafka times out, Kafka's kafka-delete-records hangs.
-    ("kcmember", "records.delete"): "timeout",
-}
+TODAY: dict[tuple[str, str], str] = {}  # none left: each cell found here was fixed (VC admins' quotas follow
+# the rights; kafka-cluster members get the API's authorization error per item instead of a closed connection;
+# a topic named in Metadata that they may not describe is answered TOPIC_AUTHORIZATION_FAILED, not left out)
 
 
 # -- the proxy, its users and the physical topics -------------------------------------------------------

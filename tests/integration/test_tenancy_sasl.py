@@ -427,7 +427,7 @@ def test_java_kafka_transactions_list(proxy, command_configs):
         assert not PHYSICAL_NAME.search(run.stdout)
 
 
-# -- principals bound to no virtual cluster ------------------------------------------------------------------
+# -- kafka-cluster (the super-admin) and principals in no virtual cluster (refused) ------------------------
 
 
 def test_super_admin_sees_the_physical_cluster(kafka_cluster, proxy, command_configs):
