@@ -16,8 +16,8 @@ Roles (docs: /work/shared/DESIGN.md "Trust model"):
   --add --user kc`, holding no ACL; kcgranted: kc again after DESCRIBE on one topic (mx.kc) was granted;
 * super: admin, the config's super-admin.
 
-Outcomes: ok; denied (an authorization error); login (refused at login); `-`: not run. A few cells
-carry what the proxy does today where the rules say otherwise (TODAY below, reported, not fixed here).
+Outcomes: ok; denied (an authorization error); login (refused at login); `-`: not run. TODAY (below)
+holds cells where the proxy does not yet follow the rules, reported; it is empty now.
 """
 
 from __future__ import annotations
