@@ -480,3 +480,84 @@ def test_relay_needs_a_sasl_listener_and_a_sasl_upstream():
         parse_config(_config("SASL_PLAINTEXT", "PLAINTEXT"))
     with pytest.raises(ConfigError, match="unknown_principals"):
         parse_config({**_config("SASL_PLAINTEXT", "SASL_PLAINTEXT"), "listeners": {"unknown_principals": "maybe"}})
+
+
+# -- the shell: the relayed login's own broker connection --------------------------------------------------
+
+
+async def test_a_relayed_login_gets_a_broker_connection_without_the_proxys_login():
+    """The client's ApiVersions (nothing cached) went up on a connection with the proxy's login; the relayed
+    login must not use it: the shell waits for its answers, closes it and opens one without the login, on
+    which the proxy's SaslHandshake goes first. Its answer never reaches the client."""
+    import trio
+    import trio.testing
+
+    from proxy.net.connection import ClientConnection, ConnectionLimits
+    from proxy.net.frames import FrameReader
+    from proxy.protocol.headers import peek_request
+
+    logins: list[bool] = []
+    seen: list[list[int]] = []
+
+    async def broker(stream: Any, log: list[int]) -> None:
+        reader = FrameReader(stream, 1 << 20, 1 << 16)
+        while (frame := await reader.next_frame()) is not None:
+            api_key, _version, correlation_id = peek_request(frame)
+            log.append(api_key)
+            if api_key == API_VERSIONS:
+                body: Any = with_table(
+                    response_type(API_VERSIONS, 3)(
+                        error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0)
+                    ),
+                    {3: (0, 12), 17: (0, 1), 18: (0, 4), 36: (0, 2)},
+                )
+                await stream.send_all(response_frame(API_VERSIONS, 3, correlation_id, body))
+            elif api_key == HANDSHAKE:
+                await stream.send_all(_handshake_response(correlation_id))
+            elif api_key == AUTHENTICATE:
+                await stream.send_all(_authenticate_response(correlation_id))
+
+    async with trio.open_nursery() as nursery:
+
+        async def connect_upstream(login: bool) -> Any:
+            ours, theirs = trio.testing.memory_stream_pair()
+            logins.append(login)
+            seen.append([])
+            nursery.start_soon(broker, theirs, seen[-1])
+            return ours
+
+        async def on_brokers(_seen: Any, _full: bool) -> None:
+            return None
+
+        client, proxy_side = trio.testing.memory_stream_pair()
+        connection = ClientConnection(
+            proxy_side,
+            connect_upstream,
+            _session(),
+            limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16),
+            on_brokers=on_brokers,
+            name="t",
+        )
+        nursery.start_soon(connection.run)
+        replies = FrameReader(client, 1 << 20, 1 << 16)
+
+        async def ask(api_key: int, version: int, correlation_id: int, **fields: Any) -> Any:
+            await client.send_all(
+                request_frame(api_key, version, correlation_id, request_type(api_key, version)(**fields))
+            )
+            with trio.fail_after(10):
+                reply = await replies.next_frame()
+            assert reply is not None
+            header_version = 0 if api_key == API_VERSIONS else api_info(api_key).response_header_version(version)
+            assert int.from_bytes(reply[4:8], "big") == correlation_id  # the client's answers, in order
+            body, _ = codec.decode(response_type(api_key, version), reply, response_body_offset(reply, header_version))
+            return body
+
+        assert (await ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
+        assert (await ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none
+        answer = await ask(AUTHENTICATE, 2, 3, auth_bytes=b"\0carol\0carol-secret")
+        assert answer.error_code == ErrorCode.none
+        assert connection.session.principal == "User:carol" and connection._logged_in
+        assert logins == [True, False]
+        assert seen == [[API_VERSIONS], [HANDSHAKE, AUTHENTICATE]]
+        await client.aclose()
