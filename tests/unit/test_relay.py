@@ -9,9 +9,11 @@ import dataclasses
 import datetime
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+import trio
 from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 
@@ -482,82 +484,159 @@ def test_relay_needs_a_sasl_listener_and_a_sasl_upstream():
         parse_config({**_config("SASL_PLAINTEXT", "SASL_PLAINTEXT"), "listeners": {"unknown_principals": "maybe"}})
 
 
-# -- the shell: the relayed login's own broker connection --------------------------------------------------
+# -- the shell: the relayed login's own broker connection, and the login guards --------------------------
+
+
+class _Shell:
+    """A ClientConnection between an in-memory client and in-memory brokers that answer as told."""
+
+    def __init__(
+        self, nursery: Any, limits: Any = None, answer_authenticate: Callable[[int], bytes | None] | None = None
+    ):
+        import trio.testing
+
+        from proxy.net.connection import ClientConnection, ConnectionLimits
+        from proxy.net.frames import FrameReader
+
+        self.logins: list[bool] = []
+        self.seen: list[list[int]] = []
+        self.nursery = nursery
+        self.answer_authenticate = answer_authenticate or (lambda cid: _authenticate_response(cid))
+        self.client, proxy_side = trio.testing.memory_stream_pair()
+        self.connection = ClientConnection(
+            proxy_side,
+            self._connect,
+            _session(),
+            limits=limits or ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16),
+            on_brokers=self._on_brokers,
+            name="t",
+        )
+        self.replies = FrameReader(self.client, 1 << 20, 1 << 16)
+        self.closed = trio.Event()
+
+        async def run() -> None:
+            await self.connection.run()
+            self.closed.set()
+
+        nursery.start_soon(run)
+
+    async def _on_brokers(self, _seen: Any, _full: bool) -> None:
+        return None
+
+    async def _connect(self, login: bool) -> Any:
+        import trio.testing
+
+        ours, theirs = trio.testing.memory_stream_pair()
+        self.logins.append(login)
+        self.seen.append([])
+        self.nursery.start_soon(self._broker, theirs, self.seen[-1])
+        return ours
+
+    async def _broker(self, stream: Any, log: list[int]) -> None:
+        from proxy.net.frames import FrameReader
+        from proxy.protocol.headers import peek_request
+
+        reader = FrameReader(stream, 1 << 20, 1 << 16)
+        try:
+            while (frame := await reader.next_frame()) is not None:
+                api_key, _version, correlation_id = peek_request(frame)
+                log.append(api_key)
+                answer: bytes | None = None
+                if api_key == API_VERSIONS:
+                    body: Any = with_table(
+                        response_type(API_VERSIONS, 3)(
+                            error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0)
+                        ),
+                        {3: (0, 12), 17: (0, 1), 18: (0, 4), 36: (0, 2)},
+                    )
+                    answer = response_frame(API_VERSIONS, 3, correlation_id, body)
+                elif api_key == HANDSHAKE:
+                    answer = _handshake_response(correlation_id)
+                elif api_key == AUTHENTICATE:
+                    answer = self.answer_authenticate(correlation_id)
+                if answer is not None:
+                    await stream.send_all(answer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def send(self, api_key: int, version: int, correlation_id: int, **fields: Any) -> None:
+        await self.client.send_all(
+            request_frame(api_key, version, correlation_id, request_type(api_key, version)(**fields))
+        )
+
+    async def ask(self, api_key: int, version: int, correlation_id: int, **fields: Any) -> Any:
+        await self.send(api_key, version, correlation_id, **fields)
+        with trio.fail_after(10):
+            reply = await self.replies.next_frame()
+        assert reply is not None
+        header_version = 0 if api_key == API_VERSIONS else api_info(api_key).response_header_version(version)
+        assert int.from_bytes(reply[4:8], "big") == correlation_id  # the client's answers, in order
+        body, _ = codec.decode(response_type(api_key, version), reply, response_body_offset(reply, header_version))
+        return body
 
 
 async def test_a_relayed_login_gets_a_broker_connection_without_the_proxys_login():
     """The client's ApiVersions (nothing cached) went up on a connection with the proxy's login; the relayed
     login must not use it: the shell waits for its answers, closes it and opens one without the login, on
     which the proxy's SaslHandshake goes first. Its answer never reaches the client."""
-    import trio
-    import trio.testing
-
-    from proxy.net.connection import ClientConnection, ConnectionLimits
-    from proxy.net.frames import FrameReader
-    from proxy.protocol.headers import peek_request
-
-    logins: list[bool] = []
-    seen: list[list[int]] = []
-
-    async def broker(stream: Any, log: list[int]) -> None:
-        reader = FrameReader(stream, 1 << 20, 1 << 16)
-        while (frame := await reader.next_frame()) is not None:
-            api_key, _version, correlation_id = peek_request(frame)
-            log.append(api_key)
-            if api_key == API_VERSIONS:
-                body: Any = with_table(
-                    response_type(API_VERSIONS, 3)(
-                        error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0)
-                    ),
-                    {3: (0, 12), 17: (0, 1), 18: (0, 4), 36: (0, 2)},
-                )
-                await stream.send_all(response_frame(API_VERSIONS, 3, correlation_id, body))
-            elif api_key == HANDSHAKE:
-                await stream.send_all(_handshake_response(correlation_id))
-            elif api_key == AUTHENTICATE:
-                await stream.send_all(_authenticate_response(correlation_id))
-
     async with trio.open_nursery() as nursery:
-
-        async def connect_upstream(login: bool) -> Any:
-            ours, theirs = trio.testing.memory_stream_pair()
-            logins.append(login)
-            seen.append([])
-            nursery.start_soon(broker, theirs, seen[-1])
-            return ours
-
-        async def on_brokers(_seen: Any, _full: bool) -> None:
-            return None
-
-        client, proxy_side = trio.testing.memory_stream_pair()
-        connection = ClientConnection(
-            proxy_side,
-            connect_upstream,
-            _session(),
-            limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16),
-            on_brokers=on_brokers,
-            name="t",
-        )
-        nursery.start_soon(connection.run)
-        replies = FrameReader(client, 1 << 20, 1 << 16)
-
-        async def ask(api_key: int, version: int, correlation_id: int, **fields: Any) -> Any:
-            await client.send_all(
-                request_frame(api_key, version, correlation_id, request_type(api_key, version)(**fields))
-            )
-            with trio.fail_after(10):
-                reply = await replies.next_frame()
-            assert reply is not None
-            header_version = 0 if api_key == API_VERSIONS else api_info(api_key).response_header_version(version)
-            assert int.from_bytes(reply[4:8], "big") == correlation_id  # the client's answers, in order
-            body, _ = codec.decode(response_type(api_key, version), reply, response_body_offset(reply, header_version))
-            return body
-
-        assert (await ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
-        assert (await ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none
-        answer = await ask(AUTHENTICATE, 2, 3, auth_bytes=b"\0carol\0carol-secret")
+        shell = _Shell(nursery)
+        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
+        assert (await shell.ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none
+        answer = await shell.ask(AUTHENTICATE, 2, 3, auth_bytes=b"\0carol\0carol-secret")
         assert answer.error_code == ErrorCode.none
-        assert connection.session.principal == "User:carol" and connection._logged_in
-        assert logins == [True, False]
-        assert seen == [[API_VERSIONS], [HANDSHAKE, AUTHENTICATE]]
-        await client.aclose()
+        assert shell.connection.session.principal == "User:carol" and shell.connection._logged_in
+        assert shell.logins == [True, False]
+        assert shell.seen == [[API_VERSIONS], [HANDSHAKE, AUTHENTICATE]]
+        await shell.client.aclose()
+
+
+async def test_a_relayed_login_has_the_login_deadline(autojump_clock):
+    from proxy.net.connection import ConnectionLimits
+
+    limits = ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, authentication_timeout=10)
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, limits, answer_authenticate=lambda cid: None)  # the broker never answers
+        assert (await shell.ask(HANDSHAKE, 1, 1, mechanism="PLAIN")).error_code == ErrorCode.none
+        await shell.send(AUTHENTICATE, 2, 2, auth_bytes=b"\0carol\0carol-secret")
+        started = trio.current_time()
+        await shell.closed.wait()
+        assert trio.current_time() - started <= 10
+        assert shell.connection.close_reason == "not authenticated within 10 s"
+        assert shell.logins == [False] and shell.seen == [[HANDSHAKE, AUTHENTICATE]]
+
+
+async def test_a_relayed_login_keeps_the_pre_login_frame_limit():
+    from proxy.net.connection import ConnectionLimits
+
+    limits = ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, pre_auth_max_frame_bytes=4096)
+    async with trio.open_nursery() as nursery:
+        # SCRAM's first answer is not the end of the login: the connection is still a stranger's.
+        shell = _Shell(
+            nursery, limits, answer_authenticate=lambda cid: _authenticate_response(cid, token=b"r=x,s=eA==,i=4096")
+        )
+        assert (await shell.ask(HANDSHAKE, 1, 1, mechanism="SCRAM-SHA-256")).error_code == ErrorCode.none
+        assert (await shell.ask(AUTHENTICATE, 2, 2, auth_bytes=b"n,,n=carol,r=x")).error_code == ErrorCode.none
+        assert shell.connection.session.ctx.relayed and not shell.connection._logged_in
+        await shell.send(AUTHENTICATE, 2, 3, auth_bytes=b"c=biws,r=x,p=" + b"A" * 8192)
+        with trio.fail_after(10):
+            await shell.closed.wait()
+        assert "4096" in shell.connection.close_reason
+        assert shell.seen == [[HANDSHAKE, AUTHENTICATE]]  # the big frame never reached the broker
+
+
+async def test_a_refused_relayed_login_is_answered_after_the_failed_authentication_delay(autojump_clock):
+    from proxy.net.connection import ConnectionLimits
+
+    limits = ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, failed_authentication_delay=2)
+    refusal = int(ErrorCode.sasl_authentication_failed)
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, limits, answer_authenticate=lambda cid: _authenticate_response(cid, error=refusal))
+        assert (await shell.ask(HANDSHAKE, 1, 1, mechanism="PLAIN")).error_code == ErrorCode.none
+        started = trio.current_time()
+        answer = await shell.ask(AUTHENTICATE, 2, 2, auth_bytes=b"\0carol\0wrong")
+        assert answer.error_code == ErrorCode.sasl_authentication_failed
+        assert trio.current_time() - started >= 2
+        with trio.fail_after(10):
+            await shell.closed.wait()
+        assert shell.connection.close_reason == "failed authentication"
