@@ -170,7 +170,11 @@ class SaslServer:
         mechanism = self.mechanism
         assert mechanism is not None
         if mechanism == OAUTHBEARER:
-            return self._start_relay(oauth_subject(token))
+            subject = oauth_subject(token)  # unverified: enough to refuse, never to trust
+            if subject is not None and subject == self.upstream_user:
+                detail = "a token for the proxy's own upstream user is never relayed"
+                return self._denied(version, subject, _invalid_credentials(mechanism), detail=detail)
+            return self._start_relay(subject)
         username, problem = peek_user(mechanism, token)
         if username is None:
             if mechanism == "PLAIN":

@@ -60,7 +60,9 @@ BOOTSTRAP_FILE = "bootstrap.txt"
 LOG_TAIL_LINES = 30
 
 SASL_LISTENER = "SASL_PLAINTEXT"
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# OAUTHBEARER with Kafka's unsecured tokens (signature "none", the principal is the `sub` claim): test use
+# only, for relaying tokens through the proxy (tests/integration/test_relay.py).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_USERS: dict[str, str] = {
     "admin": "admin-secret",
@@ -241,6 +243,10 @@ def node_properties(node: NodeSpec, *, brokers: int, controller_port: int, data_
             props[f"{prefix}.{mech.lower()}.sasl.jaas.config"] = (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             )
+        # No callback handler: Kafka's unsecured validator (OAuthBearerUnsecuredValidatorCallbackHandler).
+        props[f"{prefix}.oauthbearer.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        )
         # Broker-side ACLs for the SASL users (relayed principals are authorized by the broker itself).
         props["authorizer.class.name"] = AUTHORIZER
         props["super.users"] = f"User:ANONYMOUS;User:{PROXY_UPSTREAM_USER}"

@@ -126,7 +126,10 @@ def test_sasl_listener_and_jaas():
         p2["listener.security.protocol.map"] == "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
     )
     assert p2["inter.broker.listener.name"] == "PLAINTEXT"
-    assert p2["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    assert p2["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
+    assert p2["listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    )
     plain = p2["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert plain.startswith("org.apache.kafka.common.security.plain.PlainLoginModule required ")
     assert plain.endswith(";")

@@ -376,6 +376,16 @@ def test_oauthbearer_is_relayed_and_named_after_its_subject():
     assert session.ctx.authenticator.complete and session.principal == "User:svc-1"
 
 
+def test_an_oauthbearer_token_for_the_proxys_upstream_user_is_not_relayed():
+    claims = base64.urlsafe_b64encode(json.dumps({"sub": "vcproxy"}).encode()).rstrip(b"=")
+    session = _session()
+    _handshake(session, "OAUTHBEARER")
+    decision = _request(session, AUTHENTICATE, 2, 2, auth_bytes=b"n,,\x01auth=Bearer e30." + claims + b".\x01\x01")
+    assert decision.action is Action.LOCAL and not session.ctx.relayed
+    body, close = _local(session, AUTHENTICATE, 2)
+    assert body.error_code == ErrorCode.sasl_authentication_failed and close
+
+
 def test_reauthentication_is_forwarded_unchanged():
     session = _session()
     _start_relay(session, "PLAIN", b"\0carol\0carol-secret")
