@@ -240,6 +240,21 @@ def test_relayed_principal_gets_the_brokers_answers(targets, proxy, mechanism):
     assert f"authenticated User:{RELAY_USER} with {mechanism} (relayed" in log
 
 
+def test_a_relayed_principal_without_acls_is_denied_alike(kafka_cluster, targets):
+    user, password = "relaydenied", kafka_cluster.sasl_users["relaydenied"]
+    outcomes = {
+        where: (
+            produce(targets[where]("SCRAM-SHA-512", user, password), ALLOWED),
+            admin_call(
+                targets[where]("SCRAM-SHA-512", user, password),
+                lambda a: sorted(t for t in a.list_topics(timeout=20).topics if t.startswith("relay-")),
+            ),
+        )
+        for where in ("direct", "proxy")
+    }
+    assert outcomes["proxy"] == outcomes["direct"] == ("TOPIC_AUTHORIZATION_FAILED", "[]")
+
+
 def _auth_error(conf: dict[str, Any]) -> str:
     """The login failure librdkafka reports (its text from "SASL" on: the broker's words, not its address)."""
     errors: list[KafkaError] = []
