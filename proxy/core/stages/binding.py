@@ -38,8 +38,6 @@ class BindingStage:
         return Rights(self.tenancy.image, self.super_admins)
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
-        if self.ctx.relayed:  # the broker's principal, in no VC
-            return None
         ctx = self.ctx
         if ctx.relayed:
             return None  # the broker authenticated it and judges it: nothing of the proxy's applies

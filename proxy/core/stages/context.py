@@ -27,6 +27,3 @@ class ConnectionState:
     engine: Any = None  # the tenancy engine of `vc`
     image: Any = None  # the tenancy image (proxy.tenancy.model.TenancyImage) when VCs are served, else None
     authenticator: Any = None  # the SASL exchange (proxy/auth/sasl.py), if the listener has one
-    # A principal the proxy does not know, whose SASL exchange went to the broker (listeners.unknown_principals:
-    # relay): its requests pass unchanged but for broker endpoints and KIP-1313; the broker authorizes them.
-    relayed: bool = False
