@@ -157,6 +157,12 @@ class ListenerConfig(_Strict):
     refuse_unbound_principals: bool | None = None
     """Gone: with tenancy on, a principal in no virtual cluster (nor in kafka-cluster) is always refused.
     `true` is accepted (it is what happens); `false` is an error (docs/security.md#migration)."""
+    unknown_principals: Literal["refuse", "relay"] = "refuse"
+    """What a SASL login as a user not in `credentials.users` gets. `refuse`: a failed login, as for a wrong
+    password. `relay`: its SASL exchange (and OAUTHBEARER's, then offered) goes unchanged to the broker on a
+    connection of its own, without the proxy's login; the broker authenticates it and applies its own ACLs
+    and quotas, and the proxy only relays (broker addresses rewritten; no VC, proxy ACLs or quotas). Needs a
+    SASL listener and a SASL upstream. The proxy's own upstream user name is never relayed."""
     request_header_v3: bool = False
     """KIP-1313: advertise each API's next version with request header v3 and translate it for the
     brokers. Off by default: the KIP's version numbers are not fixed yet (docs/observability.md)."""
@@ -176,6 +182,11 @@ class ListenerConfig(_Strict):
             raise ValueError(
                 "refuse_unbound_principals: false is no longer possible: every principal is in a virtual cluster "
                 "or in kafka-cluster, or is refused; remove the key (docs/security.md#migration)"
+            )
+        if self.unknown_principals == "relay" and not self.security_protocol.startswith("SASL_"):
+            raise ValueError(
+                "unknown_principals: relay needs a SASL listener (security_protocol SASL_PLAINTEXT or SASL_SSL), "
+                f"not {self.security_protocol}: there is no login to relay"
             )
         if self.sni is not None:
             if not _uses_tls(self.security_protocol):
@@ -655,7 +666,14 @@ class ProxyConfig(_Strict):
     @model_validator(mode="after")
     def _sasl_needs_users(self) -> ProxyConfig:
         protocol = self.listeners.security_protocol
-        if _uses_sasl(protocol) and not self.credentials.all_users():
+        relay = self.listeners.unknown_principals == "relay"
+        if relay and not _uses_sasl(self.upstream.security_protocol):
+            raise ValueError(
+                "listeners.unknown_principals: relay needs an upstream that speaks SASL (upstream.security_protocol "
+                f"SASL_PLAINTEXT or SASL_SSL), not {self.upstream.security_protocol}: the broker must authenticate "
+                "the relayed principals itself"
+            )
+        if _uses_sasl(protocol) and not relay and not self.credentials.all_users():
             raise ValueError(
                 f"listeners.security_protocol {protocol} needs at least one user in credentials.users (or users_file)"
             )

@@ -14,6 +14,13 @@ answers SaslHandshake v1 and SaslAuthenticate v0-2 the way a Kafka broker does:
 Sessions never expire (session lifetime 0), so clients do not re-authenticate (KIP-368).
 Passwords and SASL tokens are never logged; user names are, quoted.
 
+With ``relay`` (``listeners.unknown_principals: relay``), a user name the proxy does not know is not
+refused: the first SaslAuthenticate's user name is peeked (PLAIN's authcid, SCRAM's client-first
+``n=``), and the server answers ``SaslReply(relay=mechanism)``: the session sends that request and
+the rest of the exchange to the broker unchanged, and the broker's answers decide
+(``relay_answered``). OAUTHBEARER, which only the broker can check, is always relayed. The name the
+proxy itself logs in with upstream is never relayed: nobody logs in as the proxy.
+
 A PLAIN password check runs a key derivation, milliseconds of CPU: the server hands it to the shell
 as a ``PasswordCheck`` to run off the event loop, then finishes the login with the result. Failed
 logins count against the client address, failed PLAIN checks also against the user, in a
@@ -23,9 +30,12 @@ verified before fail without a derivation, and every failure from that address i
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import enum
 import hmac
+import json
 import logging
 import secrets
 import time
@@ -48,6 +58,8 @@ from .credentials import DEFAULT_ITERATIONS, CredentialStore
 log = logging.getLogger(__name__)
 
 USER_PREFIX = "User:"  # Kafka's principal type for users (KafkaPrincipal.USER_TYPE)
+OAUTHBEARER = "OAUTHBEARER"  # only relayed: the broker checks the token
+UNKNOWN_PRINCIPAL = "User:<unknown>"  # a relayed OAUTHBEARER login whose token's subject cannot be read
 
 
 class _State(enum.Enum):
@@ -55,6 +67,7 @@ class _State(enum.Enum):
     AUTHENTICATE = "expecting SaslAuthenticate"
     COMPLETE = "authenticated"
     FAILED = "failed"
+    RELAY = "relaying the exchange to the broker"
 
 
 class SaslServer:
@@ -69,6 +82,8 @@ class SaslServer:
         guard: LoginGuard | None = None,
         address: str = "",
         clock: Callable[[], float] = time.monotonic,
+        relay: bool = False,
+        upstream_user: str | None = None,
     ):
         unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
         if unknown or not mechanisms:
@@ -85,10 +100,20 @@ class SaslServer:
         self._scram: Any = None  # scramp.ScramServer while a SCRAM exchange is under way
         self._scram_user: str | None = None
         self._unknown_user = False
+        self.relay = relay  # users not in the store are relayed to the broker instead of refused
+        self.upstream_user = upstream_user  # the proxy's own upstream login: never relayed
+        self.relayed = False  # this exchange went (or goes) to the broker
+        self._relayed_user: str | None = None
+        self._relay_rounds = 0
 
     @property
     def complete(self) -> bool:
         return self._state is _State.COMPLETE
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """The mechanisms SaslHandshake names: the proxy's, and OAUTHBEARER when unknown users are relayed."""
+        return (*self.mechanisms, OAUTHBEARER) if self.relay else self.mechanisms
 
     def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply:
         request = _decode(api_key, version, frame, header)
@@ -99,22 +124,25 @@ class SaslServer:
     # -- SaslHandshake --------------------------------------------------------------------------
 
     def _handshake(self, version: int, mechanism: str) -> SaslReply:
+        offered = self.offered
         if self._state is _State.COMPLETE:
-            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, self.mechanisms))
+            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, offered))
         if self._state is not _State.HANDSHAKE:
             self._fail(f"SaslHandshake while {self._state.value}")
-            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, self.mechanisms), close=True)
+            return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, offered), close=True)
         if version < 1:
             # v0 sends the SASL tokens unframed after the handshake; the proxy only speaks framed SASL.
             self._fail("SaslHandshake v0 is not supported (clients must use v1 with SaslAuthenticate)")
-            return SaslReply(_handshake_body(version, ErrorCode.unsupported_version, self.mechanisms), close=True)
-        if mechanism not in self.mechanisms:
-            self._fail(f"mechanism {mechanism!r} is not enabled (enabled: {', '.join(self.mechanisms)})")
-            body = _handshake_body(version, ErrorCode.unsupported_sasl_mechanism, self.mechanisms)
+            return SaslReply(_handshake_body(version, ErrorCode.unsupported_version, offered), close=True)
+        if mechanism not in offered:
+            self._fail(f"mechanism {mechanism!r} is not enabled (enabled: {', '.join(offered)})")
+            body = _handshake_body(version, ErrorCode.unsupported_sasl_mechanism, offered)
             return SaslReply(body, close=True)
         self.mechanism = mechanism
         self._state = _State.AUTHENTICATE
-        return SaslReply(_handshake_body(version, ErrorCode.none, self.mechanisms))
+        if mechanism == OAUTHBEARER:  # only the broker can check a token: relayed from the handshake on
+            self.relayed = True
+        return SaslReply(_handshake_body(version, ErrorCode.none, offered))
 
     # -- SaslAuthenticate -----------------------------------------------------------------------
 
@@ -126,9 +154,90 @@ class SaslServer:
             message = f"Unexpected SaslAuthenticate request while {self._state.value}"
             self._fail(message)
             return SaslReply(_authenticate_body(version, ErrorCode.illegal_sasl_state, message), close=True)
+        if self.relay and self._scram is None:  # the first round: whose login is it?
+            relayed = self._relay_or_not(version, token)
+            if relayed is not None:
+                return relayed
         if self.mechanism == "PLAIN":
             return self._plain(version, token)
         return self._scram_step(version, token)
+
+    # -- relaying unknown users to the broker ---------------------------------------------------
+
+    def _relay_or_not(self, version: int, token: bytes) -> SaslReply | None:
+        """None: the proxy's own user (or a malformed PLAIN token, refused by `_plain` as ever): terminate
+        here. Else the reply: relay, or a refusal."""
+        mechanism = self.mechanism
+        assert mechanism is not None
+        if mechanism == OAUTHBEARER:
+            subject = oauth_subject(token)  # unverified: enough to refuse, never to trust
+            if subject is not None and subject == self.upstream_user:
+                detail = "a token for the proxy's own upstream user is never relayed"
+                return self._denied(version, subject, _invalid_credentials(mechanism), detail=detail)
+            return self._start_relay(subject)
+        username, problem = peek_user(mechanism, token)
+        if username is None:
+            if mechanism == "PLAIN":
+                return None
+            return self._denied(version, None, _invalid_credentials(mechanism), detail=problem)
+        if username in self.store.users:
+            return None
+        if self.upstream_user is not None and username == self.upstream_user:
+            detail = "the proxy's own upstream user is never relayed"
+            return self._denied(version, username, _invalid_credentials(mechanism), detail=detail)
+        return self._start_relay(username)
+
+    def _start_relay(self, username: str | None) -> SaslReply:
+        self.relayed = True
+        self._state = _State.RELAY
+        self._relayed_user = username
+        who = "unknown user" if username is None else f"user {username!r}"
+        log.info("%s: relaying the %s login of %s to the broker", self.name, self.mechanism, who)
+        return SaslReply(b"", relay=self.mechanism)
+
+    def relay_answered(self, error: int, message: str | None, token: bytes) -> tuple[bool, bool]:
+        """The broker's SaslAuthenticate answer to a relayed request (it goes to the client unchanged):
+        whether to close the connection once it is sent, and whether to send it slowly (spent budget)."""
+        if self._state is _State.COMPLETE:  # KIP-368 re-authentication: the broker closes after a failure too
+            if error:
+                log.warning(
+                    "%s: re-authentication of %s refused by the broker: %s", self.name, self.principal, _err(error)
+                )
+            return bool(error), False
+        if self._state is not _State.RELAY:
+            return True, False
+        if not self.relayed:
+            raise ProtocolViolation("internal: a relayed answer on a login the proxy terminates")
+        if error:
+            self._state = _State.FAILED
+            slow = False
+            if self.guard is not None:
+                now = self.clock()
+                slow = self.guard.by_address.exhausted(self.address, now)
+                self.guard.by_address.record(self.address, now)
+            user = self._relayed_user
+            log.warning(
+                "%s: authentication failed for %s with %s: refused by the broker: %s%s",
+                self.name,
+                "unknown user" if user is None else f"user {user!r}",
+                self.mechanism,
+                _err(error),
+                f": {message}" if message else "",
+            )
+            return True, slow
+        self._relay_rounds += 1
+        if not _relay_finished(self.mechanism, self._relay_rounds, token):
+            return False, False
+        self._state = _State.COMPLETE
+        user = self._relayed_user
+        self.principal = UNKNOWN_PRINCIPAL if user is None else USER_PREFIX + user
+        log.info(
+            "%s: authenticated %s with %s (relayed: the broker authenticated it)",
+            self.name,
+            self.principal,
+            self.mechanism,
+        )
+        return False, False
 
     def _plain(self, version: int, token: bytes) -> SaslReply:
         # RFC 4616: [authzid] NUL authcid NUL passwd
@@ -243,6 +352,80 @@ class SaslServer:
         log.warning("%s: SASL refused: %s", self.name, why)
 
 
+def peek_user(mechanism: str, token: bytes) -> tuple[str | None, str]:
+    """The user name a first SaslAuthenticate token logs in as, or None and why it cannot be read.
+    PLAIN: ``[authzid] NUL authcid NUL passwd``; SCRAM client-first: ``gs2-header,n=name,r=nonce...``
+    with ``=2C`` and ``=3D`` standing for ``,`` and ``=`` (RFC 5802)."""
+    if mechanism == "PLAIN":
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            return None, f"expected 3 tokens, got {len(parts)}"
+        try:
+            name = parts[1].decode("utf-8")
+        except UnicodeDecodeError:
+            return None, "not UTF-8"
+        return (name, "") if name else (None, "username not specified")
+    try:
+        message = token.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "client-first message is not UTF-8"
+    attrs = message.split(",")
+    if len(attrs) < 4 or not (attrs[0] in ("n", "y") or attrs[0].startswith("p=")):
+        return None, "malformed client-first message"
+    if attrs[1] and not attrs[1].startswith("a="):
+        return None, "malformed client-first message (authzid)"
+    if not attrs[2].startswith("n=") or not attrs[3].startswith("r="):
+        return None, "malformed client-first message (no user name or nonce)"
+    raw = attrs[2][2:]
+    name, rest = "", raw
+    while rest:
+        head, sep, rest = rest.partition("=")
+        name += head
+        if sep:
+            code, rest = rest[:2], rest[2:]
+            if code == "2C":
+                name += ","
+            elif code == "3D":
+                name += "="
+            else:
+                return None, "malformed client-first message (bad escape in the user name)"
+    if not name:
+        return None, "malformed client-first message (empty user name)"
+    return name, ""
+
+
+def oauth_subject(token: bytes) -> str | None:
+    """The `sub` claim of an OAUTHBEARER initial response's JWT, read WITHOUT checking its signature (the
+    broker checks the token): for log lines only. None if it cannot be read."""
+    try:
+        for attr in token.split(b"\x01"):
+            if attr.lower().startswith(b"auth=bearer "):
+                payload = attr[12:].strip().split(b".")[1]
+                claims = json.loads(base64.urlsafe_b64decode(payload + b"=" * (-len(payload) % 4)))
+                sub = claims.get("sub") if isinstance(claims, dict) else None
+                return sub if isinstance(sub, str) and sub else None
+    except (IndexError, ValueError, binascii.Error):
+        return None
+    return None
+
+
+def _relay_finished(mechanism: str | None, rounds: int, token: bytes) -> bool:
+    """Whether the broker's successful answer ends the exchange: PLAIN's only round; SCRAM's server-final
+    (``v=...``, round 2); OAUTHBEARER's empty success (a non-empty answer is the broker's error challenge)."""
+    if mechanism == "PLAIN":
+        return True
+    if mechanism == OAUTHBEARER:
+        return not token
+    return rounds >= 2 and token.startswith(b"v=")
+
+
+def _err(error: int) -> str:
+    try:
+        return ErrorCode(error).name.upper()
+    except ValueError:
+        return f"error {error}"
+
+
 class Preauthenticated:
     """The ``Authenticator`` of a TLS listener: the principal is known from the handshake (client
     certificate or ``User:ANONYMOUS``), so SASL requests get ILLEGAL_SASL_STATE as from a broker's SSL
@@ -261,6 +444,9 @@ class Preauthenticated:
             return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, ()))
         message = "SASL is not enabled on this listener"
         return SaslReply(_authenticate_body(version, ErrorCode.illegal_sasl_state, message))
+
+    def relay_answered(self, error: int, message: str | None, token: bytes) -> tuple[bool, bool]:
+        raise ProtocolViolation("internal: nothing is relayed on a listener without SASL")
 
 
 _DECOY_KEY = secrets.token_bytes(32)  # per process: decoy salts are stable for a name, unguessable across names

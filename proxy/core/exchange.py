@@ -64,6 +64,9 @@ class Exchange:
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
     depth: int = 0  # how many stages saw the request: their response sides see the answer
     trace: Any = None  # telemetry's record of the request
+    # The proxy's own request on the client's connection (the relayed login's SaslHandshake): its answer is
+    # given to this instead of the stages and never reaches the client; it returns a reason to close, or None.
+    internal: Callable[[memoryview], str | None] | None = None
 
     @property
     def version_seen_by_client(self) -> int:
@@ -87,6 +90,10 @@ class RequestDecision:
     check: PasswordCheck | None = None  # CHECK: the slow work
     resume: Callable[[bool], RequestDecision] | None = None  # CHECK: the decision once the work is done
     delay: float = 0.0  # seconds to hold the request before acting on it (quotas)
+    # FORWARD: the proxy's own requests (`Exchange.internal`, each with its `frame`) to send before this one,
+    # on an upstream connection opened without the proxy's login (`relay`: the broker judges the client).
+    before: list[Exchange] | None = None
+    relay: bool = False
 
 
 @dataclass(slots=True)
@@ -96,6 +103,7 @@ class ResponseResult:
     full_broker_list: bool = False  # True for Metadata: `brokers` is the whole cluster
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
     exchange: Exchange | None = None  # the request answered
+    close: str | None = None  # close the connection (an internal exchange failed): nothing is sent
 
 
 class ResponseMessage:

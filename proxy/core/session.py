@@ -8,8 +8,10 @@ the stages in order:
              -> management RPCs -> tenancy -> broker endpoints
 
 Each stage may pass it on, answer it, close the connection, forward it at once, or ask for slow work
-first (password checks). A forwarded request is sent as the same bytes (a memoryview into the receive
-buffer) unless a stage rewrote it. Responses are matched to their request by order and correlation id
+first (password checks). A forward may carry the proxy's own requests to send first (`before`: a relayed
+login's SaslHandshake); they queue in `in_flight` like any other, and their answers stop here. A
+forwarded request is sent as the same bytes (a memoryview into the receive buffer) unless a stage
+rewrote it. Responses are matched to their request by order and correlation id
 (Kafka answers in order per connection) and pass back through the stages the request passed, in
 reverse order; a body that any stage decodes is decoded and encoded once.
 """
@@ -221,6 +223,8 @@ class ProxySession:
             decision.pending = None  # no answer will come
             return decision
         decision.pending = ex
+        if decision.before:  # the proxy's own requests go first (a relayed login's SaslHandshake)
+            self.in_flight.extend(decision.before)
         self.in_flight.append(ex)
         return decision
 
@@ -243,6 +247,8 @@ class ProxySession:
                 f"broker answered correlation id {response_correlation_id(frame) if len(frame) >= 8 else None}, "
                 f"expected {ex.correlation_id}"
             )
+        if ex.internal is not None:  # the proxy's own request: its answer stops here
+            return ResponseResult([], close=ex.internal(frame))
         try:
             msg = ResponseMessage(ex, frame)
             for depth, stage in reversed(self._responders):

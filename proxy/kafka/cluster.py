@@ -60,14 +60,24 @@ BOOTSTRAP_FILE = "bootstrap.txt"
 LOG_TAIL_LINES = 30
 
 SASL_LISTENER = "SASL_PLAINTEXT"
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# OAUTHBEARER with Kafka's unsecured tokens (signature "none", the principal is the `sub` claim): test use
+# only, for relaying tokens through the proxy (tests/integration/test_relay.py).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_USERS: dict[str, str] = {
     "admin": "admin-secret",
     "vcproxy": "vcproxy-secret",
     "alice": "alice-secret",
     "bob": "bob-secret",
+    # Not super users: what the broker's ACLs allow them is all they get (relay tests: tests/integration/test_relay.py).
+    "relayuser": "relayuser-secret",
+    "relaydenied": "relaydenied-secret",
 }
+# The user the proxy logs in as in tests (upstream.sasl_username): a super user, like the PLAINTEXT and
+# controller listeners' User:ANONYMOUS, so every test that goes through the proxy or the PLAINTEXT
+# listener has all rights while the other SASL users get only what ACLs grant.
+PROXY_UPSTREAM_USER = "vcproxy"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 # What kafka-server-start.sh / kafka-run-class.sh add, minus the 1G heap: the same as for Kafka's services.
 BROKER_JVM_FLAGS = SERVICE_JVM_FLAGS
@@ -233,6 +243,14 @@ def node_properties(node: NodeSpec, *, brokers: int, controller_port: int, data_
             props[f"{prefix}.{mech.lower()}.sasl.jaas.config"] = (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             )
+        # No callback handler: Kafka's unsecured validator (OAuthBearerUnsecuredValidatorCallbackHandler).
+        props[f"{prefix}.oauthbearer.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        )
+        # Broker-side ACLs for the SASL users (relayed principals are authorized by the broker itself).
+        props["authorizer.class.name"] = AUTHORIZER
+        props["super.users"] = f"User:ANONYMOUS;User:{PROXY_UPSTREAM_USER}"
+        props["allow.everyone.if.no.acl.found"] = "false"
     return props
 
 

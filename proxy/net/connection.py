@@ -9,6 +9,11 @@ What one peer may cost is bounded here (docs/security.md): the broker connection
 when the first request must go upstream (after login on SASL listeners), frames before login are
 small, a login has a deadline, an idle connection is closed, at most `max_in_flight` requests are
 read ahead of their answers, and password checks run in a worker thread.
+
+A relayed login (a principal the proxy does not know, passed to the broker) needs a broker connection
+without the proxy's own login: if the connection has one with it (opened for an ApiVersions before
+login), its answers are awaited, then it is replaced. The response pump reads the broker only while a
+request sent there awaits its answer.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ log = logging.getLogger(__name__)
 
 BrokersSeen = Callable[[list[BrokerEndpoint], bool], Awaitable[None]]
 StateWriter = Callable[[list[Any]], Awaitable[None]]
-UpstreamConnector = Callable[[], Awaitable[trio.abc.Stream]]
+UpstreamConnector = Callable[[bool], Awaitable[trio.abc.Stream]]  # login: with the proxy's own SASL login
 
 # Password checks (PLAIN key derivations) share one worker thread per proxy: a flood of guesses costs at
 # most one core and queues behind itself, never the event loop.
@@ -91,6 +96,9 @@ class ClientConnection:
         self.upstream: trio.abc.Stream | None = None  # opened by the first request that goes upstream
         self.upstream_reader: FrameReader | None = None
         self._upstream_open = trio.Event()
+        self._upstream_login = True  # the open upstream carries the proxy's own login (False: relayed)
+        self._sent = 0  # requests sent upstream that expect an answer
+        self._received = 0  # answers read from upstream
         self.session = session
         self.limits = limits
         self.client_reader = FrameReader(client, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size)
@@ -196,11 +204,20 @@ class ClientConnection:
             else:  # a request is waiting upstream (a long poll, a rebalance): not idle until it is answered
                 await self._room.wait()
 
-    async def _open_upstream(self) -> trio.abc.Stream:
-        """The broker connection, opened by the first request that needs it."""
+    async def _open_upstream(self, login: bool = True) -> trio.abc.Stream:
+        """The broker connection, opened by the first request that needs it (`login`: the proxy's own)."""
+        if self.upstream is not None and self._upstream_login != login:
+            # A relayed login on a connection opened with the proxy's login: once everything sent on it is
+            # answered, a new one without (never the proxy's identity for a principal it does not know).
+            while self._received < self._sent:
+                await self._room.wait()
+            old, self.upstream, self.upstream_reader = self.upstream, None, None
+            self._upstream_open = trio.Event()
+            await trio.aclose_forcefully(old)
         if self.upstream is None:
+            self._upstream_login = login
             try:
-                self.upstream = await self.connect_upstream()
+                self.upstream = await self.connect_upstream(login)
             except OSError as exc:
                 if self.telemetry is not None:
                     self.telemetry.upstream(False, str(exc))
@@ -257,12 +274,21 @@ class ClientConnection:
                 trace = telemetry.on_request(frame, decision, started) if telemetry is not None else None
                 self.requests += 1
                 if decision.action is Action.FORWARD:
-                    upstream = self.upstream or await self._open_upstream()
+                    login = not session.ctx.relayed  # relayed: the broker authenticates the client itself
+                    upstream = self.upstream
+                    if upstream is None or self._upstream_login != login:
+                        upstream = await self._open_upstream(login)
+                    for before in decision.before or ():
+                        assert before.frame is not None
+                        await upstream.send_all(before.frame)
+                        self._sent += 1
                     if decision.pieces is None:
                         await upstream.send_all(frame)
                     else:
                         for piece in decision.pieces:
                             await upstream.send_all(piece)
+                    if decision.pending is not None:
+                        self._sent += 1
                     if trace is not None and telemetry is not None and decision.pending is None:
                         telemetry.on_forwarded(trace)  # acks=0: done once forwarded
                 elif decision.action is Action.CLOSE:
@@ -304,6 +330,9 @@ class ClientConnection:
                     return
                 await self._work.wait()
                 continue
+            if self._received >= self._sent:  # queued, not sent yet (a relayed login's connection is opening)
+                await self._work.wait()
+                continue
             if self.upstream_reader is None:
                 await self._upstream_open.wait()
             assert self.upstream_reader is not None
@@ -311,12 +340,26 @@ class ClientConnection:
             if frame is None:
                 self.close_reason = "upstream broker closed the connection"
                 raise trio.BrokenResourceError(self.close_reason)
+            self._received += 1
             result = session.on_response(frame)
+            if result.close is not None:  # the proxy's own request on this connection failed
+                self._close(connection_scope, result.close)
+                return
+            answered = result.exchange
+            if answered is not None and answered.close_after and self.limits.failed_authentication_delay > 0:
+                await trio.sleep(self.limits.failed_authentication_delay * answered.delay_factor)  # relayed login
             if result.brokers:
                 await self.on_brokers(result.brokers, result.full_broker_list)
             await self._persist(result.writes)
             for piece in result.pieces:
                 await self._send(piece)
-            if self.telemetry is not None and result.exchange is not None:
-                self.telemetry.on_reply(result.exchange, result.pieces, frame)
+            if self.telemetry is not None and answered is not None:
+                self.telemetry.on_reply(answered, result.pieces, frame)
             self._answered()
+            if not self._logged_in:
+                self._check_login()
+            if answered is not None and answered.close_after:
+                log.info("%s: closing after failed authentication (the broker's answer)", self.name)
+                self.close_reason = "failed authentication"
+                connection_scope.cancel()
+                return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import errno
 import logging
 import ssl
@@ -74,6 +75,7 @@ class ProxyServer:
         self.registry = BrokerRegistry()
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
         self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
+        self.relay_security = dataclasses.replace(self.upstream_security, sasl=None)
         # Client-side security, built once: TLS context, certificate principal rules, SASL credentials.
         self.tls_context = None
         if lc.tls is not None:
@@ -329,11 +331,13 @@ class ProxyServer:
                     telemetry.routed(node_id)
         timeout = self.config.upstream.connect_timeout_seconds
 
-        async def connect_upstream() -> trio.abc.Stream:
+        async def connect_upstream(login: bool) -> trio.abc.Stream:
             targets = self._upstream_for(node_id)
             if not targets:
                 raise OSError(f"broker {node_id} is not in the upstream metadata")
-            return await up.connect_any(targets, timeout, self.upstream_security)
+            # Without the proxy's login for a relayed one (TLS stays as configured): the client logs in itself.
+            security = self.upstream_security if login else self.relay_security
+            return await up.connect_any(targets, timeout, security)
 
         connection = ClientConnection(
             downstream,  # a TLS stream on SSL listeners; FrameReader handles both
@@ -410,6 +414,8 @@ class ProxyServer:
                 guard=self.login_guard,
                 address=peer[0] if peer is not None else "?",
                 clock=trio.current_time,
+                relay=lc.unknown_principals == "relay",
+                upstream_user=self.config.upstream.sasl_username,
             )
             principal = None  # known once the client has logged in
         elif lc.security_protocol == "SSL":

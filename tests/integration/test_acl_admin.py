@@ -1,6 +1,7 @@
 """VC-scoped ACLs for operators end to end: `vcproxy acls` and the ACL migration of `vcproxy virtual-clusters
 alter`, against the real proxy in front of a real single-broker KRaft cluster that runs Kafka's
-StandardAuthorizer (its own, module-scoped: the session's cluster has no authorizer).
+StandardAuthorizer (its own, module-scoped, with User:admin a super user too: the session's cluster has only
+User:ANONYMOUS and User:vcproxy as super users).
 
 The broker's super users are the proxy's upstream principal (User:vcproxy), the test's admin (User:admin,
 who runs Kafka's kafka-acls against the broker directly) and User:ANONYMOUS (the brokers' own PLAINTEXT

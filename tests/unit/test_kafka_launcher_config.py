@@ -90,6 +90,8 @@ def test_single_combined_node():
     ):
         assert p[key] == "1", key
     assert not any(k.startswith(("sasl.", "listener.name.")) for k in p)
+    # No SASL users, no authorizer: the PLAINTEXT listener's clients may do anything.
+    assert not {"authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found"} & set(p)
 
 
 def test_three_brokers_one_controller():
@@ -124,17 +126,26 @@ def test_sasl_listener_and_jaas():
         p2["listener.security.protocol.map"] == "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
     )
     assert p2["inter.broker.listener.name"] == "PLAINTEXT"
-    assert p2["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    assert p2["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
+    assert p2["listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    )
     plain = p2["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert plain.startswith("org.apache.kafka.common.security.plain.PlainLoginModule required ")
     assert plain.endswith(";")
-    for user in ("admin", "vcproxy", "alice", "bob"):
+    for user in ("admin", "vcproxy", "alice", "bob", "relayuser", "relaydenied"):
         assert f'user_{user}="{user}-secret"' in plain
     for mech in ("scram-sha-256", "scram-sha-512"):
         assert p2[f"listener.name.sasl_plaintext.{mech}.sasl.jaas.config"] == (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         )
+    # Broker-side ACLs: the PLAINTEXT and controller listeners (User:ANONYMOUS) and the proxy's upstream user
+    # are super users; every other SASL user gets only what ACLs grant it.
+    assert p2["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert p2["super.users"] == "User:ANONYMOUS;User:vcproxy"
+    assert p2["allow.everyone.if.no.acl.found"] == "false"
     p1 = props_for(1, sasl=True)[0]
+    assert p1["authorizer.class.name"] == p2["authorizer.class.name"] and p1["super.users"] == p2["super.users"]
     assert p1["listeners"].endswith(",CONTROLLER://127.0.0.1:19093")
     assert "CONTROLLER" not in p1["advertised.listeners"]
 
@@ -150,7 +161,7 @@ def test_format_args():
     assert args[:5] == ["format", "-t", "abc", "-c", "/d/n1/server.properties"]
     assert not {"--standalone", "--initial-controllers", "--no-initial-controllers", "--feature"} & set(args)
     scram = [args[i + 1] for i, a in enumerate(args) if a == "--add-scram"]
-    assert len(scram) == 8
+    assert len(scram) == 12
     assert "SCRAM-SHA-512=[name=alice,password=alice-secret]" in scram
     assert "SCRAM-SHA-256=[name=vcproxy,password=vcproxy-secret]" in scram
     assert "--add-scram" not in format_args("abc", Path("/x"), "4.2.0", sasl=False)

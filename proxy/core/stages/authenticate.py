@@ -1,8 +1,16 @@
 """The authentication gate: SASL is answered at the proxy, and nothing but ApiVersions and SASL passes
-before login (what a broker does too). The SASL exchange itself is an `Authenticator` (proxy/auth)."""
+before login (what a broker does too). The SASL exchange itself is an `Authenticator` (proxy/auth).
+
+A login the authenticator relays (a principal the proxy does not know, `listeners.unknown_principals:
+relay`) makes the connection a relayed one (`ConnectionState.relayed`): the request goes to the broker
+on an upstream connection opened without the proxy's own login, after the proxy's own SaslHandshake for
+the client's mechanism (an internal exchange: its answer is checked here and never reaches the client);
+from then on every SASL request passes unchanged, and the broker's SaslAuthenticate answers, passed back
+unchanged, decide the login (and KIP-368 re-authentications)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,17 +18,32 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ...identity import CLIENT_ID
 from ...protocol import codec
-from ...protocol.apis import response_type
-from ...protocol.headers import API_VERSIONS_KEY, RequestHeader
+from ...protocol.apis import api_info, request_type, response_type
+from ...protocol.framing import frame as framed
+from ...protocol.headers import API_VERSIONS_KEY, RequestHeader, encode_request_header, response_body_offset
+from ...protocol.primitives import MALFORMED
 from ..admission import SLOW_DOWN
-from ..exchange import Action, Exchange, PasswordCheck, RequestDecision, answer, close
+from ..exchange import (
+    Action,
+    Exchange,
+    PasswordCheck,
+    ProtocolViolation,
+    RequestDecision,
+    ResponseMessage,
+    answer,
+    close,
+    forward,
+)
 from .context import ConnectionState
 
 log = logging.getLogger(__name__)
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
+RELAY_HANDSHAKE_VERSION = 1
+_internal_correlation = itertools.count(0x7F000000)  # the proxy's own requests on relayed connections
 
 
 @dataclass(slots=True)
@@ -29,6 +52,7 @@ class SaslReply:
     close: bool = False  # failed authentication: close the connection once this is sent
     check: PasswordCheck | None = None  # the reply is not known yet: run this first
     slow: bool = False  # a failure from an address whose failure budget is spent: answer it slowly
+    relay: str | None = None  # no reply: relay this request, and the rest of the exchange, with this mechanism
 
 
 class Authenticator(Protocol):
@@ -40,6 +64,10 @@ class Authenticator(Protocol):
     def complete(self) -> bool: ...
 
     def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply: ...
+
+    def relay_answered(self, error: int, message: str | None, token: bytes) -> tuple[bool, bool]:
+        """The broker's answer to a relayed SaslAuthenticate: (close after sending it, send it slowly)."""
+        ...
 
 
 # Whether a principal (with this client id) may log in at all: False refuses it at login, so that the
@@ -62,6 +90,8 @@ class AuthenticationStage:
         if auth is None or ex.api_key == API_VERSIONS_KEY:
             return None
         if ex.api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            if self.ctx.relayed:  # the broker's exchange now (and its re-authentications): unchanged
+                return forward(ex)
             return self._sasl(ex, auth)
         if not auth.complete:
             # What a broker does too: anything but ApiVersions/SASL before login ends the connection.
@@ -76,6 +106,8 @@ class AuthenticationStage:
             return close(f"SASL API {info.name} v{ex.version_seen_by_client} cannot be parsed")
         assert isinstance(ex.frame, memoryview)
         reply = auth.on_sasl_request(ex.api_key, ex.api_version, ex.frame, header)
+        if reply.relay is not None:
+            return self._relay(ex, reply.relay)
         check = reply.check
         if check is not None:
             return RequestDecision(Action.CHECK, check=check, resume=lambda ok: self._reply(ex, check.finish(ok)))
@@ -102,3 +134,66 @@ class AuthenticationStage:
         ex.close_after = reply.close
         ex.delay_factor = SLOW_DOWN if reply.slow else 1
         return decision
+
+    # -- relayed logins ---------------------------------------------------------------------------
+
+    def _relay(self, ex: Exchange, mechanism: str) -> RequestDecision:
+        """The first relayed request: the proxy's SaslHandshake goes first, on a connection of its own."""
+        self.ctx.relayed = True
+        correlation_id = next(_internal_correlation) & 0x7FFFFFFF
+        info = api_info(SASL_HANDSHAKE_KEY)
+        assert info is not None
+        header = encode_request_header(
+            SASL_HANDSHAKE_KEY,
+            RELAY_HANDSHAKE_VERSION,
+            correlation_id,
+            CLIENT_ID,
+            info.request_header_version(RELAY_HANDSHAKE_VERSION),
+        )
+        body = codec.encode(request_type(SASL_HANDSHAKE_KEY, RELAY_HANDSHAKE_VERSION)(mechanism=mechanism))
+        handshake = Exchange(
+            SASL_HANDSHAKE_KEY,
+            RELAY_HANDSHAKE_VERSION,
+            correlation_id,
+            info.response_header_version(RELAY_HANDSHAKE_VERSION),
+            info=info,
+            frame=framed(header + body),
+            internal=lambda frame: _handshake_refusal(frame, mechanism),
+        )
+        return RequestDecision(Action.FORWARD, ex, before=[handshake], relay=True)
+
+    def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
+        if ex.api_key != SASL_AUTHENTICATE_KEY or not self.ctx.relayed:
+            return
+        auth = self.authenticator
+        assert auth is not None
+        try:  # read, not decoded into the message: the answer goes back byte for byte
+            response, _ = codec.decode(response_type(ex.api_key, ex.api_version), msg.frame, msg.body_offset)
+        except (codec.CodecError, *MALFORMED) as exc:
+            raise ProtocolViolation(f"malformed SaslAuthenticate response from the broker: {exc}") from exc
+        close_after, slow = auth.relay_answered(
+            int(response.error_code), response.error_message, bytes(response.auth_bytes)
+        )
+        if auth.complete:
+            self.ctx.principal = auth.principal
+        if close_after:
+            ex.close_after = True
+            ex.delay_factor = SLOW_DOWN if slow else 1
+
+
+def _handshake_refusal(frame: memoryview, mechanism: str) -> str | None:
+    """The broker's answer to the proxy's SaslHandshake for a relayed login: None if it takes the mechanism."""
+    try:
+        offset = response_body_offset(frame, 0)
+        response, _ = codec.decode(response_type(SASL_HANDSHAKE_KEY, RELAY_HANDSHAKE_VERSION), frame, offset)
+    except (codec.CodecError, *MALFORMED) as exc:
+        return f"relayed login: malformed SaslHandshake response from the broker: {exc}"
+    error = int(response.error_code)
+    if error == 0:
+        return None
+    offered = ", ".join(response.mechanisms) or "none"
+    try:
+        name = ErrorCode(error).name.upper()
+    except ValueError:
+        name = f"error {error}"
+    return f"relayed login: the broker refused SASL mechanism {mechanism}: {name} (it offers {offered})"

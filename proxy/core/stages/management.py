@@ -44,7 +44,7 @@ class ManagementStage:
         self.image = image
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
-        if ex.api_key not in management.REQUESTS:
+        if ex.api_key not in management.REQUESTS or self.caller.ctx.relayed:  # relayed: refused by the version stage
             return None
         request = _decode(ex)
         if request is None:

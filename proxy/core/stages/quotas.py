@@ -64,6 +64,8 @@ class QuotaStage:
     # -- requests ---------------------------------------------------------------------------------
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if self.ctx.relayed:  # the broker applies its own quotas
+            return None
         limits = self._current()
         if limits:
             self._on_request(ex, limits)

@@ -34,6 +34,8 @@ class TenancyStage:
         return TenantEngine(vc, self.tenancy.image, self.tenancy.policy, self.registry)  # type: ignore[arg-type]
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if self.ctx.relayed:  # the broker's principal: passed unchanged
+            return None
         if self.ctx.engine is not None:
             return self._tenant(ex, self.ctx.engine)
         return self._guard(ex)

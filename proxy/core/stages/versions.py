@@ -16,6 +16,7 @@ from .. import apiversions
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, forward, refuse
 from .authenticate import AuthenticationStage
 from .context import ConnectionState
+from .management import refuse_all
 
 # The proxy's own APIs this caller may use now (management RPCs), advertised beside the broker's.
 ExtraVersions = Callable[[], apiversions.VersionTable]
@@ -44,6 +45,8 @@ class VersionStage:
         if api_rules()[ex.api_key].physical in ("reject", "refuse"):
             return refuse(ex, CLUSTER_AUTHORIZATION_FAILED, f"{ex.info.name} is internal")
         if ex.api_key in management.REQUESTS and ex.header is not None:
+            if self.ctx.relayed:  # virtual clusters are the proxy's: a principal it does not know has no say
+                return refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
             return None  # advertised only to callers who may use them; authorization answers the others
         low, high = self.ctx.versions.get(ex.api_key, (0, -1))
         if not low <= ex.api_version <= high:
@@ -89,7 +92,7 @@ class VersionStage:
         ctx = self.ctx
         upstream = apiversions.table_of(response)
         versions = apiversions.intersect(upstream, ctx.supported)
-        if self.extra is not None and self.auth.complete:
+        if self.extra is not None and self.auth.complete and not ctx.relayed:
             versions.update(self.extra())
         ctx.versions = versions
         advertised = kip1313.advertised(versions, known_apis(), upstream) if self.header_v3 else versions
