@@ -90,6 +90,7 @@ class ProxySession:
         super_admins: Iterable[str] = (),
         host: str = "*",
         allow_if_no_acl: Callable[[str], bool] = lambda vc: True,
+        cluster_operator: Callable[[str | None], bool] | None = None,
     ):
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -121,7 +122,9 @@ class ProxySession:
             tenant = TenancyStage(ctx, tenancy)
             self.binding = BindingStage(ctx, tenancy, tenant.engine_for, frozenset(super_admins))
             manage = ManagementStage(authorize.caller, lambda: tenancy.image)
-            quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image)  # quotas and their RPCs
+            # Quotas and their RPCs; `cluster_operator` (principal -> holds the right on kafka-cluster) decides
+            # who writes VC caps, the VC default and the global levels (default: the super admins).
+            quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)
             self.stages += [self.binding, authorize, quota, manage, tenant]
         self.stages.append(EndpointStage(EndpointRewriter(layout)))
         # The stages with a response side, by position: answers pass back only through those a request passed.

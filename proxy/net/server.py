@@ -106,6 +106,9 @@ class ProxyServer:
         self._refusals_logged: dict[str, float] = {}  # client address -> when a refusal was last logged
         # Each broker's ApiVersions answers, for clients that have not logged in (no broker connection for them).
         self.upstream_versions: dict[int | None, apiversions.UpstreamVersions] = {}
+        # Principal -> holds the right on kafka-cluster (writes VC caps, the VC default, global quota levels):
+        # None is the config's super admins (proxy/core/stages/quotas.py); the rights module sets it here.
+        self.cluster_operator: Callable[[str | None], bool] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -439,6 +442,7 @@ class ProxyServer:
             super_admins=self.config.tenancy.super_admins,
             host=peer[0] if peer is not None else "*",
             allow_if_no_acl=self.config.tenancy.allow_if_no_acl,
+            cluster_operator=self.cluster_operator,
         )
 
 

@@ -12,8 +12,13 @@ quota book changes, so a request of a client without quotas costs an attribute c
   so clients back off by themselves too.
 
 DescribeClientQuotas and AlterClientQuotas from a principal in a VC are answered here, scoped to the VC
-(proxy/quotas/rpc.py); so are a super admin's that name the `virtual-cluster` entity type. Everything
+(proxy/quotas/rpc.py); so are a cluster operator's that name the `virtual-cluster` entity type. Everything
 else about quotas (an unbound principal's own) goes to the broker as before.
+
+Who is a cluster operator (holds the right on `kafka-cluster`: may name the `virtual-cluster` entity
+type, and alone may write what bounds a whole VC: its cap, the VC default, the global levels) is the
+injected `cluster_operator(principal)` callable, `QuotaStage(..., cluster_operator=...)` (passed down
+from `ProxySession(..., cluster_operator=...)`); by default the config's super admins.
 """
 
 from __future__ import annotations
@@ -41,20 +46,37 @@ _NO_LIMITS = Resolved({}, {})
 log = logging.getLogger(__name__)
 
 
-def may_manage_quotas(image: Any, principal: str | None, vc: Any, super_admins: frozenset[str]) -> bool:
+ClusterOperator = Callable[[str | None], bool]  # principal -> holds the right on kafka-cluster
+
+
+def super_admin_check(super_admins: frozenset[str]) -> ClusterOperator:
+    """The default `cluster_operator`: the config's super admins."""
+    return lambda principal: principal is not None and principal in super_admins
+
+
+def may_manage_quotas(
+    image: Any, principal: str | None, vc: Any, super_admins: frozenset[str], cluster_operator: ClusterOperator
+) -> bool:
     """Whether `principal` may describe and alter client quotas in `vc` (None: only the `virtual-cluster`
-    entity type, for super admins): the config's super admins and whoever may alter the VC (its admins)."""
+    entity type, for cluster operators): cluster operators and whoever may alter the VC (its admins)."""
     from ...tenancy.rights import Rights
 
-    if principal is not None and principal in super_admins:
+    if cluster_operator(principal):
         return True
     return vc is not None and Rights(image, super_admins).vc_admin(principal, vc.name)
 
 
 class QuotaStage:
-    def __init__(self, ctx: ConnectionState, super_admins: frozenset[str], image: Callable[[], Any]):
+    def __init__(
+        self,
+        ctx: ConnectionState,
+        super_admins: frozenset[str],
+        image: Callable[[], Any],
+        cluster_operator: ClusterOperator | None = None,
+    ):
         self.ctx = ctx
         self.super_admins = super_admins
+        self.cluster_operator = cluster_operator or super_admin_check(super_admins)
         self.image = image
         self.mute_until = 0.0  # the connection is muted until then (the meters' clock)
         self._limits = _NO_LIMITS
@@ -135,11 +157,10 @@ class QuotaStage:
         if ctx.vc is None and not rpc.names_virtual_clusters(request):
             return None  # the physical cluster's quotas: the broker's business
         image = self.image()
-        super_admin = ctx.principal is not None and ctx.principal in self.super_admins
         caller = rpc.Caller(
             vc=ctx.vc.name if ctx.vc is not None else None,
-            super_admin=super_admin,
-            may_manage=may_manage_quotas(image, ctx.principal, ctx.vc, self.super_admins),
+            cluster_operator=self.cluster_operator(ctx.principal),
+            may_manage=may_manage_quotas(image, ctx.principal, ctx.vc, self.super_admins, self.cluster_operator),
         )
         response_cls = response_type(ex.api_key, ex.api_version)
         if not rpc.authorized(caller, request):
@@ -157,7 +178,7 @@ class QuotaStage:
         """`kafka-configs --describe --entity-type users` asks for SCRAM credentials too: a VC's admins
         are told there are none; everyone else is refused as before (the tenancy stage)."""
         ctx = self.ctx
-        if not may_manage_quotas(self.image(), ctx.principal, ctx.vc, self.super_admins):
+        if not may_manage_quotas(self.image(), ctx.principal, ctx.vc, self.super_admins, self.cluster_operator):
             return None
         assert ex.header is not None and ex.frame is not None
         try:
