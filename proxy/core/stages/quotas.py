@@ -4,8 +4,10 @@ Per connection the limits that apply (proxy/quotas/model.py) are resolved once a
 quota book changes, so a request of a client without quotas costs an attribute check. With quotas:
 
 * produce bytes (the Produce request's size) and the request count are measured when the request
-  passes, fetch bytes (the Fetch response's size) and controller mutations (partitions created or
-  topics deleted, from the response) when the answer passes; against the client's limit and its VC's cap;
+  passes, fetch bytes (the size of Fetch responses, and of share consumers' ShareFetch and
+  ShareAcknowledge responses: KIP-932 consumers are consumers) and controller mutations (partitions
+  created or topics deleted, from the response) when the answer passes; against the client's limit
+  and its VC's cap;
 * over a limit, the connection is muted for Kafka's throttle time (KIP-219): the next request from it
   is held back until the mute ends (`Exchange.delay`, honoured by the shell), and every response that
   leaves during the mute says how much of it is left in `throttle_time_ms` (the max with the broker's),
@@ -39,6 +41,8 @@ from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
 PRODUCE_KEY, FETCH_KEY = 0, 1
+SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 78, 79
+_CONSUMER_BYTES = frozenset((FETCH_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY))  # responses metered as fetch bytes
 CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
 DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY, DESCRIBE_USER_SCRAM_CREDENTIALS_KEY = 48, 49, 50
 _MUTATIONS = (CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY)
@@ -135,7 +139,7 @@ class QuotaStage:
             return
         now = self.image().quotas.meters.clock()
         throttle = 0.0
-        if ex.api_key == FETCH_KEY and (FETCH in limits.limits or FETCH in limits.caps):
+        if ex.api_key in _CONSUMER_BYTES and (FETCH in limits.limits or FETCH in limits.caps):
             throttle = self._measure(limits, FETCH, float(sum(map(len, msg.pieces))), now)
         elif ex.api_key in _MUTATIONS and (MUTATION in limits.limits or MUTATION in limits.caps):
             throttle = self._measure(limits, MUTATION, float(_mutations(ex.api_key, msg.entity())), now)
