@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..protocol import kip1313
@@ -91,6 +91,7 @@ class ProxySession:
         host: str = "*",
         allow_if_no_acl: Callable[[str], bool] = lambda vc: True,
         cluster_operator: Callable[[str | None], bool] | None = None,
+        broker: Hashable | None = None,
     ):
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -99,6 +100,7 @@ class ProxySession:
         if authenticator is not None and authenticator.complete:  # mTLS: known from the handshake
             principal = authenticator.principal
         self.ctx = ctx = ConnectionState(principal=principal, authenticator=authenticator)
+        ctx.broker = broker  # the upstream broker's node id; a bootstrap connection's is set once it is connected
         ctx.image = tenancy.image if tenancy is not None else None
         # Until the client asks ApiVersions, versions are bounded by what the proxy can parse.
         ctx.supported = apiversions.tenant_versions() if tenancy is not None else apiversions.proxy_versions()
@@ -155,6 +157,14 @@ class ProxySession:
     @property
     def client_instance_id_source(self) -> str:
         return self.ctx.client_instance_id_source
+
+    @property
+    def broker(self) -> Hashable | None:
+        return self.ctx.broker
+
+    def upstream_broker(self, broker: Hashable) -> None:
+        """The shell says which broker the connection reached (a bootstrap connection learns it on connecting)."""
+        self.ctx.broker = broker
 
     def stale_binding(self) -> str | None:
         """Why this connection's VC binding no longer holds (checked by the shell when the image changes)."""
