@@ -2,7 +2,7 @@
 caller in; the response entity (and, for alters, the state records to write) out.
 
 Inside a VC a caller names entities as on a cluster of its own (`user`, `client-id`, their defaults):
-they are the VC's `/config/virtual-clusters/<vc>/...` levels. A super admin may add the
+they are the VC's `/config/virtual-clusters/<vc>/...` levels. A cluster operator may add the
 `virtual-cluster` entity type to reach any VC: `virtual-cluster=<vc>` alone is the VC's cap, the
 default name (null) the VC default, and `virtual-cluster=kafka-cluster` with users or clients the global
 levels, which apply in every VC.

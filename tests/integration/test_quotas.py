@@ -43,6 +43,7 @@ USERS = {
     "alice": "alice-secret",  # team-a's admin
     "carol": "carol-secret",  # team-a, producer (confluent-kafka)
     "erin": "erin-secret",  # team-a, producer (Java)
+    "fay": "fay-secret",  # team-a, share consumer (Java)
     "bob": "bob-secret",  # team-b's admin and its consumers
     "dan": "dan-secret",  # team-c: no quota
 }
@@ -69,7 +70,11 @@ def _replica(kafka_cluster: Any, workdir: Path, name: str, state_topic: str, met
             "state_topic": state_topic,
             "super_admins": ["User:admin"],
             "virtual_clusters": [
-                {"name": "team-a", "principals": ["User:alice", "User:carol", "User:erin"], "admins": ["User:alice"]},
+                {
+                    "name": "team-a",
+                    "principals": ["User:alice", "User:carol", "User:erin", "User:fay"],
+                    "admins": ["User:alice"],
+                },
                 {"name": "team-b", "principals": ["User:bob"], "admins": ["User:bob"]},
                 {"name": "team-c", "principals": ["User:dan"]},
             ],
@@ -254,9 +259,9 @@ def test_a_share_consumer_is_held_to_its_consumer_byte_rate(replicas, logins):
     assert producer.flush(60) == 0
     configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "groups", "--entity-name", group,
                "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
-    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "erin",
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
                "--add-config", f"consumer_byte_rate={SHARE_QUOTA}")  # fmt: skip
-    args = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["erin"]), "--topic", topic,
+    args = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["fay"]), "--topic", topic,
             "--group", group, "--num-records", str(SHARE_RECORDS), "--timeout", "90000", "--print-metrics",
             "--show-detailed-stats", "--reporting-interval", "500", "--date-format", "yyyy-MM-dd'T'HH:mm:ss.SSS",
             "--command-property", "client.id=share-consumer"]  # fmt: skip
@@ -276,7 +281,7 @@ def test_a_share_consumer_is_held_to_its_consumer_byte_rate(replicas, logins):
     # Unthrottled it reads these 3 MB in about a second; held to the quota, over 7 s, and is told why.
     assert rate <= 1.1 * SHARE_QUOTA, f"share consumer read at {rate:.0f} B/s past its quota of {SHARE_QUOTA}"
     assert throttle > 0, out[-3000:]
-    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "erin",
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
                "--delete-config", "consumer_byte_rate")  # fmt: skip
 
 
