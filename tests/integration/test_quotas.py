@@ -208,6 +208,8 @@ def test_vcproxy_quotas_sets_caps_for_super_admins_only(replicas, logins):
 
 def test_a_vc_admin_cannot_reach_her_vcs_cap(replicas, logins):
     from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
+    from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
+    from kio.static.primitive import i8
 
     from .hardening_attacks import login
 
@@ -221,26 +223,29 @@ def test_a_vc_admin_cannot_reach_her_vcs_cap(replicas, logins):
     ):
         done = kafka_configs(first, logins["alice"], "--alter", "--entity-type", *args)
         assert done.returncode != 0 and error in done.stdout + done.stderr, (args, done.stdout + done.stderr[-2000:])
-    # The hostile request itself: an entry without entity (it set the cap), and the cap by name.
-    entries = (
-        EntryData(entity=(), ops=(OpData(key="consumer_byte_rate", value=1e12, remove=False),)),
-        EntryData(
-            entity=(EntityData(entity_type="virtual-cluster", entity_name="team-a"),),
-            ops=(OpData(key="consumer_byte_rate", value=1e12, remove=False),),
-        ),
-    )
+
+    # The hostile request itself, as `vcproxy quotas` or any AdminClient sends it: an entry without entity
+    # (it set the cap), the cap by name, and removing it.
+    def op(value: float | None) -> OpData:
+        return OpData(key="consumer_byte_rate", value=value or 0.0, remove=value is None)
+
+    cap = (EntityData(entity_type="virtual-cluster", entity_name="team-a"),)
+    entries = (EntryData(entity=(), ops=(op(1e12),)), EntryData(entity=cap, ops=(op(1e12),)))
     with login(first.bootstrap, "alice", USERS["alice"]) as alice:
         _, answer = alice.request(49, 1, 7, AlterClientQuotasRequest(entries=entries, validate_only=False))
+        _, removal = alice.request(
+            49, 1, 8, AlterClientQuotasRequest(entries=(EntryData(entity=cap, ops=(op(None),)),), validate_only=False)
+        )
     assert [(int(e.error_code), e.error_message) for e in answer.entries] == [
         (42, "Invalid empty client quota entity"),
         (31, "not authorized to alter client quotas here"),
     ]
-    # Nor through the operators' tool.
-    code, out = quotas_tool(first, logins["alice"], "alter", "--virtual-cluster", "team-a", "--delete-config",
-                            "consumer_byte_rate")  # fmt: skip
-    assert code == 4 and out["results"][0]["error_code"] == 31, out
-    code, out = quotas_tool(first, logins["admin"], "describe", "--virtual-cluster", "team-a")
-    assert code == 0 and not [e for e in out["entries"] if e["entity"] == {"virtual-cluster": "team-a"}], out
+    assert [int(e.error_code) for e in removal.entries] == [31]
+    # Nothing reached the VC's cap.
+    with login(first.bootstrap, "admin", USERS["admin"]) as admin:
+        component = ComponentData(entity_type="virtual-cluster", match_type=i8(0), match="team-a")
+        _, described = admin.request(48, 1, 9, DescribeClientQuotasRequest(components=(component,), strict=True))
+    assert int(described.error_code) == 0 and described.entries == (), described
 
 
 SHARE_QUOTA = 400_000  # bytes/s
