@@ -248,48 +248,6 @@ def test_a_vc_admin_cannot_reach_her_vcs_cap(replicas, logins):
     assert int(described.error_code) == 0 and described.entries == (), described
 
 
-SHARE_QUOTA = 400_000  # bytes/s
-SHARE_RECORDS = 3000  # of VALUE bytes: 7.5 s at the quota
-
-
-def test_a_share_consumer_is_held_to_its_consumer_byte_rate(replicas, logins):
-    """KIP-932: a share consumer reads with ShareFetch; its consumer_byte_rate holds it as it holds Fetch."""
-    proxy = replicas[0]
-    topic, group = f"shared-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
-    create_topic(proxy, "alice", topic, partitions=1)
-    producer = Producer(conf(proxy, "alice", **{"linger.ms": 20}))
-    for _ in range(SHARE_RECORDS):
-        producer.produce(topic, b"s" * VALUE)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "groups", "--entity-name", group,
-               "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
-    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
-               "--add-config", f"consumer_byte_rate={SHARE_QUOTA}")  # fmt: skip
-    args = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["fay"]), "--topic", topic,
-            "--group", group, "--num-records", str(SHARE_RECORDS), "--timeout", "90000", "--print-metrics",
-            "--show-detailed-stats", "--reporting-interval", "500", "--date-format", "yyyy-MM-dd'T'HH:mm:ss.SSS",
-            "--command-property", "client.id=share-consumer"]  # fmt: skip
-    done = run_tool("kafka-share-consumer-perf-test", args, timeout=TIMEOUT + 60)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0 and "Exiting before consuming" not in out, out[-3000:]
-    # Progress rows (as records arrive, at most every 500 ms): report time and megabytes read so far.
-    progress = [
-        (datetime.fromisoformat(row[1]).timestamp(), float(row[2]) * 1024 * 1024)
-        for row in (line.split(", ") for line in done.stdout.splitlines() if "for share consumer" in line)
-    ]
-    assert len(progress) >= 3, f"all {SHARE_RECORDS} records within {len(progress)} reports:\n{done.stdout[-3000:]}"
-    (start, first), (end, last) = progress[0], progress[-1]
-    rate = (last - first) / (end - start)  # from the first records to the last, start-up excluded
-    throttle = java_metric(out, r"[a-z-]*fetch-manager-metrics:fetch-throttle-time-max")
-    print(f"share consumer: {last:.0f} B at {rate:.0f} B/s against {SHARE_QUOTA}; throttle max {throttle} ms")
-    # Unthrottled it reads these 3 MB in about a second; held to the quota, over 7 s, and is told why.
-    assert rate <= 1.1 * SHARE_QUOTA, f"share consumer read at {rate:.0f} B/s past its quota of {SHARE_QUOTA}"
-    assert throttle > 0, out[-3000:]
-    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
-               "--delete-config", "consumer_byte_rate")  # fmt: skip
-
-
 # -- enforcement ----------------------------------------------------------------------------------------------
 
 
@@ -484,3 +442,48 @@ def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
         'vcproxy_quota_usage_ratio{client_id="py-consumer",quota="consumer_byte_rate",scope="client",user="",'
         'vc="team-b"}' in metrics
     ), metrics[-3000:]
+
+
+# -- share consumers (KIP-932) ---------------------------------------------------------------------------------
+
+
+SHARE_QUOTA = 400_000  # bytes/s
+SHARE_RECORDS = 3000  # of VALUE bytes: 7.5 s at the quota
+
+
+def test_a_share_consumer_is_held_to_its_consumer_byte_rate(replicas, logins):
+    """KIP-932: a share consumer reads with ShareFetch; its consumer_byte_rate holds it as it holds Fetch."""
+    proxy = replicas[0]
+    topic, group = f"shared-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    create_topic(proxy, "alice", topic, partitions=1)
+    producer = Producer(conf(proxy, "alice", **{"linger.ms": 20}))
+    for _ in range(SHARE_RECORDS):
+        producer.produce(topic, b"s" * VALUE)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "groups", "--entity-name", group,
+               "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
+               "--add-config", f"consumer_byte_rate={SHARE_QUOTA}")  # fmt: skip
+    args = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["fay"]), "--topic", topic,
+            "--group", group, "--num-records", str(SHARE_RECORDS), "--timeout", "90000", "--print-metrics",
+            "--show-detailed-stats", "--reporting-interval", "500", "--date-format", "yyyy-MM-dd'T'HH:mm:ss.SSS",
+            "--command-property", "client.id=share-consumer"]  # fmt: skip
+    done = run_tool("kafka-share-consumer-perf-test", args, timeout=TIMEOUT + 60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Exiting before consuming" not in out, out[-3000:]
+    # Progress rows (as records arrive, at most every 500 ms): report time and megabytes read so far.
+    progress = [
+        (datetime.fromisoformat(row[1]).timestamp(), float(row[2]) * 1024 * 1024)
+        for row in (line.split(", ") for line in done.stdout.splitlines() if "for share consumer" in line)
+    ]
+    assert len(progress) >= 3, f"all {SHARE_RECORDS} records within {len(progress)} reports:\n{done.stdout[-3000:]}"
+    (start, first), (end, last) = progress[0], progress[-1]
+    rate = (last - first) / (end - start)  # from the first records to the last, start-up excluded
+    throttle = java_metric(out, r"[a-z-]*fetch-manager-metrics:fetch-throttle-time-max")
+    print(f"share consumer: {last:.0f} B at {rate:.0f} B/s against {SHARE_QUOTA}; throttle max {throttle} ms")
+    # Unthrottled it reads these 3 MB in about a second; held to the quota, over 7 s, and is told why.
+    assert rate <= 1.1 * SHARE_QUOTA, f"share consumer read at {rate:.0f} B/s past its quota of {SHARE_QUOTA}"
+    assert throttle > 0, out[-3000:]
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
+               "--delete-config", "consumer_byte_rate")  # fmt: skip
