@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..protocol import kip1313
@@ -92,6 +92,8 @@ class ProxySession:
         super_admins: Iterable[str] = (),
         host: str = "*",
         allow_if_no_acl: Callable[[str], bool] = lambda vc: True,
+        cluster_operator: Callable[[str | None], bool] | None = None,
+        broker: Hashable | None = None,
     ):
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -100,6 +102,7 @@ class ProxySession:
         if authenticator is not None and authenticator.complete:  # mTLS: known from the handshake
             principal = authenticator.principal
         self.ctx = ctx = ConnectionState(principal=principal, authenticator=authenticator)
+        ctx.broker = broker  # the upstream broker's node id; a bootstrap connection's is set once it is connected
         ctx.image = tenancy.image if tenancy is not None else None
         # Until the client asks ApiVersions, versions are bounded by what the proxy can parse.
         ctx.supported = apiversions.tenant_versions() if tenancy is not None else apiversions.proxy_versions()
@@ -123,7 +126,9 @@ class ProxySession:
             tenant = TenancyStage(ctx, tenancy)
             self.binding = BindingStage(ctx, tenancy, tenant.engine_for, frozenset(super_admins))
             manage = ManagementStage(authorize.caller, lambda: tenancy.image)
-            quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image)  # quotas and their RPCs
+            # Quotas and their RPCs; `cluster_operator` (principal -> holds the right on kafka-cluster) decides
+            # who writes VC caps, the VC default and the global levels (default: the super admins).
+            quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)
             self.stages += [self.binding, authorize, quota, manage, tenant]
         self.stages.append(EndpointStage(EndpointRewriter(layout)))
         # The stages with a response side, by position: answers pass back only through those a request passed.
@@ -154,6 +159,14 @@ class ProxySession:
     @property
     def client_instance_id_source(self) -> str:
         return self.ctx.client_instance_id_source
+
+    @property
+    def broker(self) -> Hashable | None:
+        return self.ctx.broker
+
+    def upstream_broker(self, broker: Hashable) -> None:
+        """The shell says which broker the connection reached (a bootstrap connection learns it on connecting)."""
+        self.ctx.broker = broker
 
     def stale_binding(self) -> str | None:
         """Why this connection's VC binding no longer holds (checked by the shell when the image changes)."""

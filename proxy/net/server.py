@@ -7,7 +7,7 @@ import dataclasses
 import errno
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,6 +108,10 @@ class ProxyServer:
         self._refusals_logged: dict[str, float] = {}  # client address -> when a refusal was last logged
         # Each broker's ApiVersions answers, for clients that have not logged in (no broker connection for them).
         self.upstream_versions: dict[int | None, apiversions.UpstreamVersions] = {}
+        # Principal -> holds the right on kafka-cluster (writes VC caps, the VC default, global quota levels):
+        # None is the config's super admins (proxy/core/stages/quotas.py); the rights module sets it here.
+        self.cluster_operator: Callable[[str | None], bool] | None = None
+        self._bootstrap_upstreams = 0  # bootstrap upstream connections to unadvertised addresses (_broker_key)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -305,6 +309,19 @@ class ProxyServer:
         broker = self.registry.brokers.get(node_id)
         return [] if broker is None else [(broker.host, broker.port)]
 
+    def _broker_key(self, node_id: int | None, address: tuple[str, int]) -> Hashable:
+        """Which broker an upstream connection reached, as fetch sessions are owned (their ids are unique per
+        broker only): a broker port's node id; for the bootstrap, the node advertising the address it reached,
+        else (a bootstrap address no broker advertises: a name, a load balancer) a key of this upstream
+        connection alone, so that what it opens is usable on it only and never collides with another broker's."""
+        if node_id is not None:
+            return node_id
+        for broker in self.registry.brokers.values():
+            if (broker.host, broker.port) == address:
+                return broker.node_id
+        self._bootstrap_upstreams += 1
+        return ("bootstrap", address, self._bootstrap_upstreams)
+
     async def _handle(self, client: trio.SocketStream, node_id: int | None) -> None:
         self._connection_id += 1
         peer = _peer(client)
@@ -330,6 +347,7 @@ class ProxyServer:
                 if telemetry is not None:
                     telemetry.routed(node_id)
         timeout = self.config.upstream.connect_timeout_seconds
+        session = self._new_session(name, tls_principal, node_id, _peer_address(client))
 
         async def connect_upstream(login: bool) -> trio.abc.Stream:
             targets = self._upstream_for(node_id)
@@ -337,12 +355,14 @@ class ProxyServer:
                 raise OSError(f"broker {node_id} is not in the upstream metadata")
             # Without the proxy's login for a relayed one (TLS stays as configured): the client logs in itself.
             security = self.upstream_security if login else self.relay_security
-            return await up.connect_any(targets, timeout, security)
+            stream, address = await up.connect_first(targets, timeout, security)
+            session.upstream_broker(self._broker_key(node_id, address))
+            return stream
 
         connection = ClientConnection(
             downstream,  # a TLS stream on SSL listeners; FrameReader handles both
             connect_upstream,
-            self._new_session(name, tls_principal, node_id, _peer_address(client)),
+            session,
             limits=self.connection_limits,
             on_brokers=self.on_brokers,
             name=name,
@@ -446,6 +466,8 @@ class ProxyServer:
             super_admins=self.config.tenancy.super_admins,
             host=peer[0] if peer is not None else "*",
             allow_if_no_acl=self.config.tenancy.allow_if_no_acl,
+            cluster_operator=self.cluster_operator,
+            broker=node_id,  # None for the bootstrap: set when its upstream is connected
         )
 
 

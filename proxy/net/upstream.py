@@ -87,10 +87,17 @@ async def connect_any(
     addresses: Sequence[tuple[str, int]], timeout: float, security: UpstreamSecurity = PLAINTEXT
 ) -> trio.abc.Stream:
     """The first of `addresses` that accepts a connection (in order, like a client's bootstrap)."""
+    return (await connect_first(addresses, timeout, security))[0]
+
+
+async def connect_first(
+    addresses: Sequence[tuple[str, int]], timeout: float, security: UpstreamSecurity = PLAINTEXT
+) -> tuple[trio.abc.Stream, tuple[str, int]]:
+    """Like connect_any, and which of `addresses` it reached."""
     errors: list[str] = []
     for address in addresses:
         try:
-            return await connect(address, timeout, security)
+            return await connect(address, timeout, security), address
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             errors.append(f"{address[0]}:{address[1]}: {exc or 'timed out'}")
     raise OSError("no upstream broker reachable: " + "; ".join(errors))

@@ -1,5 +1,6 @@
-"""`vcproxy quotas`: client quotas of virtual clusters for operators (super admins), over Kafka's own
-DescribeClientQuotas / AlterClientQuotas with the proxy's `virtual-cluster` entity type (docs/quotas.md)."""
+"""`vcproxy quotas`: client quotas of virtual clusters for cluster operators (by default the super admins),
+over Kafka's own DescribeClientQuotas / AlterClientQuotas with the proxy's `virtual-cluster` entity type
+(docs/quotas.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ KIP-1134 levels inside that VC; --global with users or clients, the levels that 
 quota keys: {", ".join(KEYS)} (bytes or requests or partition mutations per second).
 
 exit codes: 0 done; 1 the proxy refused an entity (its error is printed); 2 usage error;
-3 cannot connect or log in; 4 not authorized (only the proxy's super admins may use this tool).
+3 cannot connect or log in; 4 not authorized (only cluster operators, by default the proxy's super admins,
+may use this tool).
 """
 
 

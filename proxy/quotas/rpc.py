@@ -2,15 +2,24 @@
 caller in; the response entity (and, for alters, the state records to write) out.
 
 Inside a VC a caller names entities as on a cluster of its own (`user`, `client-id`, their defaults):
-they are the VC's `/config/virtual-clusters/<vc>/...` levels. A super admin may add the
+they are the VC's `/config/virtual-clusters/<vc>/...` levels. A cluster operator may add the
 `virtual-cluster` entity type to reach any VC: `virtual-cluster=<vc>` alone is the VC's cap, the
 default name (null) the VC default, and `virtual-cluster=kafka-cluster` with users or clients the global
 levels, which apply in every VC.
+
+Entities and values are checked as Kafka's controller checks them (ClientQuotaControlManager over
+QuotaConfig's keys, same errors and messages), then against what the proxy enforces (no `ip` quotas, no
+`request_percentage`; its own `request_rate`). Entities that bound more than one user or client id of
+one VC (a VC's cap, the VC default, the global levels) are written only by cluster operators: the
+caller's `cluster_operator`, which the quota stage computes with its injected
+`cluster_operator(principal)` callable (proxy/core/stages/quotas.py).
 """
 
 from __future__ import annotations
 
 import inspect
+import ipaddress
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -23,14 +32,36 @@ from .model import CLIENT_ID, PHYSICAL, USER, VIRTUAL_CLUSTER, Entity, QuotaBook
 
 NONE = 0
 CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 POLICY_VIOLATION = 44
 RESOURCE_NOT_FOUND = 91
 MAX_ENTITIES = 1000  # per VC (and for the global levels): each is a state record on every replica
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-_TENANT_TYPES = {USER, CLIENT_ID}
-_KNOWN_TYPES = {USER, CLIENT_ID, VIRTUAL_CLUSTER, "ip"}
+IP = "ip"
+_KAFKA_TYPES = (USER, CLIENT_ID, IP)  # ClientQuotaEntity's
+_KNOWN_TYPES = {*_KAFKA_TYPES, VIRTUAL_CLUSTER}
+
+# Kafka's quota keys and their config types (QuotaConfig.userAndClientQuotaConfigs() for users and client
+# ids, ipConfigs() for ip): what the controller accepts for each kind of entity.
+KAFKA_KEYS: dict[str, dict[str, str]] = {
+    "client": {
+        model.PRODUCE: "LONG",
+        model.FETCH: "LONG",
+        "request_percentage": "DOUBLE",
+        model.MUTATION: "DOUBLE",
+    },
+    IP: {"connection_creation_rate": "INT"},
+}
+PROXY_KEYS = {model.REQUEST: "DOUBLE"}  # the proxy's own, on user, client and VC entities
+# Keys Kafka accepts that the proxy cannot enforce (it sees no broker thread time, opens no connections).
+NOT_ENFORCED = {
+    "request_percentage": "request_percentage needs the broker's thread time: the proxy enforces request_rate "
+    "(requests per second) instead",
+    "connection_creation_rate": "ip quotas are not served by the proxy",
+}
+_LIMITS = {"LONG": (2**63 - 1, "a LONG"), "INT": (2**31 - 1, "an INT"), "SHORT": (2**15 - 1, "a SHORT")}
 
 Record = tuple[str, dict[str, Any] | None]
 
@@ -38,7 +69,7 @@ Record = tuple[str, dict[str, Any] | None]
 @dataclass(frozen=True, slots=True)
 class Caller:
     vc: str | None  # the caller's VC, None for a principal in none
-    super_admin: bool
+    cluster_operator: bool  # holds the right on kafka-cluster: every VC's quotas, caps, defaults, global levels
     may_manage: bool  # may describe and alter its VC's quotas (see the quota stage's `may_manage_quotas`)
 
 
@@ -51,7 +82,7 @@ def names_virtual_clusters(request: Any) -> bool:
 
 def authorized(caller: Caller, request: Any) -> bool:
     """Whether the caller may make this request at all (AlterClientQuotas: every entry is checked too)."""
-    return caller.may_manage and (caller.super_admin or not names_virtual_clusters(request))
+    return caller.may_manage and (caller.cluster_operator or not names_virtual_clusters(request))
 
 
 def _types(response_cls: type) -> Any:
@@ -80,16 +111,25 @@ def describe(book: QuotaBook, caller: Caller, request: Any, response_cls: type) 
         )  # fmt: skip
     explicit = names_virtual_clusters(request)
     seen: set[str] = set()
-    for c in request.components:
-        if c.entity_type in seen:
-            return fail(INVALID_REQUEST, f"duplicate filter component entity type {c.entity_type}")
-        seen.add(c.entity_type)
-        if c.entity_type not in _KNOWN_TYPES:
-            return fail(INVALID_REQUEST, f"custom entity type {c.entity_type!r} not supported")
+    for c in request.components:  # as the controller checks a filter (ClientQuotaControlManager.validate)
+        t = c.entity_type
+        if not t:
+            return fail(INVALID_REQUEST, "Invalid empty entity type.")
+        if t in seen:
+            return fail(INVALID_REQUEST, f"Entity type {t} cannot appear more than once in the filter.")
+        seen.add(t)
+        if t not in _KNOWN_TYPES:
+            return fail(UNSUPPORTED_VERSION, f"Unsupported entity type {t}")
         if int(c.match_type) not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
             return fail(INVALID_REQUEST, f"unknown match type {int(c.match_type)}")
         if int(c.match_type) == MATCH_DEFAULT and c.match is not None:
             return fail(INVALID_REQUEST, "a default match takes no name")
+    if IP in seen and seen & {USER, CLIENT_ID}:
+        return fail(
+            INVALID_REQUEST,
+            "Invalid entity filter component combination. IP filter component should not be used with user or "
+            "clientId filter component.",
+        )
     entries = []
     for view, values in _view(book, caller, explicit):
         if _matches(view, request.components, request.strict):
@@ -137,14 +177,21 @@ def _matches(view: Entity, components: Any, strict: bool) -> bool:
 
 def alter(book: QuotaBook, caller: Caller, request: Any, response_cls: type) -> tuple[Any, list[Record]]:
     m = _types(response_cls)
-    results, records = [], []
+    checked = [_alter_entry(book, caller, entry) for entry in request.entries]
+    # An entity named by two entries: Kafka refuses it ("Ignoring duplicate entity"); here neither is applied.
+    named: dict[Entity, int] = {}
+    for _, _, ent, _ in checked:
+        if ent is not None:
+            named[ent] = named.get(ent, 0) + 1
     counts: dict[str | None, int] = {}  # entities per VC (None: global), with this request's new ones
     for ent in book.values:
         scope = dict(ent).get(VIRTUAL_CLUSTER)
         counts[scope] = counts.get(scope, 0) + 1
-    for entry in request.entries:
-        code, message, ent, entry_records = _alter_entry(caller, entry)
-        if ent is not None and ent not in book.values and any(v is not None for _, v in entry_records):
+    results, records = [], []
+    for entry, (code, message, ent, entry_records) in zip(request.entries, checked, strict=True):
+        if ent is not None and named[ent] > 1:
+            code, message, entry_records = INVALID_REQUEST, f"Ignoring duplicate entity {_kafka_name(entry)}", []
+        elif ent is not None and ent not in book.values and any(v is not None for _, v in entry_records):
             scope = dict(ent).get(VIRTUAL_CLUSTER)
             if counts.get(scope, 0) >= MAX_ENTITIES:  # each is a record every replica keeps: bounded
                 code, message, entry_records = POLICY_VIOLATION, f"at most {MAX_ENTITIES} quota entities here", []
@@ -161,31 +208,110 @@ def alter(book: QuotaBook, caller: Caller, request: Any, response_cls: type) -> 
     return response, [] if request.validate_only else records
 
 
-def _alter_entry(caller: Caller, entry: Any) -> tuple[int, str | None, Entity | None, list[Record]]:
+def bounds_a_vc(ent: Entity) -> bool:
+    """Whether an entity bounds more than one user or client id of a VC: the VC's cap (`virtual-cluster=<vc>`
+    alone), the VC default, or a global level (no VC: every VC's clients). Only cluster operators write these."""
+    parts = dict(ent)
+    return parts.get(VIRTUAL_CLUSTER) is None or len(parts) == 1
+
+
+def _alter_entry(book: QuotaBook, caller: Caller, entry: Any) -> tuple[int, str | None, Entity | None, list[Record]]:
+    """(error code, message, the stored entity, its records) for one entry."""
     components = [(e.entity_type, e.entity_name) for e in entry.entity]
     explicit = any(t == VIRTUAL_CLUSTER for t, _ in components)
-    if not caller.may_manage or (explicit and not caller.super_admin):
+    if not caller.may_manage or (explicit and not caller.cluster_operator):
         return CLUSTER_AUTHORIZATION_FAILED, "not authorized to alter client quotas here", None, []
     try:
+        kind = _entity_kind(components, explicit)
+        ops = _ops(entry, kind)
+        if kind == IP:  # Kafka's, but the proxy opens no connections for clients: nothing it could enforce
+            raise QuotaError(NOT_ENFORCED["connection_creation_rate"])
         ent = _stored_entity(caller, components, explicit)
-        keys = [op.key for op in entry.ops]
-        if len(set(keys)) != len(keys):
-            raise QuotaError("a key may appear once per entity")
-        records = [model.record(ent, op.key, None if op.remove else float(op.value)) for op in entry.ops]
     except QuotaError as exc:
         return INVALID_REQUEST, str(exc), None, []
+    if bounds_a_vc(ent) and not caller.cluster_operator:  # never reached from a VC's own terms: kept as a guard
+        return CLUSTER_AUTHORIZATION_FAILED, "only cluster operators set quotas that bound a whole VC", None, []
+    current = book.get(ent)
+    records = [
+        model.record(ent, key, value)
+        for key, value in ops
+        if (key in current if value is None else current.get(key) != value)  # Kafka writes changes only
+    ]
     return NONE, None, ent, records
 
 
+def _entity_kind(components: list[tuple[str, str | None]], explicit: bool) -> str:
+    """Kafka's checks of an entity (validateEntity, configKeysForEntityType), and the proxy's `virtual-cluster`
+    type: which keys it takes, "client" (users and client ids, and a VC's cap) or "ip"."""
+    if explicit:  # the proxy's type, for cluster operators: alone it is a cap; with others, Kafka's rules for them
+        types = [t for t, _ in components]
+        if types.count(VIRTUAL_CLUSTER) > 1:
+            raise QuotaError(f"Invalid client quota entity, duplicate entity entry {VIRTUAL_CLUSTER}")
+        components = [(t, n) for t, n in components if t != VIRTUAL_CLUSTER]
+        if not components:
+            return "client"
+    if not components:
+        raise QuotaError("Invalid empty client quota entity")
+    seen: dict[str, str | None] = {}
+    for t, n in components:
+        if t in seen:
+            raise QuotaError(f"Invalid client quota entity, duplicate entity entry {t}")
+        if t not in _KAFKA_TYPES:
+            raise QuotaError(f"Unhandled client quota entity type: {t}")
+        seen[t] = n
+        if n is not None and not n:
+            raise QuotaError(f"Empty {t} not supported")
+    if IP in seen:
+        if len(seen) > 1:
+            raise QuotaError("Invalid quota entity combination, IP entity should not be combined with User or ClientId")
+        if seen[IP] is not None and not _ip_literal(seen[IP]):  # Kafka resolves names; the proxy does no I/O here
+            raise QuotaError(f"{seen[IP]} is not a valid IP or resolvable host.")
+        return IP
+    return "client"
+
+
+def _ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _ops(entry: Any, kind: str) -> list[tuple[str, float | None]]:
+    """The entry's (key, value or None to remove), checked as Kafka's validateQuotaKeyValue, then for what the
+    proxy enforces. Removing a key is never checked (Kafka: a no-op unless it is set)."""
+    keys = [op.key for op in entry.ops]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise QuotaError(f"Duplicate quota key {key} not updating quota for this entity")
+    out: list[tuple[str, float | None]] = []
+    for op in entry.ops:
+        if op.remove:
+            out.append((op.key, None))
+            continue
+        value = float(op.value)
+        config_type = KAFKA_KEYS[kind].get(op.key) or (PROXY_KEYS.get(op.key) if kind == "client" else None)
+        if config_type is None:
+            raise QuotaError(f"Invalid configuration key {op.key}")
+        if not math.isfinite(value):  # Kafka lets NaN (and an infinite DOUBLE) through: never a quota here
+            raise QuotaError(f"Quota {op.key} must be a finite number, not {value!r}")
+        if value <= 0.0:
+            raise QuotaError(f"Quota {op.key} must be greater than 0")
+        if config_type in _LIMITS:
+            limit, name = _LIMITS[config_type]
+            if value > limit:
+                raise QuotaError(f"Proposed value for {op.key} is too large for {name}.")
+            if abs(value % 1.0) > 1e-6:
+                raise QuotaError(f"{op.key} cannot be a fractional value.")
+        if op.key in NOT_ENFORCED:
+            raise QuotaError(NOT_ENFORCED[op.key])
+        out.append((op.key, value))
+    return out
+
+
 def _stored_entity(caller: Caller, components: list[tuple[str, str | None]], explicit: bool) -> Entity:
-    types = [t for t, _ in components]
-    if len(set(types)) != len(types):
-        raise QuotaError("an entity type may appear once per entity")
-    for t in types:
-        if t == "ip":
-            raise QuotaError("ip quotas are not served by the proxy")
-        if t not in _TENANT_TYPES and t != VIRTUAL_CLUSTER:
-            raise QuotaError(f"custom entity type {t!r} not supported")
+    """The entity as kept: a VC caller's in its VC; an operator's as named (`kafka-cluster`: global)."""
     if not explicit:
         if caller.vc is None:
             raise QuotaError("quotas of the physical cluster go in a request without virtual-cluster entities")
@@ -196,6 +322,11 @@ def _stored_entity(caller: Caller, components: list[tuple[str, str | None]], exp
     ent = tuple(sorted(parts.items()))
     model.check_entity(ent)
     return ent
+
+
+def _kafka_name(entry: Any) -> str:
+    """An entity as Kafka's ClientQuotaEntity prints it."""
+    return "ClientQuotaEntity(entries={" + ", ".join(f"{e.entity_type}={e.entity_name}" for e in entry.entity) + "})"
 
 
 # -- DescribeUserScramCredentials ---------------------------------------------------------------------------

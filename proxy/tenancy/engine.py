@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,11 +107,19 @@ class LocalAnswer(Exception):
 class TenantEngine:
     """One tenant connection's translator: per-connection facts (group protocols, regex expansions) live here."""
 
-    def __init__(self, vc: VirtualCluster, image: TenancyImage, policy: Policy, registry: Registry):
+    def __init__(
+        self,
+        vc: VirtualCluster,
+        image: TenancyImage,
+        policy: Policy,
+        registry: Registry,
+        broker: Callable[[], Hashable | None] = lambda: None,
+    ):
         self.vc = vc
         self.image = image
         self.policy = policy
         self.registry = registry
+        self.broker = broker  # the upstream broker of this connection (fetch sessions are per broker), None: unknown
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
         # group -> (regex, expansion last sent), least recently used first (bounded by the handler)
         self.regex_subscriptions: OrderedDict[str, tuple[str, str]] = OrderedDict()

@@ -7,6 +7,12 @@ to a VC's requests; a Fetch naming an id its VC does not own is answered by the 
 FETCH_SESSION_ID_NOT_FOUND, the broker's answer for an id it does not know, so a live foreign id and
 a dead one look the same.
 
+Keyed by (broker, session id): a broker's session ids are unique on that broker only, so two brokers can
+hand out the same id, and a VC must never reach, or evict, another VC's session on another broker that
+happens to share its id. The broker of a connection is its listener's node id; a bootstrap connection's
+is the broker it reached (the node whose address it connected to, else a key of that upstream connection
+alone: proxy/net/server.py). A connection whose broker is not known yet owns nothing.
+
 Per VC rather than per connection: a client that reconnects keeps its session. Bounded: the
 broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;
 ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS` the
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from collections.abc import Hashable
 
 MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -26,35 +33,45 @@ FIRST_SESSION_VERSION = 7  # Fetch v7 introduced sessions (KIP-227)
 _HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id: the start of every v7+ body
 
 
+Broker = Hashable  # a broker's node id (or a key of one upstream connection: see the module's doc)
+
+
 class FetchSessionOwners:
     def __init__(self, limit: int = MAX_FETCH_SESSIONS):
         self.limit = limit
-        self._owner: OrderedDict[int, str] = OrderedDict()  # session id -> VC id, least recently used first
+        # (broker, session id) -> VC id, least recently used first
+        self._owner: OrderedDict[tuple[Broker, int], str] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._owner)
 
-    def owns(self, vc_id: str, session_id: int) -> bool:
-        if self._owner.get(session_id) != vc_id:
+    def owns(self, vc_id: str, broker: Broker | None, session_id: int) -> bool:
+        if broker is None:
             return False
-        self._owner.move_to_end(session_id)
+        key = (broker, session_id)
+        if self._owner.get(key) != vc_id:
+            return False
+        self._owner.move_to_end(key)
         return True
 
-    def record(self, vc_id: str, session_id: int) -> None:
-        self._owner[session_id] = vc_id  # a newer owner wins: the broker reused the id
-        self._owner.move_to_end(session_id)
+    def record(self, vc_id: str, broker: Broker, session_id: int) -> None:
+        key = (broker, session_id)
+        self._owner[key] = vc_id  # a newer owner wins: that broker reused the id
+        self._owner.move_to_end(key)
         while len(self._owner) > self.limit:
             self._owner.popitem(last=False)
 
-    def drop(self, session_id: int) -> None:
-        self._owner.pop(session_id, None)
+    def drop(self, broker: Broker, session_id: int) -> None:
+        self._owner.pop((broker, session_id), None)
 
-    def on_response(self, vc_id: str, sent: tuple[int, int] | None, body: memoryview | bytes) -> None:
-        """Learn from a Fetch v7+ response body (read at its fixed head, records never decoded).
+    def on_response(
+        self, vc_id: str, broker: Broker | None, sent: tuple[int, int] | None, body: memoryview | bytes
+    ) -> None:
+        """Learn from a Fetch v7+ response body from `broker` (read at its fixed head, records never decoded).
 
         `sent` is the (session id, epoch) of the request, None for a request without a session.
         """
-        if len(body) < _HEAD.size:
+        if len(body) < _HEAD.size or broker is None:
             return
         _, error, session_id = _HEAD.unpack_from(body)
         if sent is not None:
@@ -62,9 +79,9 @@ class FetchSessionOwners:
             # Epoch -1 closes the session, epoch 0 closes it and opens a new one; 70 says it is gone
             # (71 does not: the client closes it next, with epoch 0).
             if epoch <= 0 or error == FETCH_SESSION_ID_NOT_FOUND or (error == 0 and session_id != old):
-                self.drop(old)
+                self.drop(broker, old)
         if error == 0 and session_id != 0:
-            self.record(vc_id, session_id)
+            self.record(vc_id, broker, session_id)
 
 
 FETCH_SESSIONS = FetchSessionOwners()  # one per proxy process: shared by every connection of a VC

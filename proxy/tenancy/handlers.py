@@ -213,7 +213,9 @@ def fetch_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         body = dataclasses.replace(body, cluster_id=None)  # a KRaft replica field; never the client's
     session_id = int(getattr(body, "session_id", 0))
     if session_id != 0:
-        if not FETCH_SESSIONS.owns(engine.vc.id, session_id):
+        # Owned per (broker, id): ids are unique per broker only. A connection whose broker is not known
+        # yet (a bootstrap connection before its upstream) owns none.
+        if not FETCH_SESSIONS.owns(engine.vc.id, engine.broker(), session_id):
             # Not this VC's (another tenant's, or none at all): the broker's answer for an unknown id.
             log.info("virtual cluster %s: Fetch with fetch session %d it does not own", engine.vc.name, session_id)
             raise _error_answer(ex, FETCH_SESSION_ID_NOT_FOUND)
@@ -224,7 +226,8 @@ def fetch_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
 def fetch_spliced(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_offset: int) -> None:
     """Fetch responses are spliced, never decoded: the session id sits at the head of the body."""
     if ex.version >= FIRST_SESSION_VERSION:
-        FETCH_SESSIONS.on_response(engine.vc.id, ex.state.get("fetch_session"), frame[body_offset:])
+        # The broker now: the one the answer came from (a bootstrap connection knows it once connected).
+        FETCH_SESSIONS.on_response(engine.vc.id, engine.broker(), ex.state.get("fetch_session"), frame[body_offset:])
 
 
 def replica_id_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:

@@ -6,7 +6,10 @@ admin, and real producers and consumers of two libraries (confluent-kafka and Ka
   and see throttle times (librdkafka's statistics, the Java clients' throttle-time metrics);
 * a third tenant's throughput on the same proxy, measured alone and then beside them, is unaffected;
 * kafka-configs --alter/--describe inside a VC, refused to members who are not admins, invisible to other
-  VCs, and seen through the second replica; `vcproxy quotas` for caps, refused to a VC admin.
+  VCs, and seen through the second replica; `vcproxy quotas` for caps, refused to a VC admin;
+* entities and values checked as Kafka checks them: a VC admin's empty entity is INVALID_REQUEST (it once
+  set her VC's cap), the VC's cap is refused to her whichever way she asks;
+* a share consumer (KIP-932, Kafka's share consumer perf tool) held to its consumer_byte_rate.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,7 @@ USERS = {
     "alice": "alice-secret",  # team-a's admin
     "carol": "carol-secret",  # team-a, producer (confluent-kafka)
     "erin": "erin-secret",  # team-a, producer (Java)
+    "fay": "fay-secret",  # team-a, share consumer (Java)
     "bob": "bob-secret",  # team-b's admin and its consumers
     "dan": "dan-secret",  # team-c: no quota
 }
@@ -65,7 +70,11 @@ def _replica(kafka_cluster: Any, workdir: Path, name: str, state_topic: str, met
             "state_topic": state_topic,
             "super_admins": ["User:admin"],
             "virtual_clusters": [
-                {"name": "team-a", "principals": ["User:alice", "User:carol", "User:erin"], "admins": ["User:alice"]},
+                {
+                    "name": "team-a",
+                    "principals": ["User:alice", "User:carol", "User:erin", "User:fay"],
+                    "admins": ["User:alice"],
+                },
                 {"name": "team-b", "principals": ["User:bob"], "admins": ["User:bob"]},
                 {"name": "team-c", "principals": ["User:dan"]},
             ],
@@ -195,6 +204,48 @@ def test_vcproxy_quotas_sets_caps_for_super_admins_only(replicas, logins):
     ):
         assert quotas_tool(first, logins["admin"], "alter", *args)[0] == 0
     assert quotas_tool(first, logins["admin"], "describe")[1]["entries"] == []
+
+
+def test_a_vc_admin_cannot_reach_her_vcs_cap(replicas, logins):
+    from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
+    from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
+    from kio.static.primitive import i8
+
+    from .hardening_attacks import login
+
+    first, _ = replicas
+    # Kafka's tool: what the broker refuses, refused in the broker's words (and nothing written).
+    for args, error in (
+        (("users", "--entity-name", "carol", "--add-config", "producer_byte_rate=-5"), "must be greater than 0"),
+        (("users", "--entity-name", "carol", "--add-config", "producer_byte_rate=1.5"), "fractional value"),
+        (("ips", "--entity-name", "10.0.0.1", "--add-config", "connection_creation_rate=5"), "ip quotas are not"),
+        (("clients", "--entity-default", "--add-config", "request_percentage=50"), "request_rate"),
+    ):
+        done = kafka_configs(first, logins["alice"], "--alter", "--entity-type", *args)
+        assert done.returncode != 0 and error in done.stdout + done.stderr, (args, done.stdout + done.stderr[-2000:])
+
+    # The hostile request itself, as `vcproxy quotas` or any AdminClient sends it: an entry without entity
+    # (it set the cap), the cap by name, and removing it.
+    def op(value: float | None) -> OpData:
+        return OpData(key="consumer_byte_rate", value=value or 0.0, remove=value is None)
+
+    cap = (EntityData(entity_type="virtual-cluster", entity_name="team-a"),)
+    entries = (EntryData(entity=(), ops=(op(1e12),)), EntryData(entity=cap, ops=(op(1e12),)))
+    with login(first.bootstrap, "alice", USERS["alice"]) as alice:
+        _, answer = alice.request(49, 1, 7, AlterClientQuotasRequest(entries=entries, validate_only=False))
+        _, removal = alice.request(
+            49, 1, 8, AlterClientQuotasRequest(entries=(EntryData(entity=cap, ops=(op(None),)),), validate_only=False)
+        )
+    assert [(int(e.error_code), e.error_message) for e in answer.entries] == [
+        (42, "Invalid empty client quota entity"),
+        (31, "not authorized to alter client quotas here"),
+    ]
+    assert [int(e.error_code) for e in removal.entries] == [31]
+    # Nothing reached the VC's cap.
+    with login(first.bootstrap, "admin", USERS["admin"]) as admin:
+        component = ComponentData(entity_type="virtual-cluster", match_type=i8(0), match="team-a")
+        _, described = admin.request(48, 1, 9, DescribeClientQuotasRequest(components=(component,), strict=True))
+    assert int(described.error_code) == 0 and described.entries == (), described
 
 
 # -- enforcement ----------------------------------------------------------------------------------------------
@@ -391,3 +442,48 @@ def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
         'vcproxy_quota_usage_ratio{client_id="py-consumer",quota="consumer_byte_rate",scope="client",user="",'
         'vc="team-b"}' in metrics
     ), metrics[-3000:]
+
+
+# -- share consumers (KIP-932) ---------------------------------------------------------------------------------
+
+
+SHARE_QUOTA = 400_000  # bytes/s
+SHARE_RECORDS = 3000  # of VALUE bytes: 7.5 s at the quota
+
+
+def test_a_share_consumer_is_held_to_its_consumer_byte_rate(replicas, logins):
+    """KIP-932: a share consumer reads with ShareFetch; its consumer_byte_rate holds it as it holds Fetch."""
+    proxy = replicas[0]
+    topic, group = f"shared-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    create_topic(proxy, "alice", topic, partitions=1)
+    producer = Producer(conf(proxy, "alice", **{"linger.ms": 20}))
+    for _ in range(SHARE_RECORDS):
+        producer.produce(topic, b"s" * VALUE)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "groups", "--entity-name", group,
+               "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
+               "--add-config", f"consumer_byte_rate={SHARE_QUOTA}")  # fmt: skip
+    args = ["--bootstrap-server", proxy.bootstrap, "--command-config", str(logins["fay"]), "--topic", topic,
+            "--group", group, "--num-records", str(SHARE_RECORDS), "--timeout", "90000", "--print-metrics",
+            "--show-detailed-stats", "--reporting-interval", "500", "--date-format", "yyyy-MM-dd'T'HH:mm:ss.SSS",
+            "--command-property", "client.id=share-consumer"]  # fmt: skip
+    done = run_tool("kafka-share-consumer-perf-test", args, timeout=TIMEOUT + 60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Exiting before consuming" not in out, out[-3000:]
+    # Progress rows (as records arrive, at most every 500 ms): report time and megabytes read so far.
+    progress = [
+        (datetime.fromisoformat(row[1]).timestamp(), float(row[2]) * 1024 * 1024)
+        for row in (line.split(", ") for line in done.stdout.splitlines() if "for share consumer" in line)
+    ]
+    assert len(progress) >= 3, f"all {SHARE_RECORDS} records within {len(progress)} reports:\n{done.stdout[-3000:]}"
+    (start, first), (end, last) = progress[0], progress[-1]
+    rate = (last - first) / (end - start)  # from the first records to the last, start-up excluded
+    throttle = java_metric(out, r"[a-z-]*fetch-manager-metrics:fetch-throttle-time-max")
+    print(f"share consumer: {last:.0f} B at {rate:.0f} B/s against {SHARE_QUOTA}; throttle max {throttle} ms")
+    # Unthrottled it reads these 3 MB in about a second; held to the quota, over 7 s, and is told why.
+    assert rate <= 1.1 * SHARE_QUOTA, f"share consumer read at {rate:.0f} B/s past its quota of {SHARE_QUOTA}"
+    assert throttle > 0, out[-3000:]
+    configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
+               "--delete-config", "consumer_byte_rate")  # fmt: skip

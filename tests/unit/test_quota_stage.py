@@ -185,6 +185,88 @@ def test_fetch_over_quota_throttle_set_in_place_records_not_copied():
     assert abs(decision.delay - len(original) / 2000.0) < 1e-6
 
 
+def share_fetch_response(correlation_id: int) -> bytes:
+    from kio.schema.share_fetch.v1 import response as sf
+
+    partition = sf.PartitionData(
+        partition_index=i32(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        acknowledge_error_code=ErrorCode.none,
+        acknowledge_error_message=None,
+        current_leader=sf.LeaderIdAndEpoch(leader_id=i32(2), leader_epoch=i32(5)),
+        records=RECORDS,
+        acquired_records=(sf.AcquiredRecords(first_offset=i64(0), last_offset=i64(9), delivery_count=i16(1)),),
+    )
+    body = sf.ShareFetchResponse(
+        throttle_time=T0,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(seconds=30),
+        responses=(sf.ShareFetchableTopicResponse(topic_id=uuid.uuid4(), partitions=(partition,)),),
+        node_endpoints=(),
+    )
+    return response_frame(78, 1, correlation_id, body)
+
+
+def share_request(api_key: int, correlation_id: int) -> bytes:
+    body = codec._empty(request_type(api_key, 1), group_id="sg", member_id="m", share_session_epoch=i32(0))
+    return request_frame(api_key, 1, correlation_id, body)
+
+
+def share_acknowledge_response(correlation_id: int) -> bytes:
+    from kio.schema.share_acknowledge.v1 import response as sa
+
+    body = sa.ShareAcknowledgeResponse(
+        throttle_time=T0, error_code=ErrorCode.none, error_message=None, responses=(), node_endpoints=()
+    )
+    return response_frame(79, 1, correlation_id, body)
+
+
+def test_share_consumers_are_held_to_the_consumer_byte_rate_like_fetch():
+    """KIP-932 share consumers read with ShareFetch (78) and ack with ShareAcknowledge (79): their response
+    bytes are consumer bytes, throttled as Fetch's are (throttle_time_ms in place, KIP-219 mute)."""
+    from kio.schema.share_acknowledge.v1.response import ShareAcknowledgeResponse
+    from kio.schema.share_fetch.v1.response import ShareFetchResponse
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    assert s.on_request(memoryview(bytearray(share_request(78, 1)))).delay == 0.0
+    original = share_fetch_response(1)
+    result = s.on_response(memoryview(bytearray(original)))
+    out = joined(result.pieces)
+    body, end = codec.decode(ShareFetchResponse, out, response_body_offset(out, 1))
+    assert end == len(out) == len(original)
+    first = len(original) / 2000.0
+    assert abs(body.throttle_time.total_seconds() - first) < 0.002
+    assert body.responses[0].partitions[0].records == RECORDS
+    assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)  # a slice, not a copy
+    # The next request, an acknowledgement, waits for the mute; its answer counts and says the mute.
+    decision = s.on_request(memoryview(bytearray(share_request(79, 2))))
+    assert abs(decision.delay - first) < 1e-6
+    acked = share_acknowledge_response(2)
+    out = joined(s.on_response(memoryview(bytearray(acked))).pieces)
+    body, _ = codec.decode(ShareAcknowledgeResponse, out, response_body_offset(out, 1))
+    assert abs(body.throttle_time.total_seconds() - (len(original) + len(acked)) / 2000.0) < 0.002
+    # The meter is the user's consumer_byte_rate meter, the same one Fetch responses fill.
+    (meter,) = [m for key, m in img.quotas.meters.items() if key[0] == FETCH]
+    assert meter.rate.values[-1] == len(original) + len(acked)
+
+
+def test_share_fetches_count_against_the_request_rate():
+    from proxy.quotas.model import REQUEST
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", client_id=None), REQUEST, 2.0))
+    s = session(img, "User:alice")
+    delays = [s.on_request(memoryview(bytearray(share_request(78 + i % 2, i)))).delay for i in range(4)]
+    # A new client has no credit: each request is half a second more of mute (2 requests/s).
+    assert delays == [0.0, 0.5, 1.0, 1.5]
+
+
 def test_per_request_cost_without_quotas_is_a_version_check():
     clock = Clock()
     img = image(clock)

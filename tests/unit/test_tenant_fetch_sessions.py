@@ -1,4 +1,5 @@
-"""Fetch sessions belong to the VC that created them (issue 8, class 7)."""
+"""Fetch sessions belong to the VC that created them (issue 8, class 7), per (broker, session id): ids are
+unique per broker only."""
 
 from __future__ import annotations
 
@@ -79,10 +80,10 @@ def test_closed_or_gone_sessions_are_forgotten(fresh_table, epoch, error):
     assert len(fresh_table) == 1
     forward(alice, FETCH, 12, fetch(12, 1111, epoch), cid=2)
     broker_says(alice, 12, 2222 if epoch == 0 else 0, error, cid=2)
-    assert not fresh_table.owns(image.vcs["team-a"].id, 1111)
+    assert not fresh_table.owns(image.vcs["team-a"].id, 1, 1111)
     reply = decode(12, local_reply(alice, 12, fetch(12, 1111, 1), cid=3))
     assert reply.error_code == ErrorCode.fetch_session_id_not_found
-    assert fresh_table.owns(image.vcs["team-a"].id, 2222) is (epoch == 0)
+    assert fresh_table.owns(image.vcs["team-a"].id, 1, 2222) is (epoch == 0)
 
 
 def test_epoch_error_keeps_the_session_for_its_owner(fresh_table):
@@ -92,15 +93,85 @@ def test_epoch_error_keeps_the_session_for_its_owner(fresh_table):
     broker_says(alice, 12, 1111)
     forward(alice, FETCH, 12, fetch(12, 1111, 9), cid=2)
     broker_says(alice, 12, 0, 71, cid=2)
-    assert fresh_table.owns(image.vcs["team-a"].id, 1111)  # the client closes it next (epoch 0)
+    assert fresh_table.owns(image.vcs["team-a"].id, 1, 1111)  # the client closes it next (epoch 0)
 
 
 def test_the_table_is_bounded_least_recently_used_first():
     table = FetchSessionOwners(limit=3)
     for sid in (1, 2, 3):
-        table.record("vc", sid)
-    assert table.owns("vc", 1)  # used: now the most recent
-    table.record("vc", 4)
+        table.record("vc", 7, sid)
+    assert table.owns("vc", 7, 1)  # used: now the most recent
+    table.record("vc", 7, 4)
     assert len(table) == 3
-    assert not table.owns("vc", 2)
-    assert table.owns("vc", 1) and table.owns("vc", 3) and table.owns("vc", 4)
+    assert not table.owns("vc", 7, 2)
+    assert table.owns("vc", 7, 1) and table.owns("vc", 7, 3) and table.owns("vc", 7, 4)
+
+
+# -- ids are unique per broker only ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [7, 13, 18])
+def test_the_same_id_on_two_brokers_is_two_sessions_of_two_vcs(fresh_table, version):
+    """Broker 1 gives team-a session 424242; broker 2 gives team-b the same id. Neither VC can use or end
+    the other's, and neither's opening evicts the other's."""
+    image, _ = make_image()
+    alice_1, alice_2 = tenant_session(image, broker=1), tenant_session(image, broker=2)
+    bob_1, bob_2 = (tenant_session(image, "User:team-b-user", broker=b) for b in (1, 2))
+    forward(alice_1, FETCH, version, fetch(version, 0, 0))
+    broker_says(alice_1, version, 424242)
+    forward(bob_2, FETCH, version, fetch(version, 0, 0))
+    broker_says(bob_2, version, 424242)
+    team_a, team_b = image.vcs["team-a"].id, image.vcs["team-b"].id
+    assert fresh_table.owns(team_a, 1, 424242) and fresh_table.owns(team_b, 2, 424242) and len(fresh_table) == 2
+
+    # Each goes on where its session lives; on the other broker the id is not theirs.
+    for session in (alice_1, bob_2):
+        assert forward(session, FETCH, version, fetch(version, 424242, 1), cid=2).session_id == 424242
+        broker_says(session, version, 424242, cid=2)
+    for session in (bob_1, alice_2):
+        reply = decode(version, local_reply(session, version, fetch(version, 424242, 1), cid=3))
+        assert reply.error_code == ErrorCode.fetch_session_id_not_found and reply.responses == ()
+    # Bob closing his (epoch -1 on broker 2) leaves alice's on broker 1.
+    forward(bob_2, FETCH, version, fetch(version, 424242, -1), cid=4)
+    broker_says(bob_2, version, 0, cid=4)
+    assert not fresh_table.owns(team_b, 2, 424242) and fresh_table.owns(team_a, 1, 424242)
+    # And a broker telling bob's connection on broker 2 that 424242 is gone does not touch broker 1's.
+    forward(bob_2, FETCH, version, fetch(version, 0, 0), cid=5)
+    broker_says(bob_2, version, 424242, cid=5)
+    forward(bob_2, FETCH, version, fetch(version, 424242, 1), cid=6)
+    broker_says(bob_2, version, 0, error=70, cid=6)
+    assert fresh_table.owns(team_a, 1, 424242) and not fresh_table.owns(team_b, 2, 424242)
+
+
+def test_a_bootstrap_connection_owns_sessions_of_the_broker_it_reached(fresh_table):
+    image, _ = make_image()
+    team_a = image.vcs["team-a"].id
+    boot = tenant_session(image, broker=None)
+    # Before its upstream is connected it knows no broker: no id is its own.
+    reply = decode(12, local_reply(boot, 12, fetch(12, 5555, 1)))
+    assert reply.error_code == ErrorCode.fetch_session_id_not_found
+    forward(boot, FETCH, 12, fetch(12, 0, 0), cid=2)  # a new session goes to the broker
+    boot.upstream_broker(3)  # the shell connected it to broker 3 (the node advertising that address)
+    broker_says(boot, 12, 5555, cid=2)
+    assert fresh_table.owns(team_a, 3, 5555) and not fresh_table.owns(team_a, 1, 5555)
+    # The same broker through its own listener is the same session; another broker's listener is not.
+    assert forward(tenant_session(image, broker=3), FETCH, 12, fetch(12, 5555, 1)).session_id == 5555
+    reply = decode(12, local_reply(tenant_session(image, broker=1), 12, fetch(12, 5555, 1)))
+    assert reply.error_code == ErrorCode.fetch_session_id_not_found
+
+
+def test_the_shell_keys_a_bootstrap_upstream_by_the_broker_it_reached():
+    from types import SimpleNamespace
+
+    from proxy.core.endpoints import BrokerEndpoint
+    from proxy.net.server import BrokerRegistry, ProxyServer
+
+    registry = BrokerRegistry()
+    registry.update([BrokerEndpoint(1, "b1.internal", 9092, None), BrokerEndpoint(2, "b2.internal", 9092, None)])
+    server = SimpleNamespace(registry=registry, _bootstrap_upstreams=0)
+    key = ProxyServer._broker_key
+    assert key(server, 2, ("b2.internal", 9092)) == 2  # a broker's listener: its node id
+    assert key(server, None, ("b1.internal", 9092)) == 1  # the bootstrap reached broker 1's address
+    # An address no broker advertises (a DNS name, a load balancer): a key of that upstream connection alone.
+    first, second = key(server, None, ("kafka.lb", 9092)), key(server, None, ("kafka.lb", 9092))
+    assert first != second and first not in (1, 2) and second not in (1, 2)

@@ -53,8 +53,10 @@ def make_image() -> tuple[TenancyImage, dict[str, str]]:
     return image, physical
 
 
-def tenant_session(image: TenancyImage, principal: str = "User:team-a-user") -> ProxySession:
-    return ProxySession(LAYOUT, tenancy=Tenancy(image), principal=principal)
+def tenant_session(image: TenancyImage, principal: str = "User:team-a-user", broker: Any = 1) -> ProxySession:
+    """A VC principal's session on the listener of upstream broker `broker` (None: a bootstrap connection
+    whose upstream is not connected yet)."""
+    return ProxySession(LAYOUT, tenancy=Tenancy(image), principal=principal, broker=broker)
 
 
 # -- building sample messages ----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,3 +28,6 @@ class ConnectionState:
     engine: Any = None  # the tenancy engine of `vc`
     image: Any = None  # the tenancy image (proxy.tenancy.model.TenancyImage) when VCs are served, else None
     authenticator: Any = None  # the SASL exchange (proxy/auth/sasl.py), if the listener has one
+    # The upstream broker this connection reaches: its listener's node id, or for a bootstrap connection the
+    # key the shell sets once connected (proxy/net/server.py); None until known. Fetch sessions are per broker.
+    broker: Hashable | None = None

@@ -4,17 +4,25 @@ Per connection the limits that apply (proxy/quotas/model.py) are resolved once a
 quota book changes, so a request of a client without quotas costs an attribute check. With quotas:
 
 * produce bytes (the Produce request's size) and the request count are measured when the request
-  passes, fetch bytes (the Fetch response's size) and controller mutations (partitions created or
-  topics deleted, from the response, and the topics Metadata auto-creation and Streams topologies
-  create: `TenantCall.mutations`) when the answer passes; against the client's limit and its VC's cap;
+  passes, fetch bytes (the size of Fetch responses, and of share consumers' ShareFetch and
+  ShareAcknowledge responses: KIP-932 consumers are consumers) and controller mutations (partitions
+  created or topics deleted, from the response, and the topics Metadata auto-creation and Streams
+  topologies create: `TenantCall.mutations`) when the answer passes; against the client's limit and its
+  VC's cap;
 * over a limit, the connection is muted for Kafka's throttle time (KIP-219): the next request from it
   is held back until the mute ends (`Exchange.delay`, honoured by the shell), and every response that
   leaves during the mute says how much of it is left in `throttle_time_ms` (the max with the broker's),
   so clients back off by themselves too.
 
 DescribeClientQuotas and AlterClientQuotas from a principal in a VC are answered here, scoped to the VC
-(proxy/quotas/rpc.py); so are a super admin's that name the `virtual-cluster` entity type. Everything
-else about quotas (an unbound principal's own) goes to the broker as before.
+(proxy/quotas/rpc.py); so are a cluster operator's that name the `virtual-cluster` entity type. Everything
+else about quotas (a kafka-cluster member's own) goes to the broker as before.
+
+Who is a cluster operator (holds the right on `kafka-cluster`: may name the `virtual-cluster` entity
+type, and alone may write what bounds a whole VC: its cap, the VC default, the global levels) is the
+`cluster_operator(principal)` callable, `QuotaStage(..., cluster_operator=...)` (passed down from
+`ProxySession(..., cluster_operator=...)`); by default the trust model's answer: ALTER_VIRTUAL_CLUSTER on
+kafka-cluster (`Rights.cluster_operator`, the super-admins and those they granted it).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
 PRODUCE_KEY, FETCH_KEY = 0, 1
+SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 78, 79
+_CONSUMER_BYTES = frozenset((FETCH_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY))  # responses metered as fetch bytes
 CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
 DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY, DESCRIBE_USER_SCRAM_CREDENTIALS_KEY = 48, 49, 50
 _MUTATIONS = (CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY)
@@ -42,20 +52,44 @@ _NO_LIMITS = Resolved({}, {})
 log = logging.getLogger(__name__)
 
 
-def may_manage_quotas(image: Any, principal: str | None, vc: Any, super_admins: frozenset[str]) -> bool:
-    """Whether `principal` may describe and alter client quotas in `vc` (None: only the `virtual-cluster`
-    entity type, for super admins): the config's super admins and whoever may alter the VC (its admins)."""
+ClusterOperator = Callable[[str | None], bool]  # principal -> holds the right on kafka-cluster
+
+
+def super_admin_check(super_admins: frozenset[str]) -> ClusterOperator:
+    """The config's super admins only (tests that need no image)."""
+    return lambda principal: principal is not None and principal in super_admins
+
+
+def rights_check(image: Callable[[], Any], super_admins: frozenset[str]) -> ClusterOperator:
+    """The default `cluster_operator`: ALTER_VIRTUAL_CLUSTER on kafka-cluster, over the current image."""
     from ...tenancy.rights import Rights
 
-    if principal is not None and principal in super_admins:
+    return lambda principal: Rights(image(), super_admins).cluster_operator(principal)
+
+
+def may_manage_quotas(
+    image: Any, principal: str | None, vc: Any, super_admins: frozenset[str], cluster_operator: ClusterOperator
+) -> bool:
+    """Whether `principal` may describe and alter client quotas in `vc` (None: only the `virtual-cluster`
+    entity type, for cluster operators): cluster operators and whoever may alter the VC (its admins)."""
+    from ...tenancy.rights import Rights
+
+    if cluster_operator(principal):
         return True
     return vc is not None and Rights(image, super_admins).vc_admin(principal, vc.name)
 
 
 class QuotaStage:
-    def __init__(self, ctx: ConnectionState, super_admins: frozenset[str], image: Callable[[], Any]):
+    def __init__(
+        self,
+        ctx: ConnectionState,
+        super_admins: frozenset[str],
+        image: Callable[[], Any],
+        cluster_operator: ClusterOperator | None = None,
+    ):
         self.ctx = ctx
         self.super_admins = super_admins
+        self.cluster_operator = cluster_operator or rights_check(image, super_admins)
         self.image = image
         self.mute_until = 0.0  # the connection is muted until then (the meters' clock)
         self._limits = _NO_LIMITS
@@ -116,7 +150,7 @@ class QuotaStage:
             return
         now = self.image().quotas.meters.clock()
         throttle = 0.0
-        if ex.api_key == FETCH_KEY and (FETCH in limits.limits or FETCH in limits.caps):
+        if ex.api_key in _CONSUMER_BYTES and (FETCH in limits.limits or FETCH in limits.caps):
             throttle = self._measure(limits, FETCH, float(sum(map(len, msg.pieces))), now)
         elif (ex.api_key in _MUTATIONS or getattr(ex.tenant, "mutations", 0)) and (
             MUTATION in limits.limits or MUTATION in limits.caps
@@ -144,11 +178,10 @@ class QuotaStage:
         if ctx.vc is None and not rpc.names_virtual_clusters(request):
             return None  # the physical cluster's quotas: the broker's business
         image = self.image()
-        super_admin = ctx.principal is not None and ctx.principal in self.super_admins
         caller = rpc.Caller(
             vc=ctx.vc.name if ctx.vc is not None else None,
-            super_admin=super_admin,
-            may_manage=may_manage_quotas(image, ctx.principal, ctx.vc, self.super_admins),
+            cluster_operator=self.cluster_operator(ctx.principal),
+            may_manage=may_manage_quotas(image, ctx.principal, ctx.vc, self.super_admins, self.cluster_operator),
         )
         response_cls = response_type(ex.api_key, ex.api_version)
         if not rpc.authorized(caller, request):
@@ -166,7 +199,7 @@ class QuotaStage:
         """`kafka-configs --describe --entity-type users` asks for SCRAM credentials too: a VC's admins
         are told there are none; everyone else is refused as before (the tenancy stage)."""
         ctx = self.ctx
-        if not may_manage_quotas(self.image(), ctx.principal, ctx.vc, self.super_admins):
+        if not may_manage_quotas(self.image(), ctx.principal, ctx.vc, self.super_admins, self.cluster_operator):
             return None
         assert ex.header is not None and ex.frame is not None
         try:

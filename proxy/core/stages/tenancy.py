@@ -31,7 +31,13 @@ class TenancyStage:
         acl_access.check_registered(_translated_apis())  # and every translated API says what it needs of ACLs
 
     def engine_for(self, vc: object) -> TenantEngine:
-        return TenantEngine(vc, self.tenancy.image, self.tenancy.policy, self.registry)  # type: ignore[arg-type]
+        return TenantEngine(
+            vc,  # type: ignore[arg-type]
+            self.tenancy.image,
+            self.tenancy.policy,
+            self.registry,
+            lambda: self.ctx.broker,
+        )
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         if self.ctx.relayed:  # the broker's principal: passed unchanged
