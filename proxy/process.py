@@ -79,6 +79,9 @@ def proxy_config(upstream_bootstrap: str, bootstrap_port: int, host: str = "127.
     config: dict[str, Any] = {
         "listeners": {"host": host, "bootstrap_port": bootstrap_port},
         "upstream": {"bootstrap_servers": upstream_bootstrap.split(","), "metadata_refresh_seconds": 5},
+        # A loaded machine starts a client's interpreter or JVM slowly: the 10 s default login deadline
+        # would close a healthy client mid-login (tests of the deadline set their own).
+        "limits": {"authentication_timeout_ms": 60000},
     }
     for key, value in sections.items():
         config.setdefault(key, {}).update(value)
