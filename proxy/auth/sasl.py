@@ -187,6 +187,11 @@ class SaslServer:
             return self._denied(version, username, _invalid_credentials(mechanism), detail=detail)
         return self._start_relay(username)
 
+    @property
+    def relayed_principal(self) -> str | None:
+        """`User:<name>` of the login being relayed (the name as the client sent it, not yet checked)."""
+        return None if self._relayed_user is None else f"User:{self._relayed_user}"
+
     def _start_relay(self, username: str | None) -> SaslReply:
         self.relayed = True
         self._state = _State.RELAY

@@ -110,7 +110,12 @@ class ProxySession:
         self.in_flight: deque[Exchange] = deque()
 
         self.identify = IdentifyStage(ctx, header_v3)
-        self.auth = AuthenticationStage(ctx, authenticator, self._may_log_in if tenancy is not None else None)
+        self.auth = AuthenticationStage(
+            ctx,
+            authenticator,
+            self._may_log_in if tenancy is not None else None,
+            self._may_relay if tenancy is not None else None,
+        )
         self.binding: BindingStage | None = None
         self.stages: list[Any] = [self.identify, self.auth]
         authorize: AuthorizationStage | None = None
@@ -176,6 +181,11 @@ class ProxySession:
         """Everyone is somewhere: a principal in no VC (nor in kafka-cluster) is refused at login."""
         assert self.binding is not None
         return self.binding.rights().placement(principal, client_id) is not None
+
+    def _may_relay(self, principal: str) -> bool:
+        """A name the proxy places (a VC's member, a super-admin, a holder of rights) is never relayed."""
+        assert self.binding is not None
+        return not self.binding.rights().claims(principal)
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -74,6 +74,12 @@ class Rights:
         name = image.client_ids.get(client_id or "")
         return name if name is not None and name in image.vcs else None
 
+    def claims(self, principal: str) -> bool:
+        """Whether the proxy places or empowers this principal itself (bound by name, a super-admin, a
+        holder of rights): then it must log in with the proxy's credentials, never be relayed to the
+        broker under that name."""
+        return principal in self.super_admins or principal in self.image.principals or self.holds_any(principal)
+
     def in_kafka_cluster(self, principal: str | None) -> bool:
         if principal is None or principal == ANONYMOUS:
             return False

@@ -410,10 +410,10 @@ def test_reauthentication_is_forwarded_unchanged():
 
 
 def test_a_relayed_principal_is_in_no_vc_and_cannot_manage_vcs():
-    # carol is bound to team-a (and a super admin) at the proxy, but logs in as a user the proxy does not know:
-    # the broker judges her, the proxy's bindings, ACLs and management RPCs do not apply.
+    # mallory is a user the proxy does not know: the broker judges her, the proxy's bindings, ACLs and
+    # management RPCs do not apply (a name the proxy places is never relayed: the test below).
     session = _session(tenancy=True)
-    _start_relay(session, "PLAIN", b"\0carol\0carol-secret")
+    _start_relay(session, "PLAIN", b"\0mallory\0mallory-secret")
     session.on_response(memoryview(bytearray(_authenticate_response(2))))
     metadata = _request(
         session,
@@ -467,6 +467,23 @@ def test_a_proxy_user_on_a_relaying_listener_keeps_its_vc():
         include_topic_authorized_operations=False,
     )
     assert metadata.action is Action.FORWARD and session.vc is not None and session.vc.name == "team-a"
+
+
+def test_a_name_the_proxy_places_is_never_relayed(caplog):
+    """carol is bound to team-a (and a super-admin) but has no credentials at the proxy: relaying her login
+    would let the broker judge a principal the proxy places. Refused like a wrong password instead."""
+    session = _session(tenancy=True)
+    _handshake(session, "PLAIN")
+    with caplog.at_level(logging.INFO):
+        decision = _request(session, AUTHENTICATE, 2, 2, auth_bytes=b"\0carol\0whatever")
+    assert decision.action is Action.LOCAL and not session.ctx.relayed
+    body, close = _local(session, AUTHENTICATE, 2)
+    assert body.error_code == ErrorCode.sasl_authentication_failed and close
+    assert "invalid credentials" in body.error_message
+    assert "refusing to relay the login of User:carol" in caplog.text
+    # A name the proxy does not place is relayed on the same listener.
+    other = _session(tenancy=True)
+    _start_relay(other, "PLAIN", b"\0mallory\0whatever")
 
 
 # -- config ---------------------------------------------------------------------------------------------

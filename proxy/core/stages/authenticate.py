@@ -75,11 +75,23 @@ class Authenticator(Protocol):
 MayLogIn = Callable[[str | None, str | None], bool]
 
 
+# Whether a login may be relayed to the broker under this principal: not when the proxy places or empowers
+# that name itself (a VC's member, a super-admin, a holder of rights): the broker would judge it instead.
+MayRelay = Callable[[str], bool]
+
+
 class AuthenticationStage:
-    def __init__(self, ctx: ConnectionState, authenticator: Authenticator | None, may_log_in: MayLogIn | None):
+    def __init__(
+        self,
+        ctx: ConnectionState,
+        authenticator: Authenticator | None,
+        may_log_in: MayLogIn | None,
+        may_relay: MayRelay | None = None,
+    ):
         self.ctx = ctx
         self.authenticator = authenticator
         self.may_log_in = may_log_in
+        self.may_relay = may_relay
 
     @property
     def complete(self) -> bool:
@@ -107,6 +119,24 @@ class AuthenticationStage:
         assert isinstance(ex.frame, memoryview)
         reply = auth.on_sasl_request(ex.api_key, ex.api_version, ex.frame, header)
         if reply.relay is not None:
+            principal = getattr(auth, "relayed_principal", None)
+            if principal is not None and self.may_relay is not None and not self.may_relay(principal):
+                log.info("refusing to relay the login of %s: the proxy places it, so it logs in here", principal)
+                message = (
+                    "Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                    f"{reply.relay}"
+                )  # what an unknown user or a wrong password gets: nothing told
+                body = codec.encode(
+                    codec._empty(
+                        response_type(ex.api_key, ex.api_version),
+                        error_code=ErrorCode.sasl_authentication_failed,
+                        error_message=message,
+                    )
+                )
+                self.ctx.relayed = False
+                decision = answer(ex, body)
+                ex.close_after = True
+                return decision
             return self._relay(ex, reply.relay)
         check = reply.check
         if check is not None:
