@@ -165,3 +165,18 @@ def test_leak_oracle_tenant_a_never_receives_tenant_b_identifiers(kafka_cluster,
     secrets += [t.encode() for t in image.vcs["team-a"].physical_links]  # no physical name at all
     leaked = [secret for secret in secrets if secret in a_bytes]
     assert not leaked, leaked
+
+
+def test_anonymous_placed_by_no_client_id_is_refused(tenant_proxy):
+    """Everyone is somewhere: User:ANONYMOUS whose client id no VC binds is closed at its first request,
+    with one log line; it never falls through to the physical cluster."""
+    stranger = AdminClient({"bootstrap.servers": tenant_proxy.bootstrap, "client.id": "nobody"})
+    with pytest.raises(KafkaException):
+        stranger.list_topics(timeout=5)
+    line = "User:ANONYMOUS (client id 'nobody') is in no virtual cluster: refused"
+    deadline = time.monotonic() + 30
+    while line not in tenant_proxy.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, tenant_proxy.log_tail()
+        time.sleep(0.1)
+    assert "Traceback" not in tenant_proxy.log_path.read_text(errors="replace")
+    AdminClient(conf(tenant_proxy, "team-a")).list_topics(timeout=30)  # a bound client id still works
