@@ -58,6 +58,7 @@ class AuthorizationStage:
         self.allow_if_no_acl = allow_if_no_acl  # vc name -> its `allow_everyone_if_no_acl_found`
         self.host = host
         self._allow: dict[str, bool] = {}  # the config's choice per VC, looked up once per connection
+        self._subject: tuple[tuple[int, int, str], Subject] | None = None  # (image, version, vc) -> who
         self._physical_authorizer: PhysicalAuthorizer | None = None  # kafka-cluster members the proxy authorizes
 
     def advertised(self) -> dict[int, tuple[int, int]]:
@@ -65,9 +66,15 @@ class AuthorizationStage:
         return {key: (0, 0) for key in plane.advertised(self.image(), self.caller.now())}
 
     def subject(self, vc: Any) -> Subject:
-        """Super users inside a VC: the super-admins and whoever may alter the VC (its admins)."""
-        principal = self.ctx.principal or ""
-        return Subject(principal, self.host, self.caller.rights().vc_admin(principal, vc.name, self.host))
+        """Super users inside a VC: the super-admins and whoever may alter the VC (its admins). Decided
+        once per image version: the rights change only with a state record."""
+        image = self.image()
+        key = (id(image), image.version, vc.name)
+        if self._subject is None or self._subject[0] != key:
+            principal = self.ctx.principal or ""
+            admin = self.caller.rights().vc_admin(principal, vc.name, self.host)
+            self._subject = (key, Subject(principal, self.host, admin))
+        return self._subject[1]
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         if self.ctx.relayed:  # the broker applies its own ACLs
