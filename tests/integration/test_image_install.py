@@ -68,7 +68,11 @@ def test_installed_as_the_image_installs_it(kafka_cluster, tmp_path):
         host="0.0.0.0",
         listeners={"advertised_host": "127.0.0.1"},
         metrics={"enabled": True, "host": "0.0.0.0", "port": metrics_port},
-        tenancy={"enabled": True, "state_topic": f"__vcproxy_state_image_{uuid.uuid4().hex[:6]}"},
+        tenancy={
+            "enabled": True,
+            "state_topic": f"__vcproxy_state_image_{uuid.uuid4().hex[:6]}",
+            "virtual_clusters": [{"name": "team-a", "client_ids": ["image-probe"]}],  # everyone is somewhere
+        },
     )
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config))
@@ -90,7 +94,8 @@ def test_installed_as_the_image_installs_it(kafka_cluster, tmp_path):
         # A real client through the installed proxy: the broker list comes back rewritten to the proxy.
         from confluent_kafka.admin import AdminClient
 
-        brokers = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=30).brokers
+        client = {"bootstrap.servers": f"127.0.0.1:{port}", "client.id": "image-probe"}
+        brokers = AdminClient(client).list_topics(timeout=30).brokers
         assert {(b.host, b.port) for b in brokers.values()} == {("127.0.0.1", port + 1 + n) for n in brokers}
     finally:
         serve.terminate()

@@ -214,16 +214,16 @@ def test_topic_configs_are_the_vcs_topics(kafka_cluster, admin_proxy):
         admin_proxy,
         "team-a",
         "kafka-configs",
-        *("--alter", "--entity-type", "topics", "--entity-name", "configured", "--add-config", "retention.ms=1234"),
+        *("--alter", "--entity-type", "topics", "--entity-name", "configured", "--add-config", "retention.ms=7200000"),
     )
     described = tool(
         admin_proxy, "team-a", "kafka-configs", "--describe", "--entity-type", "topics", "--entity-name", "configured"
     ).stdout
-    assert "Dynamic configs for topic configured are:" in described and "retention.ms=1234" in described, described
+    assert "Dynamic configs for topic configured are:" in described and "retention.ms=7200000" in described, described
     a_physical = physical_topic(kafka_cluster, admin_proxy, "team-a", "configured")
     b_physical = physical_topic(kafka_cluster, admin_proxy, "team-b", "configured")
-    assert physical_configs(kafka_cluster, TOPIC_CONFIG, a_physical)["retention.ms"][0] == "1234"
-    assert physical_configs(kafka_cluster, TOPIC_CONFIG, b_physical)["retention.ms"][0] != "1234"
+    assert physical_configs(kafka_cluster, TOPIC_CONFIG, a_physical)["retention.ms"][0] == "7200000"
+    assert physical_configs(kafka_cluster, TOPIC_CONFIG, b_physical)["retention.ms"][0] != "7200000"
     b_view = tool(
         admin_proxy, "team-b", "kafka-configs", "--describe", "--entity-type", "topics", "--entity-name", "configured"
     ).stdout

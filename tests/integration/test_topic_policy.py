@@ -279,7 +279,9 @@ def test_a_streams_application_without_create_gets_no_internal_topics(
         physical_admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
         derived = {derived_topic_for(team_a.id, name) for name in INTERNAL}
         physical = set(physical_admin.list_topics(timeout=30).topics)
-        assert not derived & physical and not any(t.endswith(INTERNAL) for t in physical)
+        # (Other VCs of the session's cluster may run the same application: only team-a's names count.)
+        mine = {t for t in physical if t.endswith(INTERNAL) and t.partition(".")[0] in _team_a_heads(team_a)}
+        assert not derived & physical and not mine
         assert not set(INTERNAL) & set(team_a.links)
         # The application keeps running (Kafka's MISSING_INTERNAL_TOPICS status is not fatal) and, once
         # alice lifts the denials, rejoins and gets its internal topics, without a restart.
@@ -294,3 +296,10 @@ def test_a_streams_application_without_create_gets_no_internal_topics(
     finally:
         app.stop()
     assert "STATE ERROR" not in app.text(), app.text()[-4000:]
+
+
+def _team_a_heads(vc) -> set[str]:
+    """The UUID heads of every physical name team-a could give its internal topics (a few generations)."""
+    from proxy.tenancy.model import created_topic_for
+
+    return {created_topic_for(vc.id, name, g).partition(".")[0] for name in INTERNAL for g in range(8)}
