@@ -27,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..core import refusals
 from ..protocol import codec, splice
 from ..protocol.apis import request_type, response_type
 from .fields import apply_path, identifier_paths
@@ -194,7 +195,6 @@ def _refusal_body(api_key: int, version: int, request: Any) -> Any:
     place for it. Every item is refused: a request that touches the state topic is refused whole."""
     cls = response_type(api_key, version)
     error = ErrorCode.topic_authorization_failed
-    message = "Authorization failed: the virtual-cluster state topic is not accessible through the proxy."
     if api_key == PRODUCE:
         topic_cls = _item(cls, "responses")
         part_cls = _item(topic_cls, "partition_responses")
@@ -218,72 +218,9 @@ def _refusal_body(api_key: int, version: int, request: Any) -> Any:
             for t in request.topic_data
         )
         return codec._empty(cls, responses=topics)
-    if api_key == 19:  # CreateTopics
-        item = _item(cls, "topics")
-        return codec._empty(
-            cls,
-            topics=tuple(
-                _with(
-                    item, name=t.name, error_code=error, error_message=message, num_partitions=-1, replication_factor=-1
-                )
-                for t in request.topics
-            ),
-        )
-    if api_key == 20:  # DeleteTopics
-        item = _item(cls, "responses")
-        asked = (
-            [(t.name, t.topic_id) for t in request.topics]
-            if getattr(request, "topics", None)
-            else [(n, None) for n in getattr(request, "topic_names", ())]
-        )
-        return codec._empty(
-            cls,
-            responses=tuple(
-                _with(item, name=n, topic_id=i or uuid.UUID(int=0), error_code=error, error_message=message)
-                for n, i in asked
-            ),
-        )
-    if api_key == 21:  # DeleteRecords
-        topic_cls = _item(cls, "topics")
-        part_cls = _item(topic_cls, "partitions")
-        return codec._empty(
-            cls,
-            topics=tuple(
-                _with(
-                    topic_cls,
-                    name=t.name,
-                    partitions=tuple(
-                        _with(part_cls, partition_index=p.partition_index, low_watermark=-1, error_code=error)
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
-        )
-    if api_key == 37:  # CreatePartitions
-        item = _item(cls, "results")
-        return codec._empty(
-            cls,
-            results=tuple(_with(item, name=t.name, error_code=error, error_message=message) for t in request.topics),
-        )
-    if api_key in CONFIG_APIS:
-        name = "results" if "results" in _fields(cls) else "responses"
-        item = _item(cls, name)
-        return codec._empty(
-            cls,
-            **{
-                name: tuple(
-                    _with(
-                        item,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                        error_code=error,
-                        error_message=message,
-                    )
-                    for r in request.resources
-                )
-            },
-        )
+    build = refusals.PER_ITEM.get(api_key)  # CreateTopics, DeleteTopics, DeleteRecords, configs, ...
+    if build is not None:
+        return build(request, cls, error)
     if "error_code" in _fields(cls):
         return codec._empty(cls, error_code=error)
     return None
