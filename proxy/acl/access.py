@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .model import CLUSTER_NAME, Authorizer, Operation, ResourceType, Subject
+from .model import CLUSTER_NAME, AclSet, Authorizer, Operation, ResourceType, Subject
 
 Op = Operation
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -174,14 +174,7 @@ class Access:
         return None
 
     def _may_write_idempotently(self) -> bool:
-        # Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
-        if self.allows(Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
-            return True
-        return any(
-            b.operation in (Op.WRITE, Op.ALL) and self.allows(Op.WRITE, ResourceType.TOPIC, b.name)
-            for b in self.authorizer.acls.by_type.get(ResourceType.TOPIC, ())
-            if b.name != "*" and b.pattern.name == "LITERAL"
-        ) or self.allows(Op.WRITE, ResourceType.TOPIC, "*")
+        return may_write_idempotently(self.allows, self.authorizer.acls)
 
     @property
     def any_denied(self) -> bool:
@@ -205,6 +198,18 @@ class Access:
             item for item in getattr(body, array) if self.allows(op, RESOURCE_OF_KIND[kind], getattr(item, item_field))
         )
         return dataclasses.replace(body, **{array: kept})
+
+
+def may_write_idempotently(allows: Callable[[Operation, ResourceType, str], bool], acls: AclSet) -> bool:
+    """Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (a literal one the ACLs
+    name, or every topic)."""
+    if allows(Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return True
+    return any(
+        b.operation in (Op.WRITE, Op.ALL) and allows(Op.WRITE, ResourceType.TOPIC, b.name)
+        for b in acls.by_type.get(ResourceType.TOPIC, ())
+        if b.name != "*" and b.pattern.name == "LITERAL"
+    ) or allows(Op.WRITE, ResourceType.TOPIC, "*")
 
 
 def _denied_item(obj: Any, names: Mapping[str, set[Any]]) -> int | None:

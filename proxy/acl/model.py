@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,23 +325,32 @@ class Authorizer:
     def allows(self, who: Subject, op: Operation, rtype: ResourceType, name: str) -> bool:
         if who.super_user:
             return True
-        found = False
-        allowed = False
         granting = _GRANTED_BY.get(op, frozenset({op, Op.ALL}))
-        for b in self.acls.candidates(rtype, name):
-            found = True
-            if b.principal not in (who.principal, WILDCARD_PRINCIPAL) or b.host not in (who.host, WILDCARD):
-                continue
-            if b.permission is Permission.DENY:
-                if b.operation in (op, Op.ALL):
-                    return False
-            elif b.operation in granting:
-                allowed = True
+        found, allowed = judge(self.acls.candidates(rtype, name), who.principal, who.host, op, granting)
         return allowed or (not found and self.allow_if_no_acl)
 
     def authorized_operations(self, who: Subject, rtype: ResourceType, name: str) -> int:
         """The bit field of KIP-430's authorized-operations fields."""
         return sum(1 << op for op in SUPPORTED[rtype] if self.allows(who, op, rtype, name))
+
+
+def judge(
+    candidates: Iterable[AclBinding], principal: str, host: str, op: Operation, granting: Collection[Operation]
+) -> tuple[bool, bool]:
+    """Kafka's rule over the bindings that match a resource: (whether any matched at all, whether this
+    principal from this host may do `op`): a matching DENY of `op` (or ALL) wins, else an ALLOW of any
+    operation in `granting` (op, ALL and what implies it) allows."""
+    found = allowed = False
+    for b in candidates:
+        found = True
+        if b.principal not in (principal, WILDCARD_PRINCIPAL) or b.host not in (host, WILDCARD):
+            continue
+        if b.permission is Permission.DENY:
+            if b.operation in (op, Op.ALL):
+                return True, False
+        elif b.operation in granting:
+            allowed = True
+    return found, allowed
 
 
 OPEN = Authorizer(AclSet(), True)

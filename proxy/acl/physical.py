@@ -28,7 +28,7 @@ from typing import Any
 from ..protocol import codec, splice
 from ..protocol.apis import request_type
 from ..tenancy.fields import apply_path, identifier_paths
-from .access import ERROR_OF_KIND, NEEDS, RESOURCE_OF_KIND
+from .access import ERROR_OF_KIND, NEEDS, RESOURCE_OF_KIND, may_write_idempotently
 from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
 
 Op = Operation
@@ -190,13 +190,7 @@ class PhysicalAuthorizer:
         return verdict
 
     def _idempotent(self) -> bool:
-        """Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on some topic."""
-        if self.allows(Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
-            return True
-        return any(
-            b.operation in (Op.WRITE, Op.ALL) and self.allows(Op.WRITE, ResourceType.TOPIC, b.name)
-            for b in self.acls.by_type.get(ResourceType.TOPIC, ())
-        )
+        return may_write_idempotently(self.allows, self.acls)
 
     def _configs(self, op: Operation, body: Any, verdict: Verdict) -> Verdict:
         for resource in body.resources:

@@ -25,6 +25,7 @@ from ..acl.model import (
     PatternType,
     Permission,
     ResourceType,
+    judge,
 )
 from .model import KAFKA_CLUSTER, TenancyImage
 
@@ -146,16 +147,11 @@ def decide(
     """Kafka's rule over the bindings of several resource names at once: a matching DENY on any of them
     wins, else a matching ALLOW on any of them allows; nothing matching denies."""
     granting = {op, Op.ALL} | set((granted_by or {}).get(op, ()))
-    allowed = False
-    for name in names:
-        for b in acls.candidates(rtype, name):
-            if name == KAFKA_CLUSTER and b.pattern is PatternType.PREFIXED:
-                continue  # a prefix meant for VC names (e.g. "kafka") never reaches the whole cluster
-            if b.principal not in (principal, WILDCARD_PRINCIPAL) or b.host not in (host, WILDCARD):
-                continue
-            if b.permission is Permission.DENY:
-                if b.operation in (op, Op.ALL):
-                    return False
-            elif b.operation in granting:
-                allowed = True
-    return allowed
+    candidates = (
+        b
+        for name in names
+        for b in acls.candidates(rtype, name)
+        # a prefix meant for VC names (e.g. "kafka") never reaches the whole cluster
+        if not (name == KAFKA_CLUSTER and b.pattern is PatternType.PREFIXED)
+    )
+    return judge(candidates, principal, host, op, granting)[1]
