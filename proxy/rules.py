@@ -55,6 +55,11 @@ class ApiRule:
     name: str
     api_class: str
     physical: str
+    cluster_acl: str | None = None  # kafka-cluster's members: the CLUSTER operation it needs, "none", or None
+
+
+# The operations a cluster_acl may name (Kafka's AclOperation names, in apis.yaml's spelling).
+_CLUSTER_ACLS = {"none", "Alter", "Describe", "AlterConfigs", "DescribeConfigs"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +84,11 @@ _MODES = {"decode", "splice", "keep"}
 def api_rules() -> dict[int, ApiRule]:
     rules = {}
     for entry in load_yaml("apis.yaml")["apis"]:
-        rule = ApiRule(entry["key"], entry["name"], entry["class"], entry["physical"])
+        rule = ApiRule(entry["key"], entry["name"], entry["class"], entry["physical"], entry.get("cluster_acl"))
         if rule.physical not in _PHYSICAL:
             raise ValueError(f"apis.yaml: {rule.name}: unknown physical action {rule.physical!r}")
+        if rule.cluster_acl is not None and rule.cluster_acl not in _CLUSTER_ACLS:
+            raise ValueError(f"apis.yaml: {rule.name}: unknown cluster_acl {rule.cluster_acl!r}")
         rules[rule.key] = rule
     return rules
 

@@ -6,7 +6,8 @@ a broker with `allow.everyone.if.no.acl.found=false` would, on physical names:
   as inside a VC, proxy/acl/access.py `NEEDS`); a topic id needs it on the topic the connection learned
   that id for (from Metadata, DescribeTopicPartitions or CreateTopics answers it was allowed to see), so
   an id it was never shown is refused;
-* cluster APIs need their operation on CLUSTER `kafka-cluster` (Kafka's KafkaApis checks, `CLUSTER_OPS`);
+* cluster APIs need their operation on CLUSTER `kafka-cluster` (Kafka's KafkaApis checks: the
+  `cluster_acl` of rewrite_rules/apis.yaml, which also says which APIs need nothing);
   config resources need it on the topic, group or cluster they name;
 * listings (Metadata of all topics, ListGroups, ListTransactions) leave out what may not be described;
 * anything else (inter-broker, delegation tokens, APIs the table does not name) is refused: fail closed.
@@ -20,6 +21,7 @@ request with the API's error.
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,42 +29,18 @@ from typing import Any
 
 from ..protocol import codec, splice
 from ..protocol.apis import request_type
+from ..rules import api_rules
 from ..tenancy.fields import apply_path, identifier_paths
 from .access import ERROR_OF_KIND, NEEDS, RESOURCE_OF_KIND, may_write_idempotently
+from .access import LISTINGS as ACCESS_LISTINGS
 from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
 
 Op = Operation
 CLUSTER_AUTHORIZATION_FAILED = 31
 TOPIC_AUTHORIZATION_FAILED = 29
-PRODUCE, METADATA, LIST_GROUPS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 3, 16, 19, 22
-DESCRIBE_TOPIC_PARTITIONS, LIST_TRANSACTIONS = 75, 66
-CONFIG_APIS = {32: Op.DESCRIBE_CONFIGS, 33: Op.ALTER_CONFIGS, 44: Op.ALTER_CONFIGS}
+PRODUCE, METADATA, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 3, 19, 22
+DESCRIBE_TOPIC_PARTITIONS = 75
 CONFIG_RESOURCE = {2: ResourceType.TOPIC, 32: ResourceType.GROUP}  # any other resource type: the cluster
-# Needs nothing of the ACLs (as on a broker): ApiVersions, SASL, DescribeCluster, KIP-714 telemetry.
-FREE = frozenset({17, 18, 36, 60, 71, 72})
-# Cluster APIs: the operation on CLUSTER kafka-cluster (Kafka's KafkaApis / ControllerApis).
-CLUSTER_OPS: dict[int, Operation] = {
-    29: Op.DESCRIBE,  # DescribeAcls
-    30: Op.ALTER,  # CreateAcls
-    31: Op.ALTER,  # DeleteAcls
-    34: Op.ALTER,  # AlterReplicaLogDirs
-    35: Op.DESCRIBE,  # DescribeLogDirs
-    43: Op.ALTER,  # ElectLeaders
-    45: Op.ALTER,  # AlterPartitionReassignments
-    46: Op.DESCRIBE,  # ListPartitionReassignments
-    48: Op.DESCRIBE_CONFIGS,  # DescribeClientQuotas
-    49: Op.ALTER_CONFIGS,  # AlterClientQuotas
-    50: Op.DESCRIBE,  # DescribeUserScramCredentials
-    51: Op.ALTER,  # AlterUserScramCredentials
-    55: Op.DESCRIBE,  # DescribeQuorum
-    57: Op.ALTER,  # UpdateFeatures
-    64: Op.ALTER,  # UnregisterBroker
-    74: Op.DESCRIBE_CONFIGS,  # ListConfigResources
-}
-LISTINGS = {
-    LIST_GROUPS: ("groups", "group_id", "group"),
-    LIST_TRANSACTIONS: ("transaction_states", "transactional_id", "txn"),
-}
 MAX_LEARNED_IDS = 200_000  # topic ids a connection remembers (a cluster's topics, with room)
 
 
@@ -115,21 +93,23 @@ class PhysicalAuthorizer:
 
     # -- requests -------------------------------------------------------------------------------------
     def check(self, api_key: int, version: int, frame: memoryview, body_offset: int) -> Verdict:
-        if api_key in FREE:
+        rule = api_rules().get(api_key)
+        acl = rule.cluster_acl if rule is not None else None
+        if acl == "none":
             return Verdict()
-        op = CLUSTER_OPS.get(api_key)
-        if op is not None:
+        need = NEEDS.get(api_key)
+        if acl is not None and need is None:  # a cluster API
+            op = _operation(acl)
             if self.allows(op, ResourceType.CLUSTER, CLUSTER_NAME):
                 return Verdict()
             return Verdict(CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
-        need = NEEDS.get(api_key)
-        if need is None and api_key not in CONFIG_APIS:
+        if need is None:
             return Verdict(CLUSTER_AUTHORIZATION_FAILED, f"API {api_key} is not open to kafka-cluster's members")
         cls = request_type(api_key, version)
         verdict = Verdict()
-        if api_key in CONFIG_APIS:
+        if acl is not None:  # config APIs: per resource, a topic's, a group's or the cluster's operation
             body, _ = codec.decode(cls, frame, body_offset)
-            return self._configs(CONFIG_APIS[api_key], body, verdict)
+            return self._configs(_operation(acl), body, verdict)
         assert need is not None
         refused: list[tuple[str, Any]] = []  # (kind, name) of a group or transactional id
 
@@ -225,13 +205,18 @@ class PhysicalAuthorizer:
                 self.topic_ids[topic_id] = name
 
     def filter_listing(self, api_key: int, body: Any) -> Any:
-        array, item_field, kind = LISTINGS[api_key]
+        array, item_field, kind = ACCESS_LISTINGS[api_key]
         kept = tuple(
             item
             for item in getattr(body, array)
             if self.allows(Op.DESCRIBE, RESOURCE_OF_KIND[kind], getattr(item, item_field))
         )
         return dataclasses.replace(body, **{array: kept})
+
+
+def _operation(name: str) -> Operation:
+    """apis.yaml's spelling (AlterConfigs) as the enum (ALTER_CONFIGS)."""
+    return Operation[re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()]
 
 
 def _refused_topic(topic: Any) -> Any:

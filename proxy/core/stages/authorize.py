@@ -119,7 +119,7 @@ class AuthorizationStage:
         if (
             verdict.fixes_response
             or verdict.filter_topics
-            or ex.api_key in physical.LISTINGS
+            or ex.api_key in LISTINGS
             or ex.api_key == physical.CREATE_TOPICS
         ):
             ex.access = (auth, verdict)
@@ -144,7 +144,7 @@ class AuthorizationStage:
             body = msg.entity()
             if verdict.fixes_response:
                 body = verdict.fix_response(body, identifier_paths(type(body)))
-            if ex.api_key in physical.LISTINGS:
+            if ex.api_key in LISTINGS:
                 body = auth.filter_listing(ex.api_key, body)
             elif ex.api_key == physical.CREATE_TOPICS:
                 auth.learn(body.topics)
