@@ -91,20 +91,31 @@ def classpath(kafka_cluster, tmp_path_factory) -> str:
 class StreamsApp:
     """One JVM running StreamsWordCount for a tenant; stdout+stderr in a log file."""
 
-    def __init__(self, classpath: str, workdir: Path, tenant: str, bootstrap: str):
+    def __init__(
+        self,
+        classpath: str,
+        workdir: Path,
+        tenant: str,
+        bootstrap: str,
+        login: str = "",
+        extra: tuple[str, ...] | None = None,
+    ):
+        """`login`: client properties to log in with (a SASL user's); `extra`: properties beside the word
+        count's own (default: a client id of the tenant's and quick commits)."""
+        if extra is None:
+            extra = (f"client.id={tenant}-streams", "commit.interval.ms=500", "statestore.cache.max.bytes=0")
         self.log = workdir / f"{tenant}.log"
         props = workdir / f"{tenant}.properties"
         props.write_text(
-            "\n".join(
+            login
+            + "\n".join(
                 [
                     f"application.id={APP_ID}",
                     f"bootstrap.servers={bootstrap}",
-                    f"client.id={tenant}-streams",
+                    *extra,
                     "group.protocol=streams",
                     f"state.dir={workdir / tenant}",
                     "num.stream.threads=1",
-                    "commit.interval.ms=500",
-                    "statestore.cache.max.bytes=0",
                     "default.key.serde=org.apache.kafka.common.serialization.Serdes$StringSerde",
                     "default.value.serde=org.apache.kafka.common.serialization.Serdes$StringSerde",
                     f"wordcount.input={INPUT}",

@@ -8,7 +8,6 @@ cluster's, linked into both. The topic policy is the safe default with at most 4
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,7 +33,6 @@ from confluent_kafka.admin import (
 
 from proxy.auth.credentials import make_entry
 from proxy.demo import java_client_properties
-from proxy.kafka.dist import java_executable
 from proxy.process import ProxyProcess, proxy_config
 from proxy.tenancy.model import derived_topic_for
 
@@ -206,34 +204,7 @@ class SaslStreamsApp(StreamsApp):
     """tests/integration/test_streams_groups.py's word count, logged in as a SCRAM user."""
 
     def __init__(self, jars: str, workdir: Path, user: str, bootstrap: str):
-        self.log = workdir / f"{user}.log"
-        props = workdir / f"{user}.properties"
-        props.write_text(
-            java_client_properties(user, USERS[user])
-            + "\n".join(
-                [
-                    f"application.id={APP_ID}",
-                    f"bootstrap.servers={bootstrap}",
-                    "group.protocol=streams",
-                    f"state.dir={workdir / user}",
-                    "num.stream.threads=1",
-                    "default.key.serde=org.apache.kafka.common.serialization.Serdes$StringSerde",
-                    "default.value.serde=org.apache.kafka.common.serialization.Serdes$StringSerde",
-                    f"wordcount.input={INPUT}",
-                    f"wordcount.output={OUTPUT}",
-                ]
-            )
-            + "\n"
-        )
-        argv = [
-            java_executable(),
-            "-Xmx256m",
-            "-XX:+UseSerialGC",
-            f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
-        ]
-        argv += ["-cp", jars, "StreamsWordCount", str(props)]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        super().__init__(jars, workdir, user, bootstrap, login=java_client_properties(user, USERS[user]), extra=())
 
 
 _ACL_FIELDS = ("restype", "name", "resource_pattern_type", "principal", "host", "operation", "permission_type")
