@@ -29,6 +29,7 @@ import trio
 
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
+from ..observability.local_answers import log_local_answer
 from ..protocol.framing import FrameError
 from .frames import FrameReader
 
@@ -315,6 +316,7 @@ class ClientConnection:
                     # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
                     await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
                 await self._send(local.reply)
+                log_local_answer(local, self.name)
                 if self.telemetry is not None:
                     self.telemetry.on_reply(local, [local.reply], None)
                 self._answered()

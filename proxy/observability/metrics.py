@@ -38,6 +38,7 @@ class Metrics:
         self.connections_accepted: defaultdict[str, int] = defaultdict(int)  # listener
         self.requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # (api, vc, cluster_id)
         self.errors: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)  # + error_code
+        self.local_answers: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # (api, vc, error_code)
         self.durations: dict[tuple[str, str], _Histogram] = {}  # (api, vc)
         self.bytes_in: defaultdict[tuple[str, str], int] = defaultdict(int)  # (vc, cluster_id)
         self.bytes_out: defaultdict[tuple[str, str], int] = defaultdict(int)
@@ -67,6 +68,10 @@ class Metrics:
         vc_key = (vc, cluster_id)
         self.bytes_in[vc_key] += bytes_in
         self.bytes_out[vc_key] += bytes_out
+
+    def local_answer(self, api: str, vc: str, error_code: str) -> None:
+        """A request the proxy answered itself (never sent to a broker)."""
+        self.local_answers[(api, vc, error_code)] += 1
 
     def connection_moved(self, listener: str, old_vc: str | None, new_vc: str | None) -> None:
         """A connection opened (old None), closed (new None) or was bound to a virtual cluster."""
@@ -127,6 +132,15 @@ class _Collector:
             labels=["api", "vc", "cluster_id", "error_code"],
         )
         for labels, n in sorted(m.errors.items()):
+            c.add_metric(list(labels), n)
+        yield c
+        c = CounterMetricFamily(
+            "vcproxy_local_answers",
+            "Requests the proxy answered itself, never sent to a broker, by the answer's first error code "
+            "(0: none); a client looping on a local answer shows here",
+            labels=["api", "vc", "error_code"],
+        )
+        for labels, n in sorted(m.local_answers.items()):
             c.add_metric(list(labels), n)
         yield c
         h = HistogramMetricFamily(

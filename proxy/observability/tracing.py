@@ -34,6 +34,7 @@ from ..protocol.apis import request_type, response_type
 from ..protocol.headers import API_VERSIONS_KEY, peek_request, response_body_offset
 from ..protocol.primitives import read_nullable_string
 from ..rules import api_rules
+from .local_answers import error_label
 from .metrics import PHYSICAL_VC, Metrics
 from .scan import Facts, TopicKey, scan, top_error
 
@@ -477,6 +478,8 @@ class ConnectionTelemetry:
                 counted = [facts.top_error] if facts.top_error else []
             seconds = (ended - trace.started) / 1e9
             metrics.request(api_name, vc_name, cluster_id, seconds, trace.bytes_in, bytes_out, counted)
+            if local:
+                metrics.local_answer(api_name, vc_name, error_label(errors))
         if not trace.trace_id or self.tracing is None:
             return
         attributes: dict[str, Any] = {}

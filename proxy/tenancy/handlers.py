@@ -213,13 +213,23 @@ def fetch_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         body = dataclasses.replace(body, cluster_id=None)  # a KRaft replica field; never the client's
     session_id = int(getattr(body, "session_id", 0))
     if session_id != 0:
+        epoch = int(body.session_epoch)
         # Owned per (broker, id): ids are unique per broker only. A connection whose broker is not known
         # yet (a bootstrap connection before its upstream) owns none.
-        if not FETCH_SESSIONS.owns(engine.vc.id, engine.broker(), session_id):
-            # Not this VC's (another tenant's, or none at all): the broker's answer for an unknown id.
+        if FETCH_SESSIONS.owns(engine.vc.id, engine.broker(), session_id):
+            ex.state["fetch_session"] = (session_id, epoch)
+        elif epoch <= 0:
+            # A full fetch (epoch 0: new session, -1: none) that also closes `session_id`. A broker
+            # never refuses one for an unknown id: it closes the id if it has it and serves the fetch.
+            # Answering FETCH_SESSION_ID_NOT_FOUND here made clients loop forever (franz-go keeps the
+            # id after giving up on sessions and fetches with epoch -1: issue 18). Forward it without
+            # the id: the fetch is served and nobody else's session is closed.
+            body = dataclasses.replace(body, session_id=0)
+        else:
+            # An incremental fetch in a session this VC does not own (another tenant's, one the broker
+            # evicted, or none at all): the broker's answer for an unknown id.
             log.info("virtual cluster %s: Fetch with fetch session %d it does not own", engine.vc.name, session_id)
             raise _error_answer(ex, FETCH_SESSION_ID_NOT_FOUND)
-        ex.state["fetch_session"] = (session_id, int(body.session_epoch))
     return body
 
 

@@ -58,14 +58,19 @@ def test_a_foreign_session_id_is_not_found_exactly_like_a_random_one(version):
     stolen = decode(version, local_reply(bob, version, fetch(version, 424242, 1)))
     assert stolen.error_code == ErrorCode.fetch_session_id_not_found
     assert stolen.session_id == 0 and stolen.responses == ()
-    # No oracle: the same bytes for a live foreign id, any epoch, and an id that exists nowhere.
+    # No oracle: the same bytes for a live foreign id at any incremental epoch and an id that exists nowhere.
     same = {
         local_reply(bob, version, fetch(version, 424242, 7)),
-        local_reply(bob, version, fetch(version, 424242, -1)),
-        local_reply(bob, version, fetch(version, 424242, 0)),
         local_reply(bob, version, fetch(version, 987654, 1)),
     }
     assert len(same) == 1
+    # A full fetch naming it (epoch 0 opens a new session, -1 fetches without one) is served as a broker
+    # serves one naming an unknown id, without the id: bob cannot close alice's session.
+    for epoch, cid in ((0, 10), (-1, 11)):
+        for sid in (424242, 987654):
+            sent = forward(bob, FETCH, version, fetch(version, sid, epoch), cid=cid)
+            assert (sent.session_id, sent.session_epoch) == (0, epoch)
+            cid += 100
     # The owner goes on, from any of its connections.
     assert forward(alice, FETCH, version, fetch(version, 424242, 1), cid=2).session_id == 424242
     assert forward(tenant_session(image), FETCH, version, fetch(version, 424242, 2)).session_id == 424242
@@ -84,6 +89,24 @@ def test_closed_or_gone_sessions_are_forgotten(fresh_table, epoch, error):
     reply = decode(12, local_reply(alice, 12, fetch(12, 1111, 1), cid=3))
     assert reply.error_code == ErrorCode.fetch_session_id_not_found
     assert fresh_table.owns(image.vcs["team-a"].id, 1, 2222) is (epoch == 0)
+
+
+@pytest.mark.parametrize("epoch", [0, -1])
+def test_a_full_fetch_naming_a_session_the_broker_evicted_is_served(fresh_table, epoch):
+    """Issue 18: the broker evicts a session (FETCH_SESSION_ID_NOT_FOUND, 70); the client resets and
+    fetches with the old id at epoch 0, or, once it gives up on sessions, at epoch -1 (franz-go keeps the
+    id). A broker serves both; answering them 70 locally looped the client for ever with no records."""
+    image, _ = make_image()
+    alice = tenant_session(image)
+    forward(alice, FETCH, 12, fetch(12, 0, 0))
+    broker_says(alice, 12, 1111)
+    forward(alice, FETCH, 12, fetch(12, 1111, 5), cid=2)
+    broker_says(alice, 12, 0, error=70, cid=2)  # evicted by the broker
+    for cid in (3, 4, 5):  # every retry reaches the broker
+        sent = forward(alice, FETCH, 12, fetch(12, 1111, epoch), cid=cid)
+        assert (sent.session_id, sent.session_epoch) == (0, epoch)
+        broker_says(alice, 12, 3333 if epoch == 0 else 0, cid=cid)
+    assert fresh_table.owns(image.vcs["team-a"].id, 1, 3333) is (epoch == 0)
 
 
 def test_epoch_error_keeps_the_session_for_its_owner(fresh_table):
