@@ -234,7 +234,7 @@ def fetch(session_id: int, epoch: int, topic_id: uuid.UUID | None = None) -> Fet
     )
 
 
-def test_a_foreign_fetch_session_is_not_found_like_a_random_one(proxy):
+def test_a_foreign_fetch_session_is_not_found_like_a_random_one_and_full_fetches_are_served(proxy):
     name = f"fs-{uuid.uuid4().hex[:6]}"
     with as_user(proxy, "alice") as alice:
         ensure_topic(alice, name)
@@ -251,7 +251,7 @@ def test_a_foreign_fetch_session_is_not_found_like_a_random_one(proxy):
 
     with as_user(proxy, "bob", leader) as bob:
         answers = {}
-        for cid, (sid, epoch) in enumerate([(session, 1), (session, 0), (session, -1), (987654321, 1)], start=20):
+        for cid, (sid, epoch) in enumerate([(session, 1), (session, 7), (987654321, 1)], start=20):
             bob.send_raw(RawClient.encode(FETCH, 13, cid, fetch(sid, epoch)))
             raw = bob.read_frame()
             _, body = RawClient.decode(FETCH, 13, raw)
@@ -259,6 +259,11 @@ def test_a_foreign_fetch_session_is_not_found_like_a_random_one(proxy):
             assert b"alice-private-record" not in raw
             answers[(sid, epoch)] = raw[8:]  # everything but size and correlation id
         assert len(set(answers.values())) == 1, "a live foreign id and a random one must look the same"
+        # A full fetch naming it (epoch 0: a new session, -1: none) is served as a broker serves one naming
+        # an unknown id, without closing alice's: bob gets a session of his own, or none.
+        for cid, epoch in ((30, 0), (31, -1)):
+            _, body = bob.request(FETCH, 13, cid, fetch(session, epoch))
+            assert body.error_code == 0 and body.session_id != session and body.responses == ()
 
     # Bob could neither read nor close it: alice's session goes on.
     _, incremental = alice.request(FETCH, 13, 11, fetch(session, 1))
@@ -267,6 +272,18 @@ def test_a_foreign_fetch_session_is_not_found_like_a_random_one(proxy):
     assert closed.error_code == 0
     _, after = alice.request(FETCH, 13, 13, fetch(session, 2))
     assert after.error_code == ErrorCode.fetch_session_id_not_found
+    # Issue 18: after a session is gone (closed, or evicted by the broker) a client resets with the old id
+    # at epoch 0, and one that gave up on sessions fetches with it at epoch -1 (franz-go keeps the id).
+    # The broker serves both; the proxy once answered them FETCH_SESSION_ID_NOT_FOUND and the client
+    # looped without records for ever.
+    _, sessionless = alice.request(FETCH, 13, 14, fetch(session, -1, topic.topic_id))
+    assert sessionless.error_code == 0 and sessionless.session_id == 0
+    assert b"alice-private-record" in bytes(sessionless.responses[0].partitions[0].records or b"")
+    _, reopened = alice.request(FETCH, 13, 15, fetch(session, 0, topic.topic_id))
+    assert reopened.error_code == 0 and reopened.session_id not in (0, session)
+    assert b"alice-private-record" in bytes(reopened.responses[0].partitions[0].records or b"")
+    _, next_fetch = alice.request(FETCH, 13, 16, fetch(reopened.session_id, 1))
+    assert next_fetch.error_code == 0 and next_fetch.session_id == reopened.session_id
     alice.close()
 
 
