@@ -249,6 +249,42 @@ def test_answers_by_the_proxy_are_local_with_their_error_code():
     assert a["vcproxy.bytes_out"] > 0
 
 
+def test_local_answers_are_counted_and_logged_by_api_vc_and_error(caplog):
+    """Issue 18: a client looping on a local answer is visible from the proxy alone."""
+    import logging
+
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+
+    from proxy.observability.local_answers import log_local_answer
+
+    image, _ = make_image()
+    session = tenant_session(image)
+    connection, _ = recorder(session, tracing=False)
+    metrics = connection.telemetry.metrics
+    for cid in (1, 2, 3):
+        exchange(session, connection, 29, 3, codec._empty(DescribeAclsRequest), None, cid=cid)
+    assert metrics.local_answers == {("DescribeAcls", "team-a", "31"): 3}
+    rendered = metrics.render().decode()
+    assert 'vcproxy_local_answers_total{api="DescribeAcls",error_code="31",vc="team-a"} 3.0' in rendered
+    # Forwarded requests are not local answers.
+    image_physical = make_image()[1]
+    produced = produce_response(image_physical["team-a"], [0, 0])
+    exchange(session, connection, 0, 9, produce_request("orders", [10, 10]), produced, cid=4)
+    assert sum(metrics.local_answers.values()) == 3
+
+    frame = memoryview(request_frame(29, 3, 9, codec._empty(DescribeAclsRequest), client_id="team-a-app"))
+    assert session.on_request(frame).action is Action.LOCAL
+    local = session.next_local_reply()
+    with caplog.at_level(logging.DEBUG, logger="proxy.local_answers"):
+        log_local_answer(local, "10.1.2.3:40123")
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "proxy.local_answers"]
+    assert line == "10.1.2.3:40123: answered DescribeAcls v3 itself with error 31 (vc team-a)"
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="proxy.local_answers"):
+        log_local_answer(local, "10.1.2.3:40123")
+    assert not caplog.records  # DEBUG only
+
+
 # -- the physical cluster ---------------------------------------------------------------------------
 
 
