@@ -233,6 +233,8 @@ class StateStore:
                     out[name] = None
                 except KafkaException as exc:
                     out[name] = exc.args[0].str()
+                except TimeoutError:
+                    out[name] = f"timed out after {timeout} s"
             return out
         finally:
             admin.poll(0)
@@ -278,6 +280,8 @@ class StateStore:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None
             raise StateStoreError(f"cannot describe state topic {self.topic}: {exc.args[0].str()}") from None
+        except TimeoutError:  # a slow or loaded cluster: retried like an unreachable one, never fatal
+            raise StateStoreError(f"describing state topic {self.topic} timed out after {timeout} s") from None
 
     def check(self, timeout: float = 10) -> str | None:
         """Why the state topic cannot take changes now, or None. Never creates anything: a state topic
@@ -329,6 +333,8 @@ class StateStore:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another replica won the race
                 raise StateStoreError(f"cannot create state topic {self.topic}: {exc.args[0].str()}") from None
+        except TimeoutError:
+            raise StateStoreError(f"creating state topic {self.topic} timed out after {timeout} s") from None
 
     def _verify(self, admin: AdminClient, topic: Any, timeout: float) -> None:
         if topic.error is not None:
@@ -351,6 +357,8 @@ class StateStore:
                 if not unknown or time.monotonic() > deadline:
                     raise StateStoreError(f"cannot describe state topic {self.topic}: {exc.args[0].str()}") from None
                 time.sleep(0.2)
+            except TimeoutError:
+                raise StateStoreError(f"describing state topic {self.topic} timed out after {timeout} s") from None
         policy = configs["cleanup.policy"].value or ""
         if "compact" not in policy.split(","):
             raise StateStoreError(

@@ -65,3 +65,46 @@ def test_readyz_says_why_the_state_is_unusable():
     )
     ready, reason = server_readiness(server)
     assert not ready and reason == "virtual-cluster state unusable: state topic t does not exist (deleted?)"
+
+
+class _SlowAdmin:
+    """An admin client whose every answer times out, as on a cluster too loaded to answer in time."""
+
+    class _Late:
+        def result(self, timeout=None):
+            raise TimeoutError
+
+    def describe_topics(self, topics, request_timeout):
+        return {name: self._Late() for name in topics.topic_names}
+
+    def poll(self, timeout):
+        return 0
+
+
+def test_a_state_check_that_times_out_is_a_state_store_error_not_a_crash(monkeypatch):
+    """A describe that outlived its timeout escaped the watch and stopped the whole proxy (seen under
+    franz-go's suite on a loaded machine): it is an unreachable cluster, retried at the next check."""
+    from proxy.state.store import StateStore
+
+    store = StateStore({"bootstrap.servers": "127.0.0.1:1"})
+    monkeypatch.setattr(store, "_admin", _SlowAdmin)
+    with pytest.raises(StateStoreError, match="timed out"):
+        store.check(0.01)
+
+
+async def test_the_watch_survives_a_check_that_fails():
+    store = _Store()
+
+    def failing(timeout):
+        store.checks += 1
+        raise StateStoreError("describing state topic __vcproxy_state timed out after 10 s")
+
+    store.check = failing  # type: ignore[method-assign]
+    service = TenancyService(store, check_interval=0.01)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service._watch)
+        with trio.fail_after(5):
+            while store.checks < 3:  # still checking after failures
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert service.problem is None
