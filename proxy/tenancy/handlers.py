@@ -33,6 +33,7 @@ from .model import (
     partitions_record,
     topic_record,
 )
+from .names import DESCRIBED_INTERNAL
 from .regex import REGEXES, Expansion, InvalidRegex, compile_client_regex
 
 # Kafka Streams groups (KIP-1071) live in a module of their own, registered in HANDLERS below.
@@ -81,14 +82,20 @@ def _response_cls(ex: TenantCall) -> type:
 def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     item = _item_type(type(body), "topics")
     topics = body.topics
+    ex.tx.describe_internal = True
     if topics is None or (ex.version == 0 and not topics):
-        # "All topics" means all of the VC's: ask the broker for exactly those, never the cluster's.
-        links = sorted(engine.vc.links) or [f"{uuid.uuid4()}.none"]
+        # "All topics" means all of the VC's and Kafka's internal ones: ask the broker for exactly
+        # those, never the cluster's.
+        links = [*sorted(engine.vc.links), *sorted(DESCRIBED_INTERNAL)]
         ex.state["all"] = True
         kwargs = {"topic_id": ZERO_UUID} if "topic_id" in {f.name for f in dataclasses.fields(item)} else {}
         topics = tuple(item(name=link, **kwargs) for link in links)
     changes: dict[str, Any] = {"topics": topics}
-    missing = [t.name for t in topics or () if t.name is not None and engine.vc.physical_topic(t.name) is None]
+    missing = [
+        t.name
+        for t in topics or ()
+        if t.name is not None and engine.vc.physical_topic(t.name) is None and t.name not in DESCRIBED_INTERNAL
+    ]
     # Kafka answers INVALID_TOPIC_EXCEPTION for a name `Topic.validate` refuses; the placeholder the
     # broker sees may be legal (`UUID..`), so the proxy says it (metadata_response).
     ex.state["invalid"] = {name for name in missing if names.invalid_name(name) is not None}
@@ -176,11 +183,18 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
                 _learn_topic_id(engine, ex, topic.name, topic.topic_id)
             if link is None:
                 _learn_partitions(engine, ex, topic.name, len(topic.partitions))
-        kept.append(dataclasses.replace(topic, is_internal=False) if hasattr(topic, "is_internal") else topic)
+        kept.append(_internal_flag(ex, topic))
     changes: dict[str, Any] = {"topics": tuple(kept)}
     if hasattr(body, "cluster_id"):
         changes["cluster_id"] = engine.vc.cluster_id
     return dataclasses.replace(body, **changes)
+
+
+def _internal_flag(ex: TenantCall, topic: Any) -> Any:
+    """`is_internal` only for Kafka's own internal topics: a broker may flag others (KIP-1071's)."""
+    if not hasattr(topic, "is_internal"):
+        return topic
+    return dataclasses.replace(topic, is_internal=ex.tx.internal(topic.name))
 
 
 def _learn_partitions(engine: TenantEngine, ex: TenantCall, physical: str | None, count: int) -> None:
@@ -900,10 +914,11 @@ def describe_cluster_response(engine: TenantEngine, ex: TenantCall, body: Any) -
 
 
 def describe_topic_partitions_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    ex.tx.describe_internal = True
     if body.topics:
         return body
     item = _item_type(type(body), "topics")
-    links = sorted(engine.vc.links) or [f"{uuid.uuid4()}.none"]
+    links = [*sorted(engine.vc.links), *sorted(DESCRIBED_INTERNAL)]
     ex.state["all"] = True
     return dataclasses.replace(body, topics=tuple(item(name=link) for link in links))
 
@@ -915,7 +930,7 @@ def describe_topic_partitions_response(engine: TenantEngine, ex: TenantCall, bod
     for topic in topics:
         if int(topic.error_code) == 0:
             _learn_topic_id(engine, ex, topic.name, topic.topic_id)
-    return dataclasses.replace(body, topics=tuple(dataclasses.replace(t, is_internal=False) for t in topics))
+    return dataclasses.replace(body, topics=tuple(_internal_flag(ex, t) for t in topics))
 
 
 # -- ListConfigResources (KIP-1142) -----------------------------------------------------------------------

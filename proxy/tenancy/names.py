@@ -26,6 +26,9 @@ from kio.schema.errors import ErrorCode
 from .model import MAX_LINK_NAME
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"})
+# Kafka's `Topic.INTERNAL_TOPICS`: a VC's Metadata describes them as themselves (flagged internal), as
+# a cluster does to a principal with DESCRIBE on them; no other request reaches them (unknown topics).
+DESCRIBED_INTERNAL = INTERNAL_TOPICS - {"__cluster_metadata"}
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # fixed pattern over a bounded name: no tenant regex here
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import TenancyImage, VirtualCluster
+from .names import DESCRIBED_INTERNAL
 
 HIDDEN = "<hidden>"
 ZERO_UUID = uuid.UUID(int=0)
@@ -36,6 +37,9 @@ class Translation:
     new_ids: set[uuid.UUID] = field(default_factory=set)  # ids of topics this exchange created (not yet in the image)
     access: Any = None  # the request's authorization (proxy/acl/access.py), asked about each name; None: all allowed
     refused: dict[str, str] = field(default_factory=dict)  # placeholder group/txn id -> the id the client sent
+    # Metadata and DescribeTopicPartitions describe Kafka's internal topics as themselves, as a cluster does
+    # to a principal with DESCRIBE on them (clients look for `__consumer_offsets`); elsewhere they are unknown.
+    describe_internal: bool = False
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -66,6 +70,8 @@ class Translation:
             self.topics[physical] = link
             return physical
         physical = self.vc.physical_topic(link) or self.planned.get(link)
+        if physical is None and self.describe_internal and link in DESCRIBED_INTERNAL:
+            physical = link
         if physical is None:
             self.unknown_topics.add(link)
             physical = f"{uuid.uuid4()}.{link}"  # exists nowhere: the broker reports it unknown
@@ -101,9 +107,15 @@ class Translation:
             return self.virtual_topic_id(value)
         raise ValueError(f"unknown identifier kind {kind!r}")
 
+    def internal(self, physical: str) -> bool:
+        """Is this one of Kafka's internal topics, described to the VC as itself by this request?"""
+        return self.describe_internal and physical in DESCRIBED_INTERNAL
+
     def virtual_topic(self, physical: str) -> str:
         if physical in self.topics:
             return self.topics[physical]
+        if self.internal(physical):
+            return physical
         link = self.vc.link_for(physical) or self.vc.derived_link(physical)
         return HIDDEN if link is None else link
 
@@ -122,7 +134,7 @@ class Translation:
         if value is None:
             return True
         if kind == "topic":
-            return value in self.topics or self.vc.link_for(value) is not None
+            return value in self.topics or self.vc.link_for(value) is not None or self.internal(value)
         if kind == "group":
             return self.vc.virtual_group(value) is not None
         if kind == "txn":

@@ -27,6 +27,8 @@ from proxy.protocol.headers import parse_request_header, response_body_offset
 from proxy.tenancy.engine import Policy, tenant_rules
 from proxy.tenancy.fields import identifier_paths
 from proxy.tenancy.model import TenancyImage, gen_record, link_record, principal_record, topic_record, vc_record
+from proxy.tenancy.names import DESCRIBED_INTERNAL
+from proxy.tenancy.translate import ZERO_UUID
 
 from .wire import request_frame, response_frame
 
@@ -228,7 +230,8 @@ def test_metadata_all_topics_asks_only_for_the_vcs_topics_and_shows_the_vc_clust
         12,
         MetadataRequest(topics=None, allow_auto_topic_creation=True, include_topic_authorized_operations=False),
     )
-    assert [t.name for t in sent.topics] == [physical["team-a"]]
+    # The VC's topics and Kafka's internal ones (described as themselves, never readable): nothing else.
+    assert [t.name for t in sent.topics] == [physical["team-a"], *sorted(DESCRIBED_INTERNAL)]
     assert sent.allow_auto_topic_creation is False
     new_id = uuid.uuid4()
     from kio.schema.errors import ErrorCode
@@ -239,6 +242,40 @@ def test_metadata_all_topics_asks_only_for_the_vcs_topics_and_shows_the_vc_clust
     assert got.cluster_id == image.vcs["team-a"].cluster_id
     assert [(t.name, t.topic_id) for t in got.topics] == [("orders", new_id)]
     assert topic_record(physical["team-a"], new_id) in result.writes  # the ownership table learns the id
+
+
+def test_internal_topics_are_described_as_internal_and_read_nowhere():
+    """franz-go's TestConsumeRegex looks for `__consumer_offsets` in Metadata (issue 18): a VC describes
+    Kafka's internal topics as a cluster does, but no other API reaches them (their records are every
+    tenant's offsets and transactions)."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.list_offsets.v9.request import ListOffsetsRequest
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
+
+    image, _ = make_image()
+    session = tenant_session(image)
+    named = (MetadataRequestTopic(topic_id=ZERO_UUID, name="__consumer_offsets"),)
+    sent = forward(
+        session,
+        3,
+        12,
+        MetadataRequest(topics=named, allow_auto_topic_creation=True, include_topic_authorized_operations=False),
+    )
+    assert [t.name for t in sent.topics] == ["__consumer_offsets"]
+    offsets_id = uuid.uuid4()
+    topic = MetadataResponseTopic(
+        error_code=ErrorCode.none, name="__consumer_offsets", topic_id=offsets_id, is_internal=True, partitions=()
+    )
+    got, result = answer(session, 3, 12, codec._empty(MetadataResponse, cluster_id="PHYSICAL", topics=(topic,)))
+    assert [(t.name, t.is_internal, t.topic_id) for t in got.topics] == [("__consumer_offsets", True, None)]
+    assert not result.writes  # never a link, a partition count or an owned id
+
+    listing = sample(
+        ListOffsetsRequest, {"topic": "__consumer_offsets", "group": "g", "txn": "t", "topic_id": ZERO_UUID}
+    )
+    name = forward(tenant_session(image), 2, 9, listing).topics[0].name
+    assert name.endswith(".__consumer_offsets") and name != "__consumer_offsets"
 
 
 def test_foreign_topic_id_and_unknown_name_never_reach_the_broker_as_themselves():
