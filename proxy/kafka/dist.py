@@ -26,7 +26,8 @@ from proxy.kafka.progress import Progress, elapsed
 
 log = logging.getLogger("proxy.kafka")
 
-DEFAULT_KAFKA_VERSION = "4.2.0"
+# 4.2.1 fixed a deadlock of the broker's share-group path (KAFKA-20505) that 4.2.0 hit under franz-go's suite.
+DEFAULT_KAFKA_VERSION = "4.2.2"
 MIN_JAVA = 17
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 MAVEN_TIMEOUT = 900.0

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.kafka import cli
-from proxy.kafka.dist import ensure_dist, ensure_extra_libs
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs
 from proxy.kafka.tools import SPECS, run_tool
 
 
@@ -48,7 +48,7 @@ def _classes(libs: list[Path]) -> set[str]:
 def test_every_tool_main_class_is_in_the_jars_it_runs_with(kafka_cluster):
     """Each tool's main class (for trogdor, each action's) is on the classpath `kafka tool` gives it:
     the dist, plus the artifacts it resolves on first use (Connect, kafka-shell, trogdor)."""
-    version = kafka_cluster.version or "4.2.0"
+    version = kafka_cluster.version or DEFAULT_KAFKA_VERSION
     dist = ensure_dist(version)
     classes = {(): _classes([dist])}
     for name, spec in sorted(SPECS.items()):
@@ -66,7 +66,7 @@ def test_kafka_delete_records(kafka_cluster, topic, tmp_path):
         run_tool(
             "kafka-delete-records",
             ["--bootstrap-server", kafka_cluster.bootstrap, "--offset-json-file", str(offsets)],
-            version=kafka_cluster.version or "4.2.0",
+            version=kafka_cluster.version or DEFAULT_KAFKA_VERSION,
         )
     )
     assert f"partition: {topic}-0\tlow_watermark: 3" in out
@@ -82,7 +82,7 @@ def test_kafka_log_dirs(kafka_cluster, topic):
         run_tool(
             "kafka-log-dirs",
             ["--bootstrap-server", kafka_cluster.bootstrap, "--describe", "--topic-list", topic],
-            version=kafka_cluster.version or "4.2.0",
+            version=kafka_cluster.version or DEFAULT_KAFKA_VERSION,
         )
     )
     report = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
@@ -118,7 +118,7 @@ def test_kafka_metadata_shell_reads_the_metadata_log(kafka_cluster, topic, tmp_p
             run_tool(
                 "kafka-metadata-shell",
                 ["--snapshot", str(log), "ls", "/image/topics/byName"],
-                version=kafka_cluster.version or "4.2.0",
+                version=kafka_cluster.version or DEFAULT_KAFKA_VERSION,
             )
         )
         if topic in out.split() or time.monotonic() > deadline:

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from proxy.kafka.dist import ensure_dist, ensure_streams_libs, java_executable
+from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs, java_executable
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
 from proxy.tenancy.model import TenancyImage, derived_topic_for
@@ -78,7 +78,7 @@ def streams_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
 @pytest.fixture(scope="module")
 def classpath(kafka_cluster, tmp_path_factory) -> str:
     """The word count compiled against the dist's and Kafka Streams' jars (fails, never skips)."""
-    version = getattr(kafka_cluster, "version", None) or "4.2.0"
+    version = getattr(kafka_cluster, "version", None) or DEFAULT_KAFKA_VERSION
     libs, streams_libs = ensure_dist(version), ensure_streams_libs(version)
     javac = shutil.which("javac", path=str(Path(java_executable()).resolve().parent)) or shutil.which("javac")
     assert javac, "no javac next to java or on PATH: the Streams test needs a JDK 17+"
