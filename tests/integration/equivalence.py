@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -62,7 +62,6 @@ class Side:
     # The raw wire, for answers confluent-kafka cannot be trusted to show: (bootstrap, user, password) of a
     # principal without rights on the cluster (no ACL on the broker, an ordinary member in the VC).
     unprivileged: tuple[str, str, str]
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def name(self, base: str) -> str:
         return f"{self.prefix}{base}"

@@ -132,7 +132,8 @@ def test_produce_consume_every_compression_with_and_without_idempotence(sides):
 @pytest.mark.parametrize("variant", list(eq.GROUP_VARIANTS))
 def test_consumer_group_through_a_rebalance(sides, variant):
     result = run_both(sides, eq.consumer_group, variant)
-    assert [m["assignment"] for m in result["two"]["members"]] in ([[0, 1], [2, 3]], [[0, 2], [1, 3]], [2, 2])
+    # The scenario did what it says: two members sharing the partitions, every record committed.
+    assert sorted(m["assignment"] for m in result["two"]["members"]) in ([[0, 1], [2, 3]], [[0, 2], [1, 3]], [2, 2])
     assert [o[2] for o in result["committed"]["offsets"]] == [2, 3, 4, 5]
 
 
