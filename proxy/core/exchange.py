@@ -188,14 +188,16 @@ def refuse(ex: Exchange, error: int, why: str) -> RequestDecision:
     info = ex.info
     if info is None or not info.min_version <= ex.api_version <= info.max_version:
         return close(f"{why}: version {ex.api_version} cannot be parsed")
-    body = codec.error_response_body(ex.api_key, ex.api_version, error)
-    if body is None and ex.header is not None and ex.frame is not None:
-        from .refusals import refusal_body  # APIs with an error per item only
+    body = None
+    if ex.header is not None and ex.frame is not None:
+        from .refusals import refusal_body  # APIs with an error per item, in Kafka's shape
 
         try:
             body = refusal_body(ex.api_key, ex.api_version, error, ex.frame, ex.header.body_offset)
         except codec.CodecError:
             return close(f"{why}: malformed request")
+    if body is None:
+        body = codec.error_response_body(ex.api_key, ex.api_version, error)
     if body is None:
         return close(f"{why}: refused (no error field to answer with)")
     logging.getLogger("proxy.core.session").info("refusing request: %s (error %d)", why, error)

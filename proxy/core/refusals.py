@@ -1,9 +1,9 @@
-"""Refusals in the shape of APIs whose responses have no top-level error code (sans-I/O).
+"""Refusals in the shape of APIs whose responses carry an error per item (sans-I/O).
 
 Most APIs are refused with one error code in their top-level field (codec.error_response_body). These
-carry an error per item only, so a refusal mirrors the request's items, each with the error, as a
-broker answers a caller it does not authorize. Registered per API key; with one, an API can be
-advertised to every caller and refused to those who may not use it.
+carry an error per item (DescribeUserScramCredentials: at the top as well), so a refusal mirrors the
+request's items, each with the error, as a broker answers a caller it does not authorize. Registered
+per API key; with one, an API can be advertised to every caller and refused to those who may not use it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from kio.schema.errors import ErrorCode
 from ..protocol import codec
 from ..protocol.apis import request_type, response_type
 
-WRITE_TXN_MARKERS, ALTER_REPLICA_LOG_DIRS, ALTER_USER_SCRAM_CREDENTIALS = 27, 34, 51
+WRITE_TXN_MARKERS, ALTER_REPLICA_LOG_DIRS = 27, 34
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, CREATE_ACLS, DELETE_ACLS = 19, 20, 21, 30, 31
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
 
@@ -84,6 +85,15 @@ def _alter_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> 
     return codec._empty(
         cls, results=tuple(codec._empty(result_cls, user=u, error_code=error, error_message=None) for u in users)
     )
+
+
+def _describe_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> Any:
+    """Kafka's refusal (DescribeUserScramCredentialsRequest.getErrorResponse): the error at the top and in
+    one result per asked user, whose name is left empty, byte for byte what a client gets from the broker
+    (tests/integration/test_equivalence.py compares them)."""
+    result_cls = _item(cls, "results")
+    item = codec._empty(result_cls, user="", error_code=error, error_message=None, credential_infos=())
+    return codec._empty(cls, error_code=error, error_message=None, results=tuple(item for _ in request.users or ()))
 
 
 def _fields(cls: type) -> set[str]:
@@ -176,6 +186,7 @@ PER_ITEM: dict[int, Build] = {
     INCREMENTAL_ALTER_CONFIGS: _configs,
     WRITE_TXN_MARKERS: _write_txn_markers,
     ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
+    DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_user_scram_credentials,
     ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
 }
 
