@@ -8,7 +8,7 @@ DEMO_ARGS ?=
 # captures stdout, so the test looks at stderr, which make shares with the terminal.
 PIP := $(VENV)/bin/pip install --disable-pip-version-check $(shell [ -t 2 ] || echo -q)
 
-.PHONY: run test unit integration lint bench kafka-dist helm image clean
+.PHONY: run test unit integration compat lint bench kafka-dist helm image clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,16 @@ unit: $(VENV)/.installed-test
 integration: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/pytest -q -ra tests/integration
+
+# Client libraries' own suites and our equivalence scenarios, directly and through the proxy (also part of
+# `make test`): franz-go's pkg/kgo tests three ways, the table in docs/compatibility.md.
+COMPAT_REPORT ?= .vcproxy/compat/franz-go.md
+compat: $(VENV)/.installed-test
+	$(VENV)/bin/vcproxy kafka dist
+	mkdir -p $(dir $(COMPAT_REPORT))
+	VCPROXY_FRANZ_GO_REPORT=$(COMPAT_REPORT) $(VENV)/bin/pytest -q -ra \
+		tests/integration/test_franz_go_suite.py tests/integration/test_equivalence.py
+	@echo "== franz-go's table: $(COMPAT_REPORT)"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check proxy tests benchmarks

@@ -519,7 +519,12 @@ def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         physical = engine.vc.physical_topic(link)
         if physical is None:  # (an existing link: the broker answers TOPIC_ALREADY_EXISTS, as Kafka first does)
             count = _partitions_asked(topic)
-            refused = budget.admit_topic(count, ((c.name, c.value) for c in topic.configs or ()))
+            configs = [(c.name, c.value) for c in topic.configs or ()]
+            unknown = engine.topic_policy.unknown_config(configs)
+            if unknown is not None:
+                local.append((link, int(ErrorCode.invalid_config), unknown))
+                continue
+            refused = budget.admit_topic(count, configs)
             if refused is not None:
                 log.info("virtual cluster %s: CreateTopics refused %r: %s", engine.vc.name, link, refused)
                 local.append((link, int(ErrorCode.policy_violation), refused))
@@ -776,6 +781,9 @@ def _config_refusal(
         changes = [(c.name, c.value if int(c.config_operation) in ops else None) for c in resource.configs]
     else:
         changes = [(c.name, c.value) for c in resource.configs]
+    unknown = engine.topic_policy.unknown_config(changes)
+    if unknown is not None:
+        return int(ErrorCode.invalid_config), unknown
     why = engine.topic_policy.configs_refusal(changes)
     if why is not None:
         log.info("virtual cluster %s: config change of topic %r refused: %s", engine.vc.name, name, why)

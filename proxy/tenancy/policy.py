@@ -104,6 +104,26 @@ DEFAULT_CONFIGS: Mapping[str, ConfigRule] = MappingProxyType(
 )
 
 
+# Every topic config name Kafka 4.2 knows (`TopicConfig` and the replication throttles). A name outside
+# it is answered as the broker answers it, INVALID_CONFIG "Unknown topic config name", not as a policy
+# refusal: a client tells a typo from a rule by that code. It only chooses which error a refusal carries:
+# a policy that allows unlisted keys forwards them, and the broker judges.
+KAFKA_TOPIC_CONFIGS = frozenset(
+    {
+        *("cleanup.policy", "compression.type", "compression.gzip.level", "compression.lz4.level"),
+        *("compression.zstd.level", "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms"),
+        *("index.interval.bytes", "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms"),
+        *("max.decompressed.message.bytes", "max.message.bytes", "message.downconversion.enable"),
+        *("message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.type"),
+        *("min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate"),
+        *("remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable", "retention.bytes"),
+        *("retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms"),
+        *("unclean.leader.election.enable", "leader.replication.throttled.replicas"),
+        "follower.replication.throttled.replicas",
+    }
+)
+
+
 @dataclass(frozen=True)
 class TopicPolicy:
     """One VC's topic policy. None for a limit: no limit."""
@@ -123,6 +143,14 @@ class TopicPolicy:
                 return None
             return f"Topic config '{key}' may not be set in this virtual cluster."
         return rule.refusal(key, value)
+
+    def unknown_config(self, configs: Iterable[tuple[str, str | None]]) -> str | None:
+        """Kafka's INVALID_CONFIG message for the first name it does not know, where this policy would
+        refuse that name anyway (None: none, or the broker is left to judge it)."""
+        for key, _ in configs:
+            if key not in KAFKA_TOPIC_CONFIGS and key not in self.configs and not self.allow_unlisted_configs:
+                return f"Unknown topic config name: {key}"
+        return None
 
     def configs_refusal(self, configs: Iterable[tuple[str, str | None]]) -> str | None:
         for key, value in configs:

@@ -93,17 +93,7 @@ def differences(direct: Any, vc: Any, path: str = "") -> list[str]:
 
 # KNOWN: differences found by this harness and not fixed yet, each expected exactly (path: direct value,
 # VC value): one that no longer shows up fails the test too, so that its entry goes once it is fixed.
-KNOWN: dict[str, dict[str, tuple[Any, Any]]] = {
-    # An unknown topic config name: Kafka validates names before its AlterConfigPolicy (INVALID_CONFIG);
-    # the VC's topic policy refuses every key it does not list, known to Kafka or not.
-    "admin_calls": {
-        "/alter_unknown_config/error": ("INVALID_CONFIG", "POLICY_VIOLATION"),
-        "/alter_unknown_config/message": (
-            "Unknown topic config name: no.such.config",
-            "Topic config 'no.such.config' may not be set in this virtual cluster.",
-        ),
-    },
-}
+KNOWN: dict[str, dict[str, tuple[Any, Any]]] = {}
 
 
 def run_both(sides: tuple[eq.Side, eq.Side], scenario: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:

@@ -312,23 +312,24 @@ def test_unsupported_version():
 def test_dist_cache_reused_and_interrupted_run_redone(fake_bin, tmp_path):
     calls = tmp_path / "calls"
     # A fake mvn that "copies" the three jars the launcher checks for into -DoutputDirectory.
+    V = dist.DEFAULT_KAFKA_VERSION
     _script(
         fake_bin / "mvn",
         f"""echo run >> {calls}
 for a in "$@"; do case "$a" in -DoutputDirectory=*) out="${{a#-DoutputDirectory=}}";; esac; done
-mkdir -p "$out" && touch "$out/kafka_2.13-4.2.0.jar" "$out/kafka-tools-4.2.0.jar" "$out/log4j-slf4j-impl-2.25.3.jar"
+mkdir -p "$out" && touch "$out/kafka_2.13-{V}.jar" "$out/kafka-tools-{V}.jar" "$out/log4j-slf4j-impl-2.25.3.jar"
 """,
     )
     cache = tmp_path / "cache"
     libs = dist.ensure_dist(cache_dir=cache)
-    assert libs == cache / "4.2.0" / "libs"
-    assert (libs / "kafka_2.13-4.2.0.jar").exists()
-    assert "<version>4.2.0</version>" not in (cache / "4.2.0" / "pom.xml").read_text()  # our own pom
-    assert "<kafka.version>4.2.0</kafka.version>" in (cache / "4.2.0" / "pom.xml").read_text()
-    assert "<log4j.version>2.25.3</log4j.version>" in (cache / "4.2.0" / "pom.xml").read_text()
+    assert libs == cache / V / "libs"
+    assert (libs / f"kafka_2.13-{V}.jar").exists()
+    assert f"<version>{V}</version>" not in (cache / V / "pom.xml").read_text()  # our own pom
+    assert f"<kafka.version>{V}</kafka.version>" in (cache / V / "pom.xml").read_text()
+    assert "<log4j.version>2.25.3</log4j.version>" in (cache / V / "pom.xml").read_text()
     assert dist.ensure_dist(cache_dir=cache) == libs
     assert calls.read_text().count("run") == 1
-    (cache / "4.2.0" / ".complete").unlink()  # as if the first run had been interrupted
+    (cache / V / ".complete").unlink()  # as if the first run had been interrupted
     assert dist.ensure_dist(cache_dir=cache) == libs
     assert calls.read_text().count("run") == 2
 

@@ -84,6 +84,15 @@ def test_safe_default_configs(key, value, refused):
         assert why is not None and refused in why and f"'{key}'" in why
 
 
+def test_unknown_config_names_only_choose_the_error_of_a_refusal():
+    assert (
+        SAFE_DEFAULT.unknown_config([("retention.ms", "1"), ("no.such", "1")]) == "Unknown topic config name: no.such"
+    )
+    assert SAFE_DEFAULT.unknown_config([("flush.messages", "1")]) is None  # Kafka's: a policy refusal
+    # A policy open to unlisted keys forwards them: the broker judges names (newer Kafka knows more).
+    assert dataclasses.replace(SAFE_DEFAULT, allow_unlisted_configs=True).unknown_config([("no.such", "1")]) is None
+
+
 def test_budget_counts_each_admitted_topic_against_the_next():
     policy = TopicPolicy(max_topics=3, max_partitions=10, max_partitions_per_topic=4)
     budget = Budget(policy, Usage(topics=1, partitions=3))
@@ -214,6 +223,9 @@ def _create(*topics: tuple[str, int, dict[str, str]], version: int = 7) -> Any:
         (("sync", 1, {"flush.messages": "1"}), E.policy_violation, "'flush.messages' may not be set"),
         (("wide", 129, {}), E.policy_violation, "at most 128 partitions"),
         (("fine", 3, {"retention.ms": "86400000", "cleanup.policy": "compact"}), None, None),
+        # A name Kafka does not know is the broker's INVALID_CONFIG, not a rule (issue 18: franz-go's
+        # TestConsumeRegex probes with `kfake.is_internal`, the equivalence harness with a made-up key).
+        (("typo", 1, {"kfake.is_internal": "true"}), E.invalid_config, "Unknown topic config name: kfake.is_internal"),
     ],
 )
 def test_create_topics_follows_the_policy(shared, topic, error, words):
@@ -380,6 +392,7 @@ def test_describe_configs_of_a_topic_without_describe_configs_is_topic_authoriza
         ("carol", "orders", {"segment.ms": "1"}, E.policy_violation, "'segment.ms' must be at least"),
         ("carol", "orders", {"flush.messages": "1"}, E.policy_violation, "'flush.messages' may not be set"),
         ("carol", "orders", {"retention.ms": "1"}, E.policy_violation, "'retention.ms' must be at least"),
+        ("carol", "orders", {"no.such.config": "1"}, E.invalid_config, "Unknown topic config name: no.such.config"),
     ],
 )
 def test_alter_configs_on_topics_owner_and_policy(shared, api, version, user, topic, configs, error, words):

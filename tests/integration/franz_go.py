@@ -1,0 +1,186 @@
+"""franz-go's own integration tests (`pkg/kgo`), built at a pinned release and run against a real cluster.
+
+The tests are franz-go's, written by people who know every corner of their client: they are the strongest
+outside check that a virtual cluster cannot be told from a dedicated one. The module comes from the Go
+module proxy (`go mod download`, checked against the Go checksum database), is copied out of the read-only
+module cache and compiled with `go test -c`; nothing of it is kept in this repository.
+
+Each test runs in a process of its own with a time limit, so a hang fails in minutes and names the test;
+`go test -v` output is parsed into one outcome per test and subtest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+MODULE = "github.com/twmb/franz-go"
+VERSION = "v1.22.3"  # the newest release at the time; its tests include every test named below
+
+# The tests that need a broker, with a time limit each: about 3x their time through a VC on a loaded
+# 2-core machine with RECORDS records, so that only a hang (or a many-fold slowdown) reaches it.
+RECORDS = 5_000
+DEFAULT_LIMIT = 120.0
+TESTS: dict[str, float] = {
+    "TestPing": DEFAULT_LIMIT,
+    "TestIssue1034": DEFAULT_LIMIT,
+    "TestIssue325": DEFAULT_LIMIT,
+    "TestConsumeTopicRetrieval": DEFAULT_LIMIT,
+    "TestConsumeTopicRetrieval_Many": DEFAULT_LIMIT,
+    "TestConsumeRegex": DEFAULT_LIMIT,
+    "TestIssue337": DEFAULT_LIMIT,
+    "TestDirectPartitionPurge": DEFAULT_LIMIT,
+    "TestIssue434": DEFAULT_LIMIT,
+    "TestAddRemovePartitions": DEFAULT_LIMIT,
+    "TestPauseIssue489": DEFAULT_LIMIT,
+    "TestPauseIssueOct2023": DEFAULT_LIMIT,
+    "TestIssue523": DEFAULT_LIMIT,
+    "TestIssue648": DEFAULT_LIMIT,
+    "TestIssue810": DEFAULT_LIMIT,
+    "TestIssue865": DEFAULT_LIMIT,
+    "TestPooling": DEFAULT_LIMIT,
+    "TestGroupSimple": DEFAULT_LIMIT,
+    "TestGroupETL": 300.0,
+    "TestClient_Produce": DEFAULT_LIMIT,
+    "TestIssue769": DEFAULT_LIMIT,
+    "TestIssue831": DEFAULT_LIMIT,
+    "TestClient_ProduceLargeMessages": DEFAULT_LIMIT,
+    "TestTxnEtl": 420.0,
+    "TestShareGroup": DEFAULT_LIMIT,
+    "TestShareGroupETL": 300.0,
+    "TestShareGroupAckOnClose": DEFAULT_LIMIT,
+    "TestShareGroupOffsetsAdmin": DEFAULT_LIMIT,
+}
+
+REPORT_KEY = pytest.StashKey[str]()  # the table, for the terminal summary (tests/integration/conftest.py)
+
+# `--- PASS: TestGroupETL/range/848 (12.01s)`, indented two spaces per subtest level.
+_RESULT = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+) \(([\d.]+)s\)", re.MULTILINE)
+
+
+def build(workdir: Path) -> Path:
+    """Download the pinned module through the Go module proxy and compile pkg/kgo's tests into a binary."""
+    go = shutil.which("go")
+    assert go, "no go on PATH: franz-go's tests are built with Go (the Go module proxy reachable)"
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    downloaded = subprocess.run(
+        [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert downloaded.returncode == 0, downloaded.stdout + downloaded.stderr
+    info = json.loads(downloaded.stdout)
+    assert "Error" not in info, info["Error"]
+    source = workdir / "franz-go"
+    shutil.copytree(info["Dir"], source, dirs_exist_ok=True)  # the module cache is read-only
+    for path in (source, *source.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o200)
+    binary = workdir / "kgo.test"
+    built = subprocess.run(
+        [go, "test", "-c", "-o", str(binary), "./pkg/kgo"],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    return binary
+
+
+@dataclass
+class Run:
+    """One franz-go test run one way: its outcome, each subtest's, its wall time and its log."""
+
+    way: str
+    test: str
+    status: str  # PASS, FAIL, SKIP, or HANG (the time limit ended it)
+    seconds: float
+    subtests: dict[str, str] = field(default_factory=dict)
+    log: Path | None = None
+
+    def tail(self, lines: int = 60) -> str:
+        if self.log is None:
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def outcomes(output: str) -> dict[str, str]:
+    """Each test's and subtest's last reported outcome in `go test -v` output."""
+    return {name: status for status, name, _ in _RESULT.findall(output)}
+
+
+def run(binary: Path, test: str, way: str, seeds: str, logdir: Path, limit: float | None = None) -> Run:
+    """Run one test of the binary against `seeds`; the binary's own -test.timeout panics with every
+    goroutine's stack (the picture of a hang), and a process that outlives it is killed."""
+    limit = limit or TESTS.get(test, DEFAULT_LIMIT)
+    log = logdir / f"{test}.{way}.log"
+    env = {
+        **os.environ,
+        "KGO_SEEDS": seeds,
+        "KGO_TEST_RF": "3",
+        "KGO_TEST_RECORDS": str(RECORDS),
+        "KGO_LOG_LEVEL": os.environ.get("KGO_LOG_LEVEL", "info"),
+    }
+    command = [str(binary), "-test.run", f"^{test}$", "-test.v", "-test.timeout", f"{limit:.0f}s", "-test.count=1"]
+    started = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        try:
+            code = proc.wait(limit + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    seconds = time.monotonic() - started
+    text = log.read_text(errors="replace")
+    results = outcomes(text)
+    status = results.get(test, "FAIL")
+    if "panic: test timed out after" in text or code is None or code < 0:
+        status = "HANG"
+    elif code != 0 and status == "PASS":
+        status = "FAIL"  # a pass followed by a failing exit (a leak check, a panic in cleanup)
+    subtests = {name: outcome for name, outcome in results.items() if name != test}
+    return Run(way, test, status, seconds, subtests, log)
+
+
+def differences(direct: Run, other: Run) -> list[str]:
+    """What passed directly but not the other way: the test itself and every subtest (a skip counts,
+    since a client skips a test when the proxy hides a feature the broker has)."""
+    found = []
+    if direct.status == "PASS" and other.status != "PASS":
+        found.append(f"{other.test}: {other.status} {other.way} (PASS directly)")
+    for name, outcome in direct.subtests.items():
+        theirs = other.subtests.get(name, "missing")
+        if outcome == "PASS" and theirs != "PASS":
+            found.append(f"{name}: {theirs} {other.way} (PASS directly)")
+    return found
+
+
+def table(runs: dict[str, dict[str, Run]], ways: list[str]) -> str:
+    """A Markdown table: one row per test, its outcome and time each way."""
+    lines = [
+        "| test | " + " | ".join(ways) + " |",
+        "|---|" + "---|" * len(ways),
+    ]
+    for test, by_way in runs.items():
+        cells = [f"{by_way[w].status} {by_way[w].seconds:.1f} s" if w in by_way else "-" for w in ways]
+        lines.append(f"| {test} | " + " | ".join(cells) + " |")
+    totals = [sum(r[w].seconds for r in runs.values() if w in r) for w in ways]
+    passed = [sum(r[w].status == "PASS" for r in runs.values() if w in r) for w in ways]
+    lines.append(
+        "| **passed, total time** | "
+        + " | ".join(f"{p}/{len(runs)}, {t:.0f} s" for p, t in zip(passed, totals, strict=True))
+        + " |"
+    )
+    return "\n".join(lines)

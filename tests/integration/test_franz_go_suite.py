@@ -1,0 +1,97 @@
+"""franz-go's own integration tests, three ways against the session's cluster: directly, through the proxy
+without tenancy, and through a virtual cluster (client id `kgo`, franz-go's default, bound to a VC).
+
+A test (or subtest) that passes directly must pass through the proxy and through the VC: a failure, a
+skip (the proxy hid a feature) or a hang (the per-test limit in tests/integration/franz_go.py) fails this
+test with the log's tail. `make compat` runs this module alone and prints the table of docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from proxy.process import ProxyProcess, proxy_config
+
+from . import franz_go
+from .ports import free_port_block
+from .tenants import tenancy_config
+
+WAYS = ["direct", "proxy", "virtual cluster"]
+RESULTS: dict[str, dict[str, franz_go.Run]] = {}  # test -> way -> run, for the report
+WORKERS = 3  # franz-go test processes at once: one test three ways (more overloads a 2-core machine)
+
+
+@pytest.fixture(scope="module")
+def kgo_binary(tmp_path_factory) -> Path:
+    return franz_go.build(tmp_path_factory.mktemp("franz-go"))
+
+
+# franz-go's ETL tests open about 650 connections each, all from 127.0.0.1 here: more than the proxy's
+# per-address default (limits.max_connections_per_ip, 1000) once two run at once. A broker has no such
+# default; an operator whose clients share one address raises it as these proxies do.
+LIMITS = {"max_connections_per_ip": 20000}
+
+
+@pytest.fixture(scope="module")
+def kgo_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
+    config = proxy_config(kafka_cluster.bootstrap, free_port_block(), limits=LIMITS)
+    process = ProxyProcess(config, tmp_path_factory.mktemp("kgo-proxy"), name="kgo-proxy").start(timeout=120)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def kgo_vc_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
+    vcs = [{"name": "kgo", "client_ids": ["kgo"]}]
+    config = tenancy_config(kafka_cluster, free_port_block(), vcs, limits=LIMITS)
+    process = ProxyProcess(config, tmp_path_factory.mktemp("kgo-vc"), name="kgo-vc").start(timeout=120)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def suite(
+    kafka_cluster, kgo_proxy, kgo_vc_proxy, kgo_binary, tmp_path_factory
+) -> Iterator[dict[tuple[str, str], Future]]:
+    """Every (test, way) run, queued at once on a few workers, longest tests first: the three ways of a
+    test run side by side (each process has its own time limit, so a hang ends in minutes)."""
+    seeds = {"direct": kafka_cluster.bootstrap, "proxy": kgo_proxy.bootstrap, "virtual cluster": kgo_vc_proxy.bootstrap}
+    logdir = tmp_path_factory.mktemp("kgo-logs")
+    order = sorted(franz_go.TESTS, key=lambda t: -franz_go.TESTS[t])
+    with ThreadPoolExecutor(WORKERS) as pool:
+        yield {
+            (test, way): pool.submit(franz_go.run, kgo_binary, test, way, seeds[way], logdir)
+            for test in order
+            for way in WAYS
+        }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report(request) -> Iterator[None]:
+    yield
+    if RESULTS:
+        text = franz_go.table(RESULTS, WAYS)
+        target = os.environ.get("VCPROXY_FRANZ_GO_REPORT")
+        if target:
+            Path(target).write_text(text + "\n")
+        request.config.stash[franz_go.REPORT_KEY] = text
+
+
+@pytest.mark.parametrize("test", list(franz_go.TESTS))
+def test_franz_go(test, suite, kgo_proxy, kgo_vc_proxy):
+    by_way = {way: suite[test, way].result() for way in WAYS}
+    RESULTS[test] = by_way
+    direct = by_way["direct"]
+    assert direct.status in ("PASS", "SKIP"), f"{test} does not pass directly:\n{direct.tail()}"
+    problems = []
+    for way, process in (("proxy", kgo_proxy), ("virtual cluster", kgo_vc_proxy)):
+        found = franz_go.differences(direct, by_way[way])
+        if found:
+            problems.append("\n".join(found) + f"\n--- {way} log:\n{by_way[way].tail()}\n--- proxy log:\n")
+            problems.append(process.log_tail(lines=30))
+    assert not problems, "\n".join(problems)
