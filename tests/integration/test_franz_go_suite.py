@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -54,21 +55,31 @@ def kgo_vc_proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     process.stop()
 
 
+@dataclass
+class Suite:
+    binary: Path
+    seeds: dict[str, str]  # way -> bootstrap
+    logdir: Path
+    runs: dict[tuple[str, str], Future[franz_go.Run]]  # (test, way) -> its run
+
+    def rerun(self, test: str, way: str) -> franz_go.Run:
+        return franz_go.run(self.binary, test, way, self.seeds[way], self.logdir)
+
+
 @pytest.fixture(scope="module")
-def suite(
-    kafka_cluster, kgo_proxy, kgo_vc_proxy, kgo_binary, tmp_path_factory
-) -> Iterator[dict[tuple[str, str], Future]]:
+def suite(kafka_cluster, kgo_proxy, kgo_vc_proxy, kgo_binary, tmp_path_factory) -> Iterator[Suite]:
     """Every (test, way) run, queued at once on a few workers, longest tests first: the three ways of a
     test run side by side (each process has its own time limit, so a hang ends in minutes)."""
     seeds = {"direct": kafka_cluster.bootstrap, "proxy": kgo_proxy.bootstrap, "virtual cluster": kgo_vc_proxy.bootstrap}
     logdir = tmp_path_factory.mktemp("kgo-logs")
     order = sorted(franz_go.TESTS, key=lambda t: -franz_go.TESTS[t])
     with ThreadPoolExecutor(WORKERS) as pool:
-        yield {
+        runs = {
             (test, way): pool.submit(franz_go.run, kgo_binary, test, way, seeds[way], logdir)
             for test in order
             for way in WAYS
         }
+        yield Suite(kgo_binary, seeds, logdir, runs)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -84,10 +95,14 @@ def report(request) -> Iterator[None]:
 
 @pytest.mark.parametrize("test", list(franz_go.TESTS))
 def test_franz_go(test, suite, kgo_proxy, kgo_vc_proxy):
-    by_way = {way: suite[test, way].result() for way in WAYS}
+    by_way = {way: suite.runs[test, way].result() for way in WAYS}
     RESULTS[test] = by_way
     direct = by_way["direct"]
-    assert direct.status in ("PASS", "SKIP"), f"{test} does not pass directly:\n{direct.tail()}"
+    if direct.status not in ("PASS", "SKIP"):
+        # franz-go's own timing can fail a test on a loaded machine, directly: the baseline gets one more
+        # try (alone). The other ways never do: an intermittent failure through the proxy is what we hunt.
+        direct = by_way["direct"] = suite.rerun(test, "direct")
+    assert direct.status in ("PASS", "SKIP"), f"{test} does not pass directly, twice:\n{direct.tail()}"
     problems = []
     for way, process in (("proxy", kgo_proxy), ("virtual cluster", kgo_vc_proxy)):
         found = franz_go.differences(direct, by_way[way])

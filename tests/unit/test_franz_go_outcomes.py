@@ -1,0 +1,37 @@
+"""The franz-go suite's verdict (tests/integration/franz_go.py): `go test -v` output parsed per test and
+subtest, and what counts as a difference from the direct run."""
+
+from __future__ import annotations
+
+from tests.integration.franz_go import Run, differences, outcomes, table
+
+OUTPUT = """=== RUN   TestTxnEtl
+=== RUN   TestTxnEtl/range
+=== RUN   TestTxnEtl/range/848
+    --- PASS: TestTxnEtl/range/848 (12.01s)
+    --- SKIP: TestTxnEtl/sticky (0.00s)
+--- FAIL: TestTxnEtl (51.30s)
+"""
+
+
+def test_outcomes_of_each_test_and_subtest():
+    assert outcomes(OUTPUT) == {"TestTxnEtl/range/848": "PASS", "TestTxnEtl/sticky": "SKIP", "TestTxnEtl": "FAIL"}
+
+
+def test_what_passed_directly_must_pass_the_other_way_a_skip_or_a_hang_included():
+    direct = Run("direct", "T", "PASS", 1.0, {"T/a": "PASS", "T/b": "SKIP"})
+    assert differences(direct, Run("proxy", "T", "PASS", 1.0, {"T/a": "PASS", "T/b": "PASS"})) == []
+    assert differences(direct, Run("proxy", "T", "PASS", 1.0, {"T/a": "SKIP", "T/b": "SKIP"})) == [
+        "T/a: SKIP proxy (PASS directly)"
+    ]
+    hung = differences(direct, Run("vc", "T", "HANG", 120.0, {}))
+    assert hung == ["T: HANG vc (PASS directly)", "T/a: missing vc (PASS directly)"]
+    # Nothing to compare with when the direct run did not pass.
+    assert differences(Run("direct", "T", "FAIL", 1.0, {}), Run("proxy", "T", "FAIL", 1.0, {})) == []
+
+
+def test_the_table_counts_passes_and_time_per_way():
+    runs = {"T": {"direct": Run("direct", "T", "PASS", 2.0), "proxy": Run("proxy", "T", "HANG", 120.0)}}
+    text = table(runs, ["direct", "proxy"])
+    assert "| T | PASS 2.0 s | HANG 120.0 s |" in text
+    assert "| **passed, total time** | 1/1, 2 s | 0/1, 120 s |" in text
