@@ -421,6 +421,9 @@ class VirtualClusterSeedConfig(_Strict):
     `allow.everyone.if.no.acl.found=false`). Unset: `tenancy.allow_everyone_if_no_acl_found`."""
     topic_policy: TopicPolicyConfig | None = None
     """This VC's topic policy: the keys given here override `tenancy.topic_policy`'s (configs key by key)."""
+    delete_physical_topics: bool | None = None
+    """Whether deleting this VC's last link to a physical topic deletes the topic too. Unset:
+    `tenancy.delete_physical_topics`."""
 
     @field_validator("name")
     @classmethod
@@ -451,9 +454,10 @@ class TenancyConfig(_Strict):
     auto_create_topics: bool = False
     """Metadata requests with AllowAutoTopicCreation create missing topics in the VC (needs the broker's
     auto.create.topics.enable); false: they get UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation off."""
-    delete_physical_topic_with_last_link: bool = True
-    """DeleteTopics in a VC removes the link; this also deletes the physical topic when no VC links it any
-    more. False keeps such topics (orphaned, for an operator to inspect or delete)."""
+    delete_physical_topics: bool = False
+    """DeleteTopics in a VC removes the VC's link (KIP-1134). True also deletes the physical topic when its
+    last link goes; false (the KIP's default) keeps it, for an operator to delete from kafka-cluster
+    (`vcproxy state orphans`). A VC's seed entry may say otherwise for that VC."""
     state_topic_readers: list[str] = []
     """Principals bound to no VC that may read and describe the state topic through the proxy (operators,
     e.g. "User:ops"). Nobody may write, delete or reconfigure it through the proxy."""
@@ -493,6 +497,24 @@ class TenancyConfig(_Strict):
                     policy = seed.topic_policy.build(policy)
             self._policies[vc] = policy
         return policy
+
+    def delete_physical_topics_for(self, vc: str) -> bool:
+        """A VC's choice for the physical topic of its last link (its seed entry, else the default)."""
+        for seed in self.virtual_clusters:
+            if seed.name == vc and seed.delete_physical_topics is not None:
+                return seed.delete_physical_topics
+        return self.delete_physical_topics
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        # An old config's key: an explicit error rather than a silent change of what deletes do.
+        if isinstance(data, dict) and "delete_physical_topic_with_last_link" in data:
+            raise ValueError(
+                "delete_physical_topic_with_last_link was renamed delete_physical_topics (default false: "
+                "deleting a topic in a VC removes only its link)"
+            )
+        return data
 
     def allow_if_no_acl(self, vc: str) -> bool:
         """A VC's choice for resources none of its ACLs names (its seed entry, else the default)."""

@@ -448,7 +448,7 @@ class ProxyServer:
                 self.tenancy.image,
                 Policy(
                     auto_create_topics=tc.auto_create_topics,
-                    delete_physical_topic=tc.delete_physical_topic_with_last_link,
+                    delete_physical_topic=tc.delete_physical_topics_for,
                     topic_policy=tc.topic_policy_for,
                 ),
             )

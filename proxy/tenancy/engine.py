@@ -75,7 +75,9 @@ class Policy:
     # (through the broker's own auto-creation, under a physical name derived from VC and link, so
     # concurrent requests agree on it) or answer UNKNOWN_TOPIC_OR_PARTITION.
     auto_create_topics: bool = False
-    delete_physical_topic: bool = True  # when its last link goes
+    # vc name -> whether the physical topic goes with the VC's last link to it (KIP-1134: kept by default,
+    # for an operator to delete from kafka-cluster); the config's `delete_physical_topics` and seed entries.
+    delete_physical_topic: Callable[[str], bool] = field(default=lambda _vc: False)
     # vc name -> that VC's topic policy (proxy/tenancy/policy.py): the config's `tenancy.topic_policy`
     # and the VC's seed entry's override; a callable so that it can come from the state topic later.
     topic_policy: Callable[[str], TopicPolicy] = field(default=lambda _vc: SAFE_DEFAULT)

@@ -603,9 +603,10 @@ def create_topics_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any
 
 
 def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    """Deleting a topic in a VC deletes the link; the physical topic goes only with its last link
-    (and only if policy.delete_physical_topic), as KIP-1134 describes: a VC that shares a topic with
-    others (owner or not) only removes its own link. DELETE on the topic is checked first, for every
+    """Deleting a topic in a VC deletes the link; the physical topic goes only with its last link, and
+    only if the VC's policy.delete_physical_topic says so (by default it stays, as KIP-1134 describes:
+    an operator deletes it from kafka-cluster); a VC that shares a topic with others (owner or not) only
+    removes its own link. DELETE on the topic is checked first, for every
     topic, whether the broker or the proxy answers it: refused, it goes to the broker as a name that
     exists nowhere and comes back TOPIC_AUTHORIZATION_FAILED (proxy/acl/access.py)."""
     problem = engine.image.state_problem
@@ -624,7 +625,7 @@ def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         if not _acl_allows(ex, "topic", link):
             return True  # the generic pass sends a placeholder; TOPIC_AUTHORIZATION_FAILED on the way back
         others = [x for x in engine.image.links_to(physical) if x != (vc.name, link)]
-        if others or not engine.policy.delete_physical_topic:
+        if others or not engine.policy.delete_physical_topic(vc.name):
             local.append((link, physical, engine.image.topic_ids.get(physical)))  # type: ignore[arg-type]
             return False
         forward_links[physical] = link  # type: ignore[assignment]

@@ -144,3 +144,28 @@ def test_users_and_users_file_are_exclusive(tmp_path):
     credentials = {"users_file": str(path), "users": {"bob": make_entry("b", 4096, ["SCRAM-SHA-256"])}}
     with pytest.raises(ConfigError, match="set users or users_file, not both"):
         parse_config({"upstream": {"bootstrap_servers": ["k:1"]}, "credentials": credentials}, "f.yaml")
+
+
+def test_delete_physical_topics_is_off_by_default_and_set_per_vc():
+    """KIP-1134: deleting in a VC removes the link; the physical topic goes only where the operator says."""
+    tenancy = {
+        "enabled": True,
+        "virtual_clusters": [{"name": "keep"}, {"name": "purge", "delete_physical_topics": True}],
+    }
+    config = parse_config({"upstream": {"bootstrap_servers": ["k:9092"]}, "tenancy": tenancy})
+    assert config.tenancy.delete_physical_topics is False
+    assert [config.tenancy.delete_physical_topics_for(vc) for vc in ("keep", "purge", "other")] == [False, True, False]
+    tenancy = {
+        **tenancy,
+        "delete_physical_topics": True,
+        "virtual_clusters": [{"name": "keep", "delete_physical_topics": False}],
+    }
+    config = parse_config({"upstream": {"bootstrap_servers": ["k:9092"]}, "tenancy": tenancy})
+    assert [config.tenancy.delete_physical_topics_for(vc) for vc in ("keep", "other")] == [False, True]
+
+
+def test_the_old_delete_key_is_refused_with_its_new_name():
+    data = {"upstream": {"bootstrap_servers": ["k:9092"]}, "tenancy": {"delete_physical_topic_with_last_link": True}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "f.yaml")
+    assert "renamed delete_physical_topics" in str(info.value)

@@ -7,7 +7,6 @@ import uuid
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
-from kio.schema.delete_topics.v6.response import DeletableTopicResult, DeleteTopicsResponse
 from kio.schema.errors import ErrorCode
 
 from proxy.core.session import Action
@@ -100,16 +99,13 @@ def test_a_deleted_link_is_recreated_under_a_new_generation():
     for record in result.writes:
         image.apply(*record)
     delete = codec._empty(DeleteTopicsRequest, topics=(codec._empty(DeleteTopicState, name="payments"),))
-    forward(session, 20, 6, delete)
-    _, result = answer(
-        session,
-        20,
-        6,
-        codec._empty(DeleteTopicsResponse, responses=(codec._empty(DeletableTopicResult, name=first),)),
-    )
-    assert result.writes[:2] == [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
-    for record in result.writes:
+    decision = session.on_request(memoryview(request_frame(20, 6, 2, delete)))
+    assert decision.action is Action.LOCAL  # the physical topic is kept (tenancy.delete_physical_topics: false)
+    writes = session.next_local_reply().writes
+    assert writes == [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
+    for record in writes:
         image.apply(*record)
+    # The same name again: a new physical topic, never the kept one.
     second = forward(tenant_session(image), 19, 7, _create("payments")).topics[0].name
     assert second == created_topic_for(vc.id, "payments", 1) != first
 

@@ -358,7 +358,7 @@ def test_consumer_protocol_bytes_in_join_and_sync_are_translated():
     assert decoded.assigned_partitions[0].topic == "orders"
 
 
-def test_create_topics_links_a_new_uuid_topic_and_delete_removes_link_and_topic():
+def test_create_topics_links_a_new_uuid_topic_and_delete_removes_link_and_topic_when_opted_in():
     from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
     from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
     from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
@@ -390,7 +390,9 @@ def test_create_topics_links_a_new_uuid_topic_and_delete_removes_link_and_topic(
         image.apply(*record)
     assert image.vcs["team-a"].physical_topic("payments") == physical
 
-    session = tenant_session(image)
+    # tenancy.delete_physical_topics for team-a: the physical topic goes with its last link.
+    opted_in = Policy(delete_physical_topic=lambda vc: vc == "team-a")
+    session = ProxySession(LAYOUT, tenancy=Tenancy(image, opted_in), principal="User:team-a-user", broker=1)
     sent = forward(
         session,
         20,
@@ -409,6 +411,22 @@ def test_create_topics_links_a_new_uuid_topic_and_delete_removes_link_and_topic(
     assert got.responses[0].name == "payments"
     assert link_record("team-a", "payments", None) in result.writes
     assert topic_record(physical, None) in result.writes
+
+
+def test_delete_topics_by_default_unlinks_and_keeps_the_physical_topic():
+    """KIP-1134: deleting in a VC removes the link; the broker is not asked to delete anything."""
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+
+    image, physical = make_image()
+    topic_id = uuid.uuid4()
+    image.apply(*topic_record(physical["team-a"], topic_id))
+    session = tenant_session(image)
+    by_id = codec._empty(DeleteTopicsRequest, topics=(DeleteTopicState(name=None, topic_id=topic_id),))
+    decision = session.on_request(memoryview(request_frame(20, 6, 9, by_id)))
+    assert decision.action is Action.LOCAL
+    pending = session.next_local_reply()
+    assert pending.writes == [gen_record("team-a", "orders", 1), link_record("team-a", "orders", None)]
+    assert topic_record(physical["team-a"], None) not in pending.writes  # the topic (and its id) stays
 
 
 def test_shared_topic_delete_only_unlinks_without_touching_the_broker():
