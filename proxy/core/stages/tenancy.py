@@ -13,6 +13,7 @@ from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
 from ...rules import tenant_rules
 from ...tenancy import guard as state_guard
+from ...tenancy import linked
 from ...tenancy.engine import TenantEngine
 from ...tenancy.handlers import registry
 from ...tenancy.model import TenancyError
@@ -73,10 +74,11 @@ class TenancyStage:
         return None
 
     def _guard(self, ex: Exchange) -> RequestDecision | None:
-        """A principal in no VC: the state topic is hidden, and only its readers may read it."""
+        """A principal in no VC: the state topic is hidden, and only its readers may read it; linked
+        physical topics are not deleted."""
         guard = getattr(self.tenancy.image, "guard", None)
         if guard is None:
-            return None
+            return self._linked(ex)
         info, header = ex.info, ex.header
         assert info is not None and header is not None and isinstance(ex.frame, memoryview)
         try:
@@ -87,7 +89,7 @@ class TenancyStage:
             # Fails closed: the broker might accept what kio does not (e.g. an unknown tagged field).
             return close(f"cannot check {info.name} v{ex.api_version} for the state topic: {exc}")
         if outcome is None:
-            return None
+            return self._linked(ex)
         if isinstance(outcome, state_guard.Refusal):
             log.warning("refusing %s: %s", info.name, outcome.why)
             if outcome.body is None or outcome.acks == 0:
@@ -96,9 +98,31 @@ class TenancyStage:
         ex.tenant = outcome
         return None
 
+    def _linked(self, ex: Exchange) -> RequestDecision | None:
+        """DeleteTopics from kafka-cluster: topics a VC links are refused (proxy/tenancy/linked.py)."""
+        if ex.api_key != linked.DELETE_TOPICS:
+            return None
+        assert ex.info is not None and ex.header is not None and ex.frame is not None
+        # The request as the stages before left it (kafka-cluster's ACLs may have swapped refused topics).
+        request = b"".join(bytes(p) for p in ex.pieces) if ex.pieces is not None else ex.frame
+        offset = ex.header.body_offset
+        try:
+            found = linked.check(self.tenancy.image, ex.api_version, request, offset)
+        except (CodecError, *MALFORMED) as exc:
+            return close(f"cannot check {ex.info.name} v{ex.api_version} for linked topics: {exc}")
+        if found is None:
+            return None
+        body, ex.tenant = found
+        head = bytes(request[4:offset])
+        ex.pieces = [(len(head) + len(body)).to_bytes(4, "big"), head, body]
+        return None
+
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
         call = ex.tenant
         if call is None:
+            return
+        if isinstance(call, linked.LinkedDeletes):
+            msg.set_entity(linked.fix_response(call, msg.entity()))
             return
         if isinstance(call, state_guard.ListingFilter):
             msg.set_entity(state_guard.filter_response(call.guard, call, msg.entity()))
