@@ -8,7 +8,7 @@ answer has left, so telemetry reads what it needs from it instead of from the se
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ class Action(enum.Enum):
     FORWARD = "forward"  # send the request upstream; a response follows unless `pending` is None (acks=0)
     LOCAL = "local"  # answer with the exchange's `reply`, in request order
     CLOSE = "close"  # close the connection (what a broker does with a request it cannot parse)
-    CHECK = "check"  # run `check.run` off the event loop, then `resume(result)` gives the real decision
+    CHECK = "check"  # run `check.run` off the event loop (or await `work`), then `resume(result)` decides
 
 
 @dataclass(slots=True)
@@ -88,7 +88,8 @@ class RequestDecision:
     pieces: list[bytes | memoryview] | None = None  # the request to forward (None: the frame as received)
     frame: bytes | memoryview | None = None  # the request in the version sent upstream, if the proxy changed it
     check: PasswordCheck | None = None  # CHECK: the slow work
-    resume: Callable[[bool], RequestDecision] | None = None  # CHECK: the decision once the work is done
+    resume: Callable[[Any], RequestDecision] | None = None  # CHECK: the decision once the work is done
+    work: Callable[[], Awaitable[Any]] | None = None  # CHECK: I/O on the loop instead (the broker's listings)
     delay: float = 0.0  # seconds to hold the request before acting on it (quotas)
     # FORWARD: the proxy's own requests (`Exchange.internal`, each with its `frame`) to send before this one,
     # on an upstream connection opened without the proxy's login (`relay`: the broker judges the client).

@@ -94,6 +94,7 @@ class ProxySession:
         allow_if_no_acl: Callable[[str], bool] = lambda vc: True,
         cluster_operator: Callable[[str | None], bool] | None = None,
         broker: Hashable | None = None,
+        listings: Any = None,
     ):
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -130,7 +131,8 @@ class ProxySession:
             assert authorize is not None
             tenant = TenancyStage(ctx, tenancy)
             self.binding = BindingStage(ctx, tenancy, tenant.engine_for, frozenset(super_admins))
-            manage = ManagementStage(authorize.caller, lambda: tenancy.image)
+            # `listings`: the broker's groups and transactional ids, for Describe/DeleteVirtualClusters.
+            manage = ManagementStage(authorize.caller, lambda: tenancy.image, listings)
             # Quotas and their RPCs; `cluster_operator` (principal -> holds the right on kafka-cluster) decides
             # who writes VC caps, the VC default and the global levels (default: the super admins).
             quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)

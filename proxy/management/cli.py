@@ -68,8 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=_run)
         return parser
 
-    for name, text in (("create", "create a virtual cluster"), ("delete", "delete an empty virtual cluster")):
-        command(name, text).add_argument("--validate-only", action="store_true", help="check only; change nothing")
+    command("create", "create a virtual cluster").add_argument(
+        "--validate-only", action="store_true", help="check only; change nothing"
+    )
+    delete = command("delete", "delete an empty virtual cluster")
+    delete.add_argument("--validate-only", action="store_true", help="check only; change nothing")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it although it still has groups or transactional ids: its groups and their committed "
+        "offsets are deleted first (transactional ids expire on their own)",
+    )
     command("list", "list the virtual clusters this principal may see", vc=False)
     command("describe", "show a virtual cluster's links, users, client ids, groups, transactional ids and admins")
     alter = command("alter", "add a resource to a virtual cluster, or remove one")
@@ -144,7 +153,10 @@ def _request(args: argparse.Namespace) -> Any:
         )
     if args.vc_command == "delete":
         return m.DeleteVirtualClustersRequest(
-            virtual_clusters=(m.DeletableVirtualCluster(name=name),), timeout_ms=timeout, validate_only=validate
+            virtual_clusters=(m.DeletableVirtualCluster(name=name),),
+            timeout_ms=timeout,
+            validate_only=validate,
+            force=bool(args.force),
         )
     if args.vc_command == "list":
         return m.ListVirtualClustersRequest()

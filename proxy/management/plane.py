@@ -54,11 +54,13 @@ from ..tenancy.model import (
 )
 from ..tenancy.rights import ANONYMOUS, Rights, admin_bindings
 from . import schema as m
+from .inventory import Listing, groups_of, named, own_groups, own_txns, txns_of
 
 Record = tuple[str, dict[str, Any] | None]
 Op = Operation
 
 NONE = 0
+COORDINATOR_NOT_AVAILABLE = 15
 CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
 POLICY_VIOLATION = 44
@@ -126,9 +128,50 @@ def advertised(image: TenancyImage, caller: Caller) -> set[int]:
     return set()
 
 
-def handle(image: TenancyImage, caller: Caller, request: Any) -> tuple[Any, list[Record]]:
+def handle(
+    image: TenancyImage,
+    caller: Caller,
+    request: Any,
+    listing: Listing | None = None,
+    unpurged: dict[str, str] | None = None,
+) -> tuple[Any, list[Record]]:
+    """`listing`: the broker's groups and transactional ids (Describe and Delete use it; None: not asked,
+    as without an upstream). `unpurged`: VC -> why its groups could not be deleted (a forced Delete)."""
+    caller = caller.on(image)
+    if isinstance(request, m.DescribeVirtualClustersRequest):
+        return _describe(image, caller, request, listing)
+    if isinstance(request, m.DeleteVirtualClustersRequest):
+        return _delete(image, caller, request, listing, unpurged or {})
     handler = _HANDLERS[type(request)]
-    return handler(image, caller.on(image), request)
+    return handler(image, caller, request)
+
+
+def needs_listing(image: TenancyImage, caller: Caller, request: Any) -> bool:
+    """Whether answering `request` needs the broker's groups and transactional ids: a Describe or Delete
+    of a VC that exists and that the caller may describe or delete (others are answered without)."""
+    caller = caller.on(image)
+    if isinstance(request, m.DescribeVirtualClustersRequest):
+        op = Op.DESCRIBE_VIRTUAL_CLUSTER
+    elif isinstance(request, m.DeleteVirtualClustersRequest):
+        op = Op.DELETE_VIRTUAL_CLUSTER
+    else:
+        return False
+    return any(vc.name in image.vcs and caller.may(op, vc.name) for vc in request.virtual_clusters)
+
+
+def groups_to_purge(image: TenancyImage, request: Any, response: Any, listing: Listing) -> dict[str, list[str]]:
+    """A forced Delete's VCs that would go, each with its own groups' physical ids (DeleteGroups upstream
+    before the VC is deleted: once it is, nobody can name them any more)."""
+    if not (isinstance(request, m.DeleteVirtualClustersRequest) and request.force) or request.validate_only:
+        return {}
+    out = {}
+    for result in response.responses:
+        vc = image.vcs.get(result.name)
+        if int(result.error_code) == NONE and vc is not None:
+            groups = sorted(own_groups(vc, listing).values())
+            if groups:
+                out[vc.name] = groups
+    return out
 
 
 class _Refused(Exception):
@@ -173,7 +216,13 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
     return m.CreateVirtualClustersResponse(virtual_clusters=tuple(results)), [] if request.validate_only else records
 
 
-def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualClustersRequest) -> tuple[Any, list[Record]]:
+def _delete(
+    image: TenancyImage,
+    caller: Caller,
+    request: m.DeleteVirtualClustersRequest,
+    listing: Listing | None = None,
+    unpurged: dict[str, str] | None = None,
+) -> tuple[Any, list[Record]]:
     records: list[Record] = []
     results = []
     for item in request.virtual_clusters:
@@ -190,6 +239,7 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
             left = _contents(image, name)
             if left:
                 raise _Refused(POLICY_VIOLATION, f"virtual cluster {name!r} is not empty: {left}; remove them first")
+            _on_the_broker(vc, request.force, listing, (unpurged or {}).get(name))
 
         code, message = _check(check)
         if code == NONE:
@@ -205,6 +255,28 @@ def _delete(image: TenancyImage, caller: Caller, request: m.DeleteVirtualCluster
             records.append(vc_delete(name))
         results.append(m.DeletableVirtualClusterResult(name=name, error_code=i16(code), error_message=message))
     return m.DeleteVirtualClustersResponse(responses=tuple(results)), [] if request.validate_only else records
+
+
+def _on_the_broker(vc: Any, force: bool, listing: Listing | None, unpurged: str | None) -> None:
+    """The VC's own groups and transactional ids (the broker's listing) refuse an unforced delete; a
+    forced one deletes the groups first, and is refused if some could not be."""
+    if listing is None:
+        return
+    if listing.error is not None:
+        raise _Refused(
+            COORDINATOR_NOT_AVAILABLE,
+            f"cannot tell whether {vc.name!r} still has groups or transactional ids: {listing.error}",
+        )
+    groups, txns = sorted(own_groups(vc, listing)), sorted(own_txns(vc, listing))
+    if (groups or txns) and not force:
+        left = " and ".join(named(w, n) for w, n in (("group", groups), ("transactional id", txns)) if n)
+        raise _Refused(
+            POLICY_VIOLATION,
+            f"virtual cluster {vc.name!r} still has {left}; delete them first, or delete with force "
+            "(which deletes the groups and their committed offsets)",
+        )
+    if unpurged is not None:
+        raise _Refused(POLICY_VIOLATION, unpurged)
 
 
 def _contents(image: TenancyImage, name: str) -> str:
@@ -240,7 +312,7 @@ def _list(image: TenancyImage, caller: Caller, request: m.ListVirtualClustersReq
 
 
 def _describe(
-    image: TenancyImage, caller: Caller, request: m.DescribeVirtualClustersRequest
+    image: TenancyImage, caller: Caller, request: m.DescribeVirtualClustersRequest, listing: Listing | None = None
 ) -> tuple[Any, list[Record]]:
     results = []
     for item in request.virtual_clusters:
@@ -265,13 +337,21 @@ def _describe(
                 topic_links=links,
                 users=tuple(principals),
                 client_ids=tuple(client_ids),
-                transactional_ids=tuple(sorted(vc.txns)),
-                consumer_groups=tuple(sorted(vc.groups)),
+                transactional_ids=tuple(txns_of(vc, listing)),
+                consumer_groups=tuple(groups_of(vc, listing)),
                 cluster_id=vc.cluster_id,
                 admins=tuple(sorted(caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, name) - _everywhere(caller))),
+                error_message=_partial(listing),
             )
         )
     return m.DescribeVirtualClustersResponse(virtual_clusters=tuple(results)), []
+
+
+def _partial(listing: Listing | None) -> str | None:
+    """A describe whose broker listing failed still answers, saying what is missing."""
+    if listing is None or listing.error is None:
+        return None
+    return f"groups and transactional ids: only those assigned are shown; the brokers' listing failed: {listing.error}"
 
 
 def _everywhere(caller: Caller) -> set[str]:
@@ -733,9 +813,7 @@ WILDCARD_ANY = "User:*"
 _HANDLERS: dict[type, Callable[[TenancyImage, Caller, Any], tuple[Any, list[Record]]]] = {
     m.CreateVirtualClustersRequest: _create,
     m.AlterVirtualClustersRequest: _alter,
-    m.DeleteVirtualClustersRequest: _delete,
     m.ListVirtualClustersRequest: _list,
-    m.DescribeVirtualClustersRequest: _describe,
     m.DescribeVirtualClusterAclsRequest: _describe_acls,
     m.CreateVirtualClusterAclsRequest: _create_acls,
     m.DeleteVirtualClusterAclsRequest: _delete_acls,

@@ -210,6 +210,9 @@ class DeleteVirtualClustersRequest(_Request):
     virtual_clusters: tuple[DeletableVirtualCluster, ...] = field(default=())
     timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
     validate_only: bool = field(metadata=_meta("bool"), default=False)
+    # vcproxy's: delete the VC although it still has groups or transactional ids on the broker, deleting
+    # the groups (their committed offsets) first. Tagged: a reader of the KIP's schema skips it.
+    force: bool = field(metadata=_meta("bool", 0), default=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -266,10 +266,14 @@ class ClientConnection:
                 telemetry = self.telemetry
                 started = time.time_ns() if telemetry is not None else 0
                 decision = session.on_request(frame)
-                if decision.action is Action.CHECK:
-                    assert decision.check is not None and decision.resume is not None
-                    ok = await trio.to_thread.run_sync(decision.check.run, limiter=PASSWORD_CHECKS)
-                    decision = decision.resume(ok)
+                while decision.action is Action.CHECK:  # slow work may lead to more (a listing, then deletes)
+                    assert decision.resume is not None
+                    if decision.work is not None:
+                        result = await decision.work()
+                    else:
+                        assert decision.check is not None
+                        result = await trio.to_thread.run_sync(decision.check.run, limiter=PASSWORD_CHECKS)
+                    decision = decision.resume(result)
                 if decision.delay > 0:  # a stage holds the request back (quotas)
                     await trio.sleep(decision.delay)
                 trace = telemetry.on_request(frame, decision, started) if telemetry is not None else None

@@ -27,6 +27,7 @@ from ..tenancy.engine import Policy
 from ..tenancy.model import TenancyImage
 from . import upstream as up
 from .connection import ClientConnection, ConnectionLimits
+from .listings import UpstreamListings
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry, Telemetry
@@ -112,6 +113,13 @@ class ProxyServer:
         # None is the config's super admins (proxy/core/stages/quotas.py); the rights module sets it here.
         self.cluster_operator: Callable[[str | None], bool] | None = None
         self._bootstrap_upstreams = 0  # bootstrap upstream connections to unadvertised addresses (_broker_key)
+        # The management plane's questions to the brokers (a VC's groups and transactional ids), asked with
+        # the proxy's own upstream login.
+        self.listings = UpstreamListings(
+            lambda: list(self.registry.brokers.values()),
+            self.upstream_security,
+            config.upstream.connect_timeout_seconds,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -468,6 +476,7 @@ class ProxyServer:
             allow_if_no_acl=self.config.tenancy.allow_if_no_acl,
             cluster_operator=self.cluster_operator,
             broker=node_id,  # None for the bootstrap: set when its upstream is connected
+            listings=self.listings if self.tenancy is not None else None,
         )
 
 

@@ -7,19 +7,23 @@ VC, which resource) and answers per item."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kio.static.primitive import i16
 
 from ...management import plane
 from ...management import schema as management
+from ...management.inventory import Listing
 from ...protocol import codec
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy.rights import Rights
-from ..exchange import Exchange, RequestDecision, answer, close
+from ..exchange import Action, Exchange, RequestDecision, answer, close
 from .context import ConnectionState
+
+log = logging.getLogger(__name__)
 
 
 class Caller:
@@ -38,10 +42,21 @@ class Caller:
         return plane.Caller(self.ctx.principal, self.super_admins, self.host, self.image())
 
 
+class BrokerListings(Protocol):
+    """The broker's side of a VC, asked under the proxy's own upstream login (proxy/net/listings.py)."""
+
+    async def listing(self) -> Listing: ...
+
+    async def delete_groups(self, groups: list[str]) -> dict[str, str | None]:
+        """group -> why it was not deleted (None: deleted, or already gone)."""
+        ...
+
+
 class ManagementStage:
-    def __init__(self, caller: Caller, image: Callable[[], Any]):
+    def __init__(self, caller: Caller, image: Callable[[], Any], listings: BrokerListings | None = None):
         self.caller = caller
         self.image = image
+        self.listings = listings  # None: answered from the state alone (no upstream to ask)
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         if ex.api_key not in management.REQUESTS or self.caller.ctx.relayed:  # relayed: refused by the version stage
@@ -49,9 +64,45 @@ class ManagementStage:
         request = _decode(ex)
         if request is None:
             return close(f"malformed {management.NAMES[ex.api_key]} request")
-        response, records = plane.handle(self.image(), self.caller.now(), request)
+        listings = self.listings
+        if listings is not None and plane.needs_listing(self.image(), self.caller.now(), request):
+            # Describe and Delete need the VC's groups and transactional ids, which only the broker knows.
+            return RequestDecision(
+                Action.CHECK, ex, work=listings.listing, resume=lambda got: self._listed(ex, request, got)
+            )
+        return self._answer(ex, request)
+
+    def _answer(
+        self, ex: Exchange, request: Any, listing: Listing | None = None, unpurged: dict[str, str] | None = None
+    ) -> RequestDecision:
+        response, records = plane.handle(self.image(), self.caller.now(), request, listing, unpurged)
         ex.writes = list(records)
         return answer(ex, codec.encode(response))
+
+    def _listed(self, ex: Exchange, request: Any, listing: Listing) -> RequestDecision:
+        """A forced Delete deletes the VCs' groups before the VCs (then answers); everything else answers."""
+        response, _ = plane.handle(self.image(), self.caller.now(), request, listing)
+        purge = plane.groups_to_purge(self.image(), request, response, listing)
+        if not purge:
+            return self._answer(ex, request, listing)
+        listings = self.listings
+        assert listings is not None
+        groups = [g for names in purge.values() for g in names]
+
+        def deleted(failed: dict[str, str | None]) -> RequestDecision:
+            unpurged = {}
+            for vc, names in purge.items():
+                why = [f"{g.partition('.')[2]}: {failed[g]}" for g in names if failed.get(g)]
+                if why:
+                    unpurged[vc] = f"could not delete the groups of {vc!r} (the others were deleted): {'; '.join(why)}"
+            log.info(
+                "forced delete of virtual cluster(s) %s: %d group(s) deleted",
+                sorted(purge),
+                len(groups) - len([g for g in groups if failed.get(g)]),
+            )
+            return self._answer(ex, request, listing, unpurged)
+
+        return RequestDecision(Action.CHECK, ex, work=lambda: listings.delete_groups(groups), resume=deleted)
 
 
 def _decode(ex: Exchange) -> Any:
