@@ -39,7 +39,9 @@ VC_TOPIC = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 @pytest.fixture(scope="module")
 def replicas(kafka_cluster, tmp_path_factory) -> Iterator[tuple[ProxyProcess, ProxyProcess]]:
     workdir = tmp_path_factory.mktemp("create-race")
-    config = tenancy_config(kafka_cluster, free_port_block(), by_client_id(TENANTS))
+    vcs = by_client_id(TENANTS)
+    vcs[0]["delete_physical_topics"] = True  # team-a opts in: its deletes leave no orphan behind
+    config = tenancy_config(kafka_cluster, free_port_block(), vcs)
     first = ProxyProcess(config, workdir, name="race-1").start(timeout=120)
     second_config = copy.deepcopy(config)
     second_config["listeners"]["bootstrap_port"] = free_port_block()

@@ -396,7 +396,8 @@ def test_describe_producers(kafka_cluster, admin_proxy):
     assert int(rows[0][0]) >= 0 and rows[0][3] == "9", out  # LastSequence of 10 records
 
 
-def test_delete_topic_removes_the_link_and_the_last_physical_topic(kafka_cluster, admin_proxy):
+def test_delete_topic_removes_the_link_and_keeps_the_physical_topic(kafka_cluster, admin_proxy):
+    """KIP-1134 (tenancy.delete_physical_topics: false, the default): the VC's link goes, the topic stays."""
     for tenant in TENANTS:
         create(admin(admin_proxy, tenant), "doomed", partitions=1)
         produce(conf(admin_proxy, tenant), "doomed", [f"{tenant}-{i}" for i in range(5)])
@@ -405,9 +406,8 @@ def test_delete_topic_removes_the_link_and_the_last_physical_topic(kafka_cluster
     assert a_physical in image.topic_ids
 
     tool(admin_proxy, "team-a", "kafka-topics", "--delete", "--topic", "doomed")
-    wait_until(lambda: a_physical not in physical_topics(kafka_cluster), "the physical topic to go")
-    image = state(kafka_cluster, admin_proxy)
-    assert "doomed" not in image.vcs["team-a"].links and a_physical not in image.topic_ids
+    wait_until(lambda: "doomed" not in state(kafka_cluster, admin_proxy).vcs["team-a"].links, "the link to go")
+    assert a_physical in physical_topics(kafka_cluster)  # kept, for an operator to delete
     assert image.vcs["team-b"].links["doomed"] == b_physical and b_physical in physical_topics(kafka_cluster)
     assert "doomed" not in admin(admin_proxy, "team-a").list_topics(timeout=10).topics
     seen = consume(conf(admin_proxy, "team-b"), "doomed", f"after-{uuid.uuid4().hex[:6]}", 5)
