@@ -57,10 +57,10 @@ class BindingStage:
     def stale(self) -> str | None:
         """Why the binding no longer holds (the VC was deleted, the principal moved), or None."""
         ctx = self.ctx
-        if not self.resolved or ctx.relayed:
+        if ctx.relayed:
             return None
-        why = self._stale_login()
-        if why is not None:
+        why = self._stale_login()  # also before the first request: an idle login is closed too
+        if why is not None or not self.resolved:
             return why
         now = self.rights().placement(ctx.principal, self._client_id)
         if now == ctx.place and (now == KAFKA_CLUSTER or self.tenancy.image.vcs.get(now or "") is ctx.vc):
