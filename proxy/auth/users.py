@@ -79,6 +79,11 @@ class UserBook:
             self.users.pop(user, None)
         self.version += 1
 
+    def records(self) -> list[Record]:
+        """The records that rebuild this book (backups: proxy/state/backup.py)."""
+        out = [scram_record(n, m, c) for n, u in sorted(self.users.items()) for m, c in sorted(u.scram.items())]
+        return out + [userseed_record(n, d) for n, d in sorted(self.seeded.items())]
+
     def apply_seed(self, user: str, value: dict[str, Any] | None) -> None:
         if value is None:
             self.seeded.pop(user, None)

@@ -31,6 +31,7 @@ from proxy.management import users
 from proxy.management.plane import Caller
 from proxy.protocol import codec
 from proxy.protocol.headers import response_body_offset
+from proxy.state.backup import image_records, replay_records
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.guard import StateTopicGuard
 from proxy.tenancy.model import KAFKA_CLUSTER, TenancyImage, admin_record, principal_record, vc_record
@@ -160,6 +161,13 @@ def test_replay_and_compaction_give_the_same_users():
         assert other.users.users["dora"] == img.users.users["dora"]
         assert "erin" not in other.users.users
     assert sorted(img.users.users["dora"].scram) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def test_a_backup_keeps_the_users():
+    img = image()
+    apply(img, seed_user_records(img.users, {"seeded": make_entry("s-pw", 4096)}))
+    restored = replay_records(image_records(img))
+    assert restored.users.users == img.users.users and restored.users.seeded == img.users.seeded
 
 
 def test_a_record_that_is_not_a_credential_is_skipped_by_the_service_not_applied():
