@@ -14,7 +14,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,12 +142,27 @@ _DECOY = ScramCredential("SCRAM-SHA-512", b"vcproxy-decoy-salt", DEFAULT_ITERATI
 
 
 class CredentialStore:
-    def __init__(self, users: Mapping[str, UserCredentials] | None = None):
-        self.users: dict[str, UserCredentials] = dict(users or {})
-        # PLAIN: a keyed digest of the password last verified per user, so a returning client is checked
-        # without the key derivation (the costly part of a login, and what a guesser makes us pay for).
-        self._verified: dict[str, bytes] = {}
+    """The users a SASL listener checks logins against: a fixed mapping (the config, tenancy off) or,
+    with `source`, the users replayed from the state topic (proxy/auth/users.py), read at each login so
+    a change made on any replica applies to the next login."""
+
+    def __init__(
+        self,
+        users: Mapping[str, UserCredentials] | None = None,
+        *,
+        source: Callable[[], Mapping[str, UserCredentials]] | None = None,
+    ):
+        self._static: dict[str, UserCredentials] = dict(users or {})
+        self._source = source
+        # PLAIN: a keyed digest of the password last verified per user, with the credential it was verified
+        # against, so a returning client is checked without the key derivation (the costly part of a login,
+        # and what a guesser makes us pay for), and a changed credential makes the digest worthless.
+        self._verified: dict[str, tuple[ScramCredential, bytes]] = {}
         self._verified_key = secrets.token_bytes(32)
+
+    @property
+    def users(self) -> Mapping[str, UserCredentials]:
+        return self._source() if self._source is not None else self._static
 
     def __repr__(self) -> str:
         return f"CredentialStore({len(self.users)} users)"
@@ -167,26 +182,42 @@ class CredentialStore:
         user = self.users.get(username)
         return None if user is None else user.scram.get(mechanism)
 
+    def plain_credential(self, username: str) -> ScramCredential | None:
+        """The entry a PLAIN login of `username` is checked against, or None (unknown user)."""
+        user = self.users.get(username)
+        return None if user is None else user.for_plain()
+
+    def current(self, username: str, credential: ScramCredential) -> bool:
+        """Whether `credential` (what a login was checked against) is still one of the user's."""
+        user = self.users.get(username)
+        return user is not None and credential in user.scram.values()
+
     def verify_plain(self, username: str, password: str) -> bool:
         """Runs the key derivation (milliseconds of CPU): the shell calls it off the event loop."""
-        user = self.users.get(username)
-        if user is None:
+        return self.check_plain(self.plain_credential(username), password)
+
+    @staticmethod
+    def check_plain(credential: ScramCredential | None, password: str) -> bool:
+        """`verify_plain` against an entry taken beforehand (None: an unknown user, checked against a decoy)."""
+        if credential is None:
             _DECOY.matches_password(password)
             return False
-        return user.for_plain().matches_password(password)
+        return credential.matches_password(password)
 
     def _digest(self, username: str, password: str) -> bytes:
         return hmac.new(self._verified_key, f"{username}\0{password}".encode(), "sha256").digest()
 
     def verified_before(self, username: str, password: str) -> bool:
-        """Whether `password` is the one last verified for `username` (no key derivation)."""
+        """Whether `password` is the one last verified for `username` against its current entry (no key
+        derivation)."""
         known = self._verified.get(username)
         return (
             known is not None
-            and username in self.users
-            and hmac.compare_digest(known, self._digest(username, password))
+            and known[0] == self.plain_credential(username)
+            and hmac.compare_digest(known[1], self._digest(username, password))
         )
 
-    def remember_verified(self, username: str, password: str) -> None:
-        if username in self.users:
-            self._verified[username] = self._digest(username, password)
+    def remember_verified(self, username: str, password: str, credential: ScramCredential | None = None) -> None:
+        credential = credential or self.plain_credential(username)
+        if credential is not None and username in self.users:
+            self._verified[username] = (credential, self._digest(username, password))

@@ -53,7 +53,7 @@ from ..protocol import codec
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader
 from . import SASL_MECHANISMS, SCRAM_MECHANISMS
-from .credentials import DEFAULT_ITERATIONS, CredentialStore
+from .credentials import DEFAULT_ITERATIONS, CredentialStore, ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,10 @@ class SaslServer:
         self._state = _State.HANDSHAKE
         self._scram: Any = None  # scramp.ScramServer while a SCRAM exchange is under way
         self._scram_user: str | None = None
+        self._scram_credential: Any = None  # the entry a SCRAM exchange under way is checked against
         self._unknown_user = False
+        self.credential: ScramCredential | None = None  # what the login was checked against (stale_login)
+        self._user: str | None = None
         self.relay = relay  # users not in the store are relayed to the broker instead of refused
         self.upstream_user = upstream_user  # the proxy's own upstream login: never relayed
         self.relayed = False  # this exchange went (or goes) to the broker
@@ -260,8 +263,10 @@ class SaslServer:
         if authzid and authzid != username:
             message = "Authentication failed: Client requested an authorization id that is different from username"
             return self._denied(version, username, message)
+        # Taken once: the check and the session's later staleness test are about this very entry.
+        credential = self.store.plain_credential(username)
         if self.store.verified_before(username, password):
-            return self._succeeded(version, username, b"")
+            return self._succeeded(version, username, b"", credential)
         if self.guard is not None and (spent := self.guard.spent(self.address, username, self.clock())):
             return self._denied(version, username, _TOO_MANY, detail=f"budget of {spent} spent", count=False)
 
@@ -270,10 +275,10 @@ class SaslServer:
                 if self.guard is not None:
                     self.guard.by_user.record(username, self.clock())
                 return self._denied(version, username, _invalid_credentials("PLAIN"))
-            self.store.remember_verified(username, password)
-            return self._succeeded(version, username, b"")
+            self.store.remember_verified(username, password, credential)
+            return self._succeeded(version, username, b"", credential)
 
-        return SaslReply(b"", check=PasswordCheck(lambda: self.store.verify_plain(username, password), finish))
+        return SaslReply(b"", check=PasswordCheck(lambda: self.store.check_plain(credential, password), finish))
 
     def _scram_step(self, version: int, token: bytes) -> SaslReply:
         assert self.mechanism in SCRAM_MECHANISMS
@@ -291,7 +296,7 @@ class SaslServer:
             return self._denied(version, self._scram_user, _invalid_credentials(self.mechanism), detail=detail)
         if self._unknown_user:  # unreachable unless a proof matched random keys; never log such a user in
             return self._denied(version, self._scram_user, _invalid_credentials(self.mechanism), detail="unknown user")
-        return self._succeeded(version, self._scram_user or "", final.encode("utf-8"))
+        return self._succeeded(version, self._scram_user or "", final.encode("utf-8"), self._scram_credential)
 
     def _scram_first(self, version: int, message: str) -> SaslReply:
         assert self.mechanism is not None
@@ -308,6 +313,7 @@ class SaslServer:
                 # (the proof cannot match); only the log says "unknown user".
                 self._unknown_user = True
                 return _decoy(mechanism, username)
+            self._scram_credential = credential
             return credential.scram_auth_info()
 
         try:
@@ -320,12 +326,23 @@ class SaslServer:
 
     # -- outcomes -------------------------------------------------------------------------------
 
-    def _succeeded(self, version: int, username: str, token: bytes) -> SaslReply:
+    def _succeeded(self, version: int, username: str, token: bytes, credential: ScramCredential | None) -> SaslReply:
         self._state = _State.COMPLETE
         self._scram = None
         self.principal = USER_PREFIX + username
+        self._user, self.credential = username, credential
         log.info("%s: authenticated %s with %s", self.name, self.principal, self.mechanism)
         return SaslReply(_authenticate_body(version, ErrorCode.none, None, token))
+
+    def stale_login(self) -> str | None:
+        """Why this connection's login no longer holds: the credential it was checked against was changed or
+        deleted since (users at runtime, proxy/auth/users.py). Sessions never expire, so the proxy closes
+        such connections rather than wait for a KIP-368 re-authentication that never comes."""
+        if self._state is not _State.COMPLETE or self.relayed or self.credential is None or self._user is None:
+            return None
+        if self.store.current(self._user, self.credential):
+            return None
+        return f"the {self.mechanism} credential {self.principal} logged in with was changed or deleted: reconnect"
 
     def _denied(
         self, version: int, username: str | None, message: str, detail: str = "", count: bool = True

@@ -57,6 +57,7 @@ from .stages.identify import IdentifyStage
 from .stages.management import Caller, ManagementStage
 from .stages.quotas import QuotaStage
 from .stages.tenancy import TenancyStage
+from .stages.users import UsersStage
 from .stages.versions import VersionStage
 
 __all__ = [
@@ -95,6 +96,7 @@ class ProxySession:
         cluster_operator: Callable[[str | None], bool] | None = None,
         broker: Hashable | None = None,
         listings: Any = None,
+        upstream_user: str | None = None,
     ):
         self.authenticator = authenticator
         self.tenancy = tenancy
@@ -136,7 +138,8 @@ class ProxySession:
             # Quotas and their RPCs; `cluster_operator` (principal -> holds the right on kafka-cluster) decides
             # who writes VC caps, the VC default and the global levels (default: the super admins).
             quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)
-            self.stages += [self.binding, authorize, quota, manage, tenant]
+            users = UsersStage(ctx, authorize.caller, upstream_user)  # the proxy's users (SCRAM credential RPCs)
+            self.stages += [self.binding, authorize, users, quota, manage, tenant]
         self.stages.append(EndpointStage(EndpointRewriter(layout)))
         # The stages with a response side, by position: answers pass back only through those a request passed.
         self._responders = [(i, s) for i, s in enumerate(self.stages) if hasattr(s, "on_response")]

@@ -143,6 +143,9 @@ class ProxyServer:
                 from ..state.service import TenancyService
 
                 self.tenancy = TenancyService.from_config(self.config)
+                # The users are the state topic's from now on (the config's are seeds): read at each login.
+                service = self.tenancy
+                self.credentials = CredentialStore(source=lambda: service.image.users.users)
                 await handlers.start(self.tenancy.run)
                 handlers.start_soon(self._follow_bindings, self.tenancy)
             with self._listener_scope:
@@ -477,6 +480,7 @@ class ProxyServer:
             cluster_operator=self.cluster_operator,
             broker=node_id,  # None for the bootstrap: set when its upstream is connected
             listings=self.listings if self.tenancy is not None else None,
+            upstream_user=self.config.upstream.sasl_username,
         )
 
 

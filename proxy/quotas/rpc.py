@@ -327,23 +327,3 @@ def _stored_entity(caller: Caller, components: list[tuple[str, str | None]], exp
 def _kafka_name(entry: Any) -> str:
     """An entity as Kafka's ClientQuotaEntity prints it."""
     return "ClientQuotaEntity(entries={" + ", ".join(f"{e.entity_type}={e.entity_name}" for e in entry.entity) + "})"
-
-
-# -- DescribeUserScramCredentials ---------------------------------------------------------------------------
-
-
-def describe_scram(request: Any, response_cls: type) -> Any:
-    """A VC admin's view of SCRAM credentials: none (they are the proxy's, not the VC's). `kafka-configs
-    --describe --entity-type users` asks this beside the quotas and would fail on a refusal; a user
-    without credentials is RESOURCE_NOT_FOUND, as Kafka answers."""
-    m = _types(response_cls)
-    results = tuple(
-        m.DescribeUserScramCredentialsResult(
-            user=u.name,
-            error_code=ErrorCode(RESOURCE_NOT_FOUND),
-            error_message="Attempt to describe a user credential that does not exist",
-            credential_infos=(),
-        )
-        for u in request.users or ()
-    )
-    return response_cls(throttle_time=_no_throttle(), error_code=ErrorCode(NONE), error_message=None, results=results)

@@ -3,7 +3,8 @@
 A backup is the replayed image written back out as records, one JSON object per line
 (`{"key": [...], "value": {...} | null}`): the canonical state, independent of the topic's history and
 of compaction. Replaying a restored backup gives the same VCs, ids, cluster ids, bindings, links,
-topic ids, link generations, assigned groups and transactional ids, admins, ACLs and quotas.
+topic ids, link generations, assigned groups and transactional ids, admins, ACLs, quotas and the
+proxy's users (salted SCRAM keys).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def image_records(image: TenancyImage) -> list[Record]:
     records += [acl_record(KAFKA_CLUSTER, b, True) for b in sorted(image.cluster_acls, key=lambda b: b.key_parts())]
     records += [seeded_record(name, entries) for name, entries in sorted(image.seeded.items())]
     records += image.quotas.records()
+    records += image.users.records()  # the proxy's users: salted keys only
     return records
 
 

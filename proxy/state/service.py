@@ -13,12 +13,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..auth.users import seed_user_records
 from ..identity import CLIENT_ID
 from ..tenancy.guard import StateTopicGuard
 from ..tenancy.model import TenancyImage, vc_record
@@ -67,7 +68,9 @@ class TenancyService:
         create_topic: bool = True,
         check_interval: float = 5.0,
         readers: Sequence[str] = (),
+        users: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
     ):
+        self.users_seed = dict(users or {})  # credentials.users / users_file: applied once each (auth/users.py)
         self.readers = list(readers)  # principals in no VC that may read the state topic through the proxy
         self.store = store
         self.create_topic = create_topic  # at start only: a running proxy never re-creates its state topic
@@ -99,6 +102,7 @@ class TenancyService:
             create_topic=tc.create_state_topic,
             check_interval=tc.state_check_interval_seconds,
             readers=tc.state_topic_readers,
+            users=config.credentials.as_mapping(),
         )
 
     @property
@@ -185,7 +189,7 @@ class TenancyService:
         delay = 0.5
         # Recomputed on each attempt (others may have written meanwhile), but written once: two
         # replicas with conflicting seeds must not undo each other forever.
-        while records := seed_records(self.image, self.seed):
+        while records := seed_records(self.image, self.seed) + seed_user_records(self.image.users, self.users_seed):
             try:
                 await self.write(records)
             except StateStoreError as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..acl.model import AclBinding, AclSet
+from ..auth.users import UserBook
 from ..quotas import model as quotas
 
 MAX_TOPIC_NAME = 249
@@ -167,6 +168,7 @@ class TenancyImage:
     # kafka-cluster's own ACLs (the KIP's cluster-wide ACLs): the *_VIRTUAL_CLUSTER rights on CLUSTER
     # resources naming VCs, and the physical names its proxy-authenticated members may use.
     cluster_acls: AclSet = field(default_factory=AclSet)
+    users: UserBook = field(default_factory=UserBook)  # the proxy's users: salted SCRAM credentials (auth/users.py)
 
     # -- lookups -----------------------------------------------------------------------------------
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
@@ -311,6 +313,12 @@ class TenancyImage:
         except (KeyError, ValueError, TypeError):
             return  # a newer proxy's quota record: ignore rather than fail replay
         self.quotas.apply(ent, key, amount)
+
+    def _apply_scram(self, user: str, mechanism: str, *, value: dict[str, Any] | None) -> None:
+        self.users.apply_scram(user, mechanism, value)
+
+    def _apply_userseed(self, user: str, *, value: dict[str, Any] | None) -> None:
+        self.users.apply_seed(user, value)
 
     def _apply_seeded(self, vc_name: str, *, value: dict[str, Any] | None) -> None:
         if value is None:

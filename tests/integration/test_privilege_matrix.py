@@ -114,14 +114,17 @@ configs.broker-describe  -       -       -       denied  -       denied  -      
 configs.broker-alter     -       -       -       denied  -       denied  -          denied   -         ok
 acls.create              -       -       -       denied  ok      ok      ok         denied   -         ok
 acls.delete              -       -       -       denied  ok      ok      ok         denied   -         ok
-scram.alter              -       -       -       denied  -       denied  -          denied   -         ok
+scram.alter              -       -       -       denied  ok      ok      ok         denied   -         ok
+scram.alter-foreign      -       -       -       denied  denied  denied  denied     denied   -         -
+scram.alter-superadmin   -       -       -       denied  denied  denied  denied     denied   -         -
 groups.list              -       -       -       ok      -       ok      -          ok       -         ok
 leaders.elect            -       -       -       denied  -       denied  -          denied   -         ok
 java.topics-list         -       login   -       ok      -       -       -          ok       -         ok
 java.delete-records      -       -       -       ok      -       -       -          -        -         -
 java.quota-clients       -       -       -       denied  ok      ok      ok         denied   -         ok
 java.quota-users         -       -       -       -       -       ok      -          -        -         ok
-java.scram-alter         -       -       -       denied  -       denied  -          -        -         ok
+java.scram-alter         -       -       -       denied  -       ok      -          -        -         ok
+java.scram-alter-foreign -       -       -       -       -       denied  -          -        -         -
 java.scram-describe      -       -       -       denied  -       ok      -          -        -         ok
 java.acls-list           -       -       -       denied  -       ok      -          denied   -         -
 java.groups-list         -       -       -       ok      -       -       -          -        -         -
@@ -413,9 +416,10 @@ def _new_topic(a: Actor) -> str:
     return f"mx-new-{a.role}"
 
 
-def _scram_alter(a: Actor) -> str:
+def _scram_alter(a: Actor, user: str | None = None) -> str:
+    """A new user's credential (a VC admin's joins its VC), or another's."""
     upsert = UserScramCredentialUpsertion(
-        f"mx-scram-{a.role}", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"pw"
+        user or f"mx-scram-{a.role}", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"pw"
     )
     return settle(lambda: a.admin.alter_user_scram_credentials([upsert]))
 
@@ -479,6 +483,9 @@ ACTIONS: dict[str, Callable[[Actor], str]] = {
     "acls.create": lambda a: _acls_answer(lambda: a.admin.create_acls([_acl(a)])),
     "acls.delete": lambda a: _acls_answer(lambda: a.admin.delete_acls([_acl_filter(a)])),
     "scram.alter": _scram_alter,
+    # Another's login: a VC admin never takes over one outside its VC (bob is team-b's; alice, team-a's).
+    "scram.alter-foreign": lambda a: _scram_alter(a, "alice" if a.role == "otheradmin" else "bob"),
+    "scram.alter-superadmin": lambda a: _scram_alter(a, "admin"),
     "groups.list": lambda a: settle(lambda: a.admin.list_consumer_groups()),
     "leaders.elect": _elect,
     "java.topics-list": lambda a: a.java("kafka-topics", "--list"),
@@ -511,6 +518,16 @@ ACTIONS: dict[str, Callable[[Actor], str]] = {
         f"mx-java-{a.role}",
         "--add-config",
         "SCRAM-SHA-512=[iterations=4096,password=pw]",
+    ),
+    "java.scram-alter-foreign": lambda a: a.java(
+        "kafka-configs",
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "bob",
+        "--add-config",
+        "SCRAM-SHA-512=[iterations=4096,password=stolen]",
     ),
     "java.scram-describe": lambda a: a.java(
         "kafka-configs", "--describe", "--entity-type", "users", "--entity-name", f"mx-java-{a.role}"

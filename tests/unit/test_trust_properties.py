@@ -20,6 +20,12 @@ the VC's admin opened earlier (a client-id binding places whoever carries no str
 allowed, and is checked when the door is opened.
 Also: a super-admin is always in `kafka-cluster`; User:ANONYMOUS is never there and never holds a right;
 a principal made an admin through AlterVirtualClusters is never left unbound-but-privileged (no place).
+
+Users at runtime (AlterUserScramCredentials, proxy/management/users.py): whoever sets another's credential
+can log in as it, so taking over a login is a growth too: the caller must already hold every right of
+the user's and the right to alter the place the user is in (ALTER_VIRTUAL_CLUSTER on its VC, or, for a
+member of kafka-cluster, ALTER on kafka-cluster's CLUSTER, Kafka's right for this API); a super-admin's
+login is a super-admin's alone.
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.static.primitive import i8
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialUpsertion,
+)
+from kio.static.primitive import i8, i32
 
 from proxy.acl import cli as acl_cli
 from proxy.acl.model import (
@@ -41,7 +51,9 @@ from proxy.acl.model import (
     ResourceType,
     acl_record,
 )
+from proxy.auth.users import credential_from_salted, scram_record
 from proxy.management import schema as m
+from proxy.management import users
 from proxy.management.plane import Caller, handle
 from proxy.tenancy.model import KAFKA_CLUSTER, TenancyImage, admin_record, link_record, principal_record, vc_record
 from proxy.tenancy.rights import ANONYMOUS, Rights, admin_bindings
@@ -104,7 +116,56 @@ def initial() -> TenancyImage:
     ]
     for record in records:
         img.apply(*record)
+    for p in PRINCIPALS:  # everyone has a login of the proxy's
+        img.apply(*scram_record(p.split(":", 1)[1], "SCRAM-SHA-512", CREDENTIAL))
     return img
+
+
+CREDENTIAL = credential_from_salted("SCRAM-SHA-512", b"0123456789abcdef", 4096, b"k" * 64)
+
+
+def scram_step(img: TenancyImage, caller: str, principals: list[str]) -> tuple[list, set[str]]:
+    """AlterUserScramCredentials as the users stage scopes it (proxy/core/stages/users.py): the records, and
+    the principals whose login the caller now holds."""
+    rights = Rights(img, SUPERS)
+    place = rights.placement(caller, CLIENT_ID)
+    if place == KAFKA_CLUSTER:
+        if caller not in SUPERS and not Caller(caller, SUPERS, image=img).acl_admin(Op.ALTER):
+            return [], set()  # the authorization stage: kafka-cluster's ACLs, as a broker requires
+        vc = None
+    elif place is not None and rights.vc_admin(caller, place):
+        vc = place
+    else:
+        return [], set()  # a member who may not: the tenancy stage refuses it
+    names = [p.split(":", 1)[1] for p in principals]
+    upserts = tuple(
+        ScramCredentialUpsertion(
+            name=n, mechanism=i8(2), iterations=i32(4096), salt=b"0123456789abcdef", salted_password=b"t" * 64
+        )
+        for n in names
+    )
+    request = AlterUserScramCredentialsRequest(deletions=(), upsertions=upserts)
+    response, records = users.alter(img, users.Scope(Caller(caller, SUPERS), vc, "vcproxy"), request)
+    return records, {f"User:{r.user}" for r in response.results if int(r.error_code) == 0}
+
+
+def takeovers(caller: str, taken: set[str], before: dict[str, Reach], after: dict[str, Reach]) -> list[str]:
+    """Logins taken over that widen the caller's reach."""
+    if caller in SUPERS:
+        return []
+    held = before[caller].rights
+    found = []
+    for p in sorted(taken - {caller}):
+        if p in SUPERS:
+            found.append(f"{caller} set super-admin {p}'s credentials")
+        extra = (personal(before, p) | personal(after, p)) - held
+        if extra:
+            found.append(f"{caller} took over {p}'s login, holding {sorted(map(str, extra))} it does not")
+        place = after[p].place
+        cluster_wide = before[caller].place == KAFKA_CLUSTER and (ACL_ALTER, KAFKA_CLUSTER) in held
+        if place is not None and not cluster_wide and (Op.ALTER_VIRTUAL_CLUSTER, place) not in held:
+            found.append(f"{caller} took over {p}'s login in {place} without ALTER_VIRTUAL_CLUSTER on it")
+    return found
 
 
 def cluster(name: str, principal: str, op: Operation, pattern=P.LITERAL, perm=Perm.ALLOW) -> AclBinding:
@@ -213,6 +274,8 @@ request = st.one_of(
     st.tuples(st.just("revoke"), acl_target, st.lists(acl_filter, min_size=1, max_size=2)),
     st.tuples(st.just("revoke-existing"), st.integers(0, 99)),  # one of kafka-cluster's bindings, exactly
     st.tuples(st.just("revoke-existing"), st.integers(0, 99)),
+    st.tuples(st.just("scram"), st.lists(principal, min_size=1, max_size=3)),
+    st.tuples(st.just("scram"), st.lists(principal, min_size=1, max_size=3)),
 )
 # Privileged roles more often: their requests are the ones that change anything.
 role = st.one_of(
@@ -345,12 +408,17 @@ def run(steps) -> None:
     for role, abstract in steps:
         caller = ROLES[role]
         label_was = img.client_ids.get(CLIENT_ID)
-        req = build(img, caller, abstract)
-        _, records = handle(img, Caller(caller, SUPERS), req)
+        taken: set[str] = set()
+        if abstract[0] == "scram":
+            req = None
+            records, taken = scram_step(img, caller, [who if who != SELF else caller for who in abstract[1]])
+        else:
+            req = build(img, caller, abstract)
+            _, records = handle(img, Caller(caller, SUPERS), req)
         for key, value in records:
             img.apply(key, value)
         after = snapshot(img)
-        problems = violations(caller, req, label_was, before, after)
+        problems = violations(caller, req, label_was, before, after) + takeovers(caller, taken, before, after)
         assert not problems, (role, req, problems)
         before = after
 

@@ -57,12 +57,20 @@ class BindingStage:
     def stale(self) -> str | None:
         """Why the binding no longer holds (the VC was deleted, the principal moved), or None."""
         ctx = self.ctx
-        if not self.resolved or ctx.relayed:
+        if ctx.relayed:
             return None
+        why = self._stale_login()  # also before the first request: an idle login is closed too
+        if why is not None or not self.resolved:
+            return why
         now = self.rights().placement(ctx.principal, self._client_id)
         if now == ctx.place and (now == KAFKA_CLUSTER or self.tenancy.image.vcs.get(now or "") is ctx.vc):
             return None
         return f"{ctx.principal} is no longer in {ctx.place}: reconnect"
+
+    def _stale_login(self) -> str | None:
+        """A login whose credential was changed or deleted since (proxy/auth/sasl.py `stale_login`)."""
+        check = getattr(self.ctx.authenticator, "stale_login", None)
+        return check() if check is not None else None
 
     def _resolve(self, ex: Exchange) -> RequestDecision | None:
         ctx = self.ctx
@@ -70,6 +78,9 @@ class BindingStage:
         self.resolved = True
         self._checked_version = image.version
         self._client_id = ex.header.client_id if ex.header is not None else ctx.client_id
+        why = self._stale_login()  # changed between the password check and this first request
+        if why is not None:
+            return close(why)
         place = self.rights().placement(ctx.principal, self._client_id)
         if place is None:
             return close(f"{ctx.principal} (client id {self._client_id!r}) is in no virtual cluster: refused")

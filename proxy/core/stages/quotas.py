@@ -46,7 +46,7 @@ PRODUCE_KEY, FETCH_KEY = 0, 1
 SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 78, 79
 _CONSUMER_BYTES = frozenset((FETCH_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY))  # responses metered as fetch bytes
 CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
-DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY, DESCRIBE_USER_SCRAM_CREDENTIALS_KEY = 48, 49, 50
+DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY = 48, 49
 _MUTATIONS = (CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY)
 _NO_LIMITS = Resolved({}, {})
 log = logging.getLogger(__name__)
@@ -105,8 +105,6 @@ class QuotaStage:
             self._on_request(ex, limits)
         if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY or ex.api_key == ALTER_CLIENT_QUOTAS_KEY:
             return self._quota_rpc(ex)
-        if ex.api_key == DESCRIBE_USER_SCRAM_CREDENTIALS_KEY and self.ctx.vc is not None:
-            return self._scram(ex)
         return None
 
     def _current(self) -> Resolved:
@@ -194,19 +192,6 @@ class QuotaStage:
             response, records = rpc.alter(image.quotas, caller, request, response_cls)
             ex.writes = list(records)
         return answer(ex, codec.encode(response))
-
-    def _scram(self, ex: Exchange) -> RequestDecision | None:
-        """`kafka-configs --describe --entity-type users` asks for SCRAM credentials too: a VC's admins
-        are told there are none; everyone else is refused as before (the tenancy stage)."""
-        ctx = self.ctx
-        if not may_manage_quotas(self.image(), ctx.principal, ctx.vc, self.super_admins, self.cluster_operator):
-            return None
-        assert ex.header is not None and ex.frame is not None
-        try:
-            request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
-        except (CodecError, *MALFORMED):
-            return close("malformed DescribeUserScramCredentials")
-        return answer(ex, codec.encode(rpc.describe_scram(request, response_type(ex.api_key, ex.api_version))))
 
 
 def _charge(meters: Any, limit: Limit, amount: float, now: float) -> float:

@@ -1,0 +1,59 @@
+"""The proxy's users at runtime: AlterUserScramCredentials and DescribeUserScramCredentials from the
+proxy's own principals are answered here (proxy/management/users.py decides; the shell writes the state
+records before the answer leaves). A relayed principal's go to the broker, which owns its users; a VC
+member who may not manage its VC's users is refused by the tenancy stage as before; a member of
+`kafka-cluster` has passed kafka-cluster's ACLs (ALTER or DESCRIBE on the cluster) in the authorization
+stage, as on a broker."""
+
+from __future__ import annotations
+
+from ...management import users
+from ...protocol import codec
+from ...protocol.apis import request_type
+from ...protocol.codec import CodecError
+from ...protocol.primitives import MALFORMED
+from ...tenancy.model import KAFKA_CLUSTER
+from ..exchange import Exchange, RequestDecision, answer, close
+from .context import ConnectionState
+from .management import Caller
+
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+_NAMES = {
+    DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
+}
+
+
+class UsersStage:
+    def __init__(self, ctx: ConnectionState, caller: Caller, upstream_user: str | None):
+        self.ctx = ctx
+        self.caller = caller
+        self.upstream_user = upstream_user
+
+    def on_request(self, ex: Exchange) -> RequestDecision | None:
+        if ex.api_key not in _NAMES or self.ctx.relayed:
+            return None
+        scope = self._scope()
+        if scope is None:
+            return None
+        assert ex.header is not None and ex.frame is not None
+        try:
+            request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
+        except (CodecError, *MALFORMED):
+            return close(f"malformed {_NAMES[ex.api_key]} request")
+        image = self.caller.image()
+        if ex.api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
+            return answer(ex, codec.encode(users.describe(image, scope, request)))
+        response, records = users.alter(image, scope, request)
+        ex.writes = list(records)
+        return answer(ex, codec.encode(response))
+
+    def _scope(self) -> users.Scope | None:
+        """Cluster-wide for kafka-cluster's members; a VC's users for those who may alter their VC."""
+        ctx = self.ctx
+        if ctx.place == KAFKA_CLUSTER:
+            return users.Scope(self.caller.now(), None, self.upstream_user)
+        vc = ctx.vc
+        if vc is not None and self.caller.rights().vc_admin(ctx.principal, vc.name, self.caller.host):
+            return users.Scope(self.caller.now(), vc.name, self.upstream_user)
+        return None
