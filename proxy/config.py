@@ -424,6 +424,32 @@ class VirtualClusterSeedConfig(_Strict):
     delete_physical_topics: bool | None = None
     """Whether deleting this VC's last link to a physical topic deletes the topic too. Unset:
     `tenancy.delete_physical_topics`."""
+    description: str | None = None
+    """Free text shown by `vcproxy virtual-clusters describe` (showback)."""
+    labels: dict[str, str] = {}
+    """key: value labels for showback, e.g. {team: payments, cost-center: "42"}."""
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, description: str | None) -> str | None:
+        from .tenancy.settings import SettingError, check_description
+
+        if description is None:
+            return None
+        try:
+            return check_description("description", description)
+        except SettingError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        from .tenancy.settings import SettingError, check_labels
+
+        try:
+            return check_labels(labels)
+        except SettingError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("name")
     @classmethod
@@ -450,7 +476,8 @@ class TenancyConfig(_Strict):
     state_replication_factor: int | None = Field(None, ge=1)
     """Default min(3, brokers); only used when the proxy creates the state topic."""
     virtual_clusters: list[VirtualClusterSeedConfig] = []
-    """Seed: created or re-bound at start, never deleted (see docs/state.md)."""
+    """Seed: created or re-bound at start, never deleted (see docs/state.md). Its per-VC settings are
+    written to the state topic once; `vcproxy virtual-clusters alter --config` changes them at runtime."""
     auto_create_topics: bool = False
     """Metadata requests with AllowAutoTopicCreation create missing topics in the VC (needs the broker's
     auto.create.topics.enable); false: they get UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation off."""

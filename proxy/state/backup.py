@@ -3,8 +3,8 @@
 A backup is the replayed image written back out as records, one JSON object per line
 (`{"key": [...], "value": {...} | null}`): the canonical state, independent of the topic's history and
 of compaction. Replaying a restored backup gives the same VCs, ids, cluster ids, bindings, links,
-topic ids, link generations, assigned groups and transactional ids, admins, ACLs, quotas and the
-proxy's users (salted SCRAM keys).
+topic ids, link generations, assigned groups and transactional ids, admins, ACLs, the VCs' settings,
+quotas and the proxy's users (salted SCRAM keys).
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..acl.model import acl_record
-from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, admin_record, group_record, seeded_record, txn_record
+from ..tenancy.model import (
+    KAFKA_CLUSTER,
+    TenancyImage,
+    admin_record,
+    group_record,
+    seeded_record,
+    setting_record,
+    txn_record,
+)
 
 Record = tuple[str, dict[str, Any] | None]  # as in store.py (not imported: it loads confluent-kafka)
 
@@ -47,6 +55,7 @@ def image_records(image: TenancyImage) -> list[Record]:
         records += [txn_record(name, t, True) for t in sorted(vc.txns)]
         records += [admin_record(name, p, True) for p in sorted(vc.admins)]
         records += [acl_record(name, b, True) for b in sorted(vc.acls, key=lambda b: b.key_parts())]
+        records += [setting_record(name, k, v) for k, v in sorted(vc.settings.items())]
     records += [acl_record(KAFKA_CLUSTER, b, True) for b in sorted(image.cluster_acls, key=lambda b: b.key_parts())]
     records += [seeded_record(name, entries) for name, entries in sorted(image.seeded.items())]
     records += image.quotas.records()

@@ -27,6 +27,8 @@ def image_to_dict(image: TenancyImage) -> dict[str, Any]:
             "client_ids": sorted(c for c, v in image.client_ids.items() if v == name),
             "links": dict(sorted(vc.links.items())),
         }
+        if vc.settings:
+            vcs[name]["settings"] = dict(sorted(vc.settings.items()))
     dangling = {  # bindings to a VC that does not exist (deleted, or written before its VC)
         "principals": {p: v for p, v in sorted(image.principals.items()) if v not in image.vcs},
         "client_ids": {c: v for c, v in sorted(image.client_ids.items()) if v not in image.vcs},

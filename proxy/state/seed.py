@@ -2,7 +2,8 @@
 
 The seed bootstraps; the management RPCs change things at runtime (docs/management.md). Each entry of
 the seed (a VC, a principal or client-id binding, an admin: its rights as ACLs) is applied once, the first time a proxy
-starts with it, and remembered in a `seeded` record of its VC; later starts apply only entries never
+starts with it, and remembered in a `seeded` record of its VC (a setting by key and value: an edited
+value is a new entry); later starts apply only entries never
 applied before. So a restart never undoes a runtime change (an unbound principal stays unbound, a
 deleted VC stays deleted), and an entry added to the seed still takes effect. A VC that exists keeps
 its id and cluster id, since its groups, transactional ids and the cluster id its clients saw all
@@ -11,6 +12,7 @@ hang off them. Topics are not seeded: links are made by CreateTopics or the mana
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -22,10 +24,12 @@ from ..tenancy.model import (
     client_record,
     principal_record,
     seeded_record,
+    setting_record,
     validate_vc_name,
     vc_record,
 )
 from ..tenancy.rights import admin_bindings
+from ..tenancy.settings import seeded as seeded_settings
 from .store import Record
 
 
@@ -67,7 +71,7 @@ def seed_records(image: TenancyImage, seed: Iterable[VirtualClusterSeed]) -> lis
             done = {}
         elif vc.name not in image.vcs:
             continue  # seeded once, deleted at runtime since: stays deleted
-        applied = {kind: set(done.get(kind, ())) for kind in ("vc", "principals", "client_ids", "admins")}
+        applied = {kind: set(done.get(kind, ())) for kind in ("vc", "principals", "client_ids", "admins", "settings")}
         for kind, label, values, bound, record in (
             ("principals", "principal", vc.principals, image.principals, principal_record),
             ("client_ids", "client id", vc.client_ids, image.client_ids, client_record),
@@ -85,6 +89,11 @@ def seed_records(image: TenancyImage, seed: Iterable[VirtualClusterSeed]) -> lis
             if admin not in applied["admins"]:
                 applied["admins"].add(admin)
                 bindings += [acl_record(KAFKA_CLUSTER, b, True) for b in admin_bindings(vc.name, admin)]
+        for key, value in seeded_settings(vc).items():  # a runtime change stands until the seed's value changes
+            entry = f"{key}={json.dumps(value, sort_keys=True)}"
+            if entry not in applied["settings"]:
+                applied["settings"] = {e for e in applied["settings"] if not e.startswith(f"{key}=")} | {entry}
+                bindings.append(setting_record(vc.name, key, value))
         applied["vc"] = {vc.name}
         entries = {kind: sorted(values) for kind, values in applied.items()}
         if entries != {kind: sorted(done.get(kind, ())) for kind in entries}:

@@ -101,6 +101,7 @@ class VirtualCluster:
     txns: set[str] = field(default_factory=set)  # physical transactional ids assigned likewise
     admins: set[str] = field(default_factory=set)  # principals that may describe and alter this VC
     acls: AclSet = field(default_factory=AclSet)  # the VC's own ACLs, in its own names (proxy/acl/)
+    settings: dict[str, Any] = field(default_factory=dict)  # its own settings (proxy/tenancy/settings.py)
 
     # -- topics ----------------------------------------------------------------------------------
     def physical_topic(self, link: str) -> str | None:
@@ -238,6 +239,15 @@ class TenancyImage:
         if existing is not None:
             return  # cluster id and VC id are immutable once created
         self.vcs[name] = VirtualCluster(name=name, id=value["id"], cluster_id=value["cluster_id"])
+
+    def _apply_vcconfig(self, vc_name: str, key: str, *, value: dict[str, Any] | None) -> None:
+        vc = self.vcs.get(vc_name)
+        if vc is None:
+            return
+        if value is None:
+            vc.settings.pop(key, None)
+        else:
+            vc.settings[key] = value["value"]
 
     def _apply_principal(self, principal: str, *, value: dict[str, Any] | None) -> None:
         if value is None:
@@ -396,6 +406,16 @@ def txn_record(vc: str, txn: str, assigned: bool) -> tuple[str, dict[str, Any] |
 
 def admin_record(vc: str, principal: str, admin: bool) -> tuple[str, dict[str, Any] | None]:
     return _key("admin", vc, principal), ({} if admin else None)
+
+
+def setting_record(vc: str, key: str, value: Any) -> tuple[str, dict[str, Any]]:
+    """One of a VC's settings (proxy/tenancy/settings.py), stored typed."""
+    return _key("vcconfig", vc, key), {"value": value}
+
+
+def setting_delete(vc: str, key: str) -> tuple[str, None]:
+    """A VC's setting removed: the static config's applies again."""
+    return _key("vcconfig", vc, key), None
 
 
 def seeded_record(vc: str, entries: dict[str, list[str]]) -> tuple[str, dict[str, Any]]:
