@@ -25,6 +25,7 @@ from ..core.endpoints import BrokerEndpoint, ListenerLayout, SniRouting, Unknown
 from ..core.session import Authenticator, ProxySession
 from ..tenancy.engine import Policy
 from ..tenancy.model import TenancyImage
+from ..tenancy.settings import VcSettings
 from . import upstream as up
 from .connection import ClientConnection, ConnectionLimits
 from .listings import UpstreamListings
@@ -89,6 +90,7 @@ class ProxyServer:
         self.listening_nodes: dict[int, int] = {}  # node id -> port
         self.cluster_id: str | None = None
         self.tenancy: TenancyService | None = None  # virtual clusters, when tenancy.enabled
+        self.vc_settings: VcSettings | None = None  # each VC's settings: the state topic's, then the config's
         self.ready = trio.Event()  # first discovery done and broker listeners bound
         self.discovered_at: float | None = None  # trio.current_time() of the last successful discovery
         self.discovery_error: str | None = None  # why the last discovery failed, if it did
@@ -146,6 +148,7 @@ class ProxyServer:
                 # The users are the state topic's from now on (the config's are seeds): read at each login.
                 service = self.tenancy
                 self.credentials = CredentialStore(source=lambda: service.image.users.users)
+                self.vc_settings = VcSettings(self.config.tenancy, lambda: service.image)
                 await handlers.start(self.tenancy.run)
                 handlers.start_soon(self._follow_bindings, self.tenancy)
             with self._listener_scope:
@@ -453,14 +456,14 @@ class ProxyServer:
             principal = tls_principal or ANONYMOUS
             authenticator = Preauthenticated(principal)
         tenancy = None
-        if self.tenancy is not None:
-            tc = self.config.tenancy
+        settings = self.vc_settings
+        if self.tenancy is not None and settings is not None:
             tenancy = SessionTenancy(
                 self.tenancy.image,
                 Policy(
-                    auto_create_topics=tc.auto_create_topics,
-                    delete_physical_topic=tc.delete_physical_topics_for,
-                    topic_policy=tc.topic_policy_for,
+                    auto_create_topics=self.config.tenancy.auto_create_topics,
+                    delete_physical_topic=settings.delete_physical_topics,
+                    topic_policy=settings.topic_policy,
                 ),
             )
         versions = self.upstream_versions.get(node_id)
@@ -476,7 +479,7 @@ class ProxyServer:
             upstream_versions=versions,
             super_admins=self.config.tenancy.super_admins,
             host=peer[0] if peer is not None else "*",
-            allow_if_no_acl=self.config.tenancy.allow_if_no_acl,
+            allow_if_no_acl=settings.allow_if_no_acl if settings is not None else self.config.tenancy.allow_if_no_acl,
             cluster_operator=self.cluster_operator,
             broker=node_id,  # None for the bootstrap: set when its upstream is connected
             listings=self.listings if self.tenancy is not None else None,

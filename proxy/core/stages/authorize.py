@@ -57,7 +57,8 @@ class AuthorizationStage:
         self.image = image
         self.allow_if_no_acl = allow_if_no_acl  # vc name -> its `allow_everyone_if_no_acl_found`
         self.host = host
-        self._allow: dict[str, bool] = {}  # the config's choice per VC, looked up once per connection
+        # Each VC's choice, looked up again when the image changes (a VC's setting may have).
+        self._allow: dict[str, tuple[tuple[int, int], bool]] = {}
         self._subject: tuple[tuple[int, int, str], Subject] | None = None  # (image, version, vc) -> who
         self._physical_authorizer: PhysicalAuthorizer | None = None  # kafka-cluster members the proxy authorizes
 
@@ -93,13 +94,19 @@ class AuthorizationStage:
         need = NEEDS.get(ex.api_key)
         if need is None:
             return None
-        allow = self._allow.get(vc.name)
-        if allow is None:
-            allow = self._allow[vc.name] = self.allow_if_no_acl(vc.name)
+        allow = self._allowed(vc.name)
         if allow and not vc.acls.by_type:
             return None  # an open VC without ACLs: nothing to check, nothing to fix on the way back
         ex.access = Access(Authorizer(vc.acls, allow), self.subject(vc), ex.api_key, ex.api_version, need)
         return None
+
+    def _allowed(self, vc: str) -> bool:
+        image = self.image()
+        version = (id(image), image.version)
+        cached = self._allow.get(vc)
+        if cached is None or cached[0] != version:
+            cached = self._allow[vc] = (version, self.allow_if_no_acl(vc))
+        return cached[1]
 
     def _physical(self, ex: Exchange) -> RequestDecision | None:
         """A member of kafka-cluster whom the proxy authenticated: kafka-cluster's ACLs, as a broker would."""
