@@ -26,6 +26,10 @@ ACL migration (alter --add --user U): --copy-acls-from SOURCE copies U's ACLs fr
 cluster, or kafka-cluster: the broker's own ACLs, topic names translated to the links) before U is added;
 --remove-old-acls-from SOURCE then removes from SOURCE those the virtual cluster now has.
 
+Settings (alter --config K=V, --delete-config K; repeatable): description and labels (k=v,k2=v2) by the
+VC's admins; allow_everyone_if_no_acl_found, delete_physical_topics, max_partitions_per_topic, max_topics,
+max_partitions (null: no limit) and allow_unlisted_configs by operators only (docs/management.md).
+
 exit codes: 0 done; 1 the proxy refused an item (each item's error is printed); 2 usage error;
 3 cannot connect or log in; 4 not authorized (this principal may not manage these virtual clusters).
 """
@@ -81,9 +85,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     command("list", "list the virtual clusters this principal may see", vc=False)
     command("describe", "show a virtual cluster's links, users, client ids, groups, transactional ids and admins")
-    alter = command("alter", "add a resource to a virtual cluster, or remove one")
+    alter = command("alter", "add a resource to a virtual cluster, or remove one; change its settings")
     alter.add_argument("--validate-only", action="store_true", help="check only; change nothing")
-    op = alter.add_mutually_exclusive_group(required=True)
+    alter.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="set one of the VC's settings"
+    )
+    alter.add_argument(
+        "--delete-config", action="append", default=[], metavar="KEY", help="remove a setting (the config's applies)"
+    )
+    op = alter.add_mutually_exclusive_group()
     op.add_argument("--add", action="store_true", help="add the resource")
     op.add_argument("--remove", action="store_true", help="remove the resource")
     what = alter.add_mutually_exclusive_group()
@@ -164,24 +174,52 @@ def _request(args: argparse.Namespace) -> Any:
         return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=name),))
     if _migration(args) and not (args.add and args.user is not None):
         raise ValueError("--copy-acls-from, --migrate-acls-from and --remove-old-acls-from go with --add --user")
+    configs = _configs(args)
     chosen = [(dest, kind) for dest, kind, _, _ in _RESOURCES if getattr(args, dest) is not None]
-    if not chosen:
-        raise ValueError("alter needs one of --user, --client, --topic, --group, --transactional-id, --admin")
-    dest, kind = chosen[0]
-    if args.link is not None and kind is not m.ResourceType.TOPIC:
-        raise ValueError("--link goes with --topic")
-    operation = m.ResourceOperation.ADD if args.add else m.ResourceOperation.REMOVE
-    resource = m.VirtualClusterResource(
-        resource_type=i8(kind),
-        resource_name=getattr(args, dest),
-        resource_operation=i8(operation),
-        link_name=args.link if kind is m.ResourceType.TOPIC else None,
-    )
+    if not chosen and not configs:
+        raise ValueError(
+            "alter needs one of --user, --client, --topic, --group, --transactional-id, --admin, "
+            "or --config/--delete-config"
+        )
+    resources: tuple[m.VirtualClusterResource, ...] = ()
+    if chosen:
+        dest, kind = chosen[0]
+        if args.link is not None and kind is not m.ResourceType.TOPIC:
+            raise ValueError("--link goes with --topic")
+        if not (args.add or args.remove):
+            raise ValueError("a resource needs --add or --remove")
+        operation = m.ResourceOperation.ADD if args.add else m.ResourceOperation.REMOVE
+        resources = (
+            m.VirtualClusterResource(
+                resource_type=i8(kind),
+                resource_name=getattr(args, dest),
+                resource_operation=i8(operation),
+                link_name=args.link if kind is m.ResourceType.TOPIC else None,
+            ),
+        )
+    elif args.add or args.remove or args.link is not None:
+        raise ValueError("--add, --remove and --link go with a resource (--user, --topic...)")
     return m.AlterVirtualClustersRequest(
-        virtual_cluster=(m.VirtualClusterData(name=name, resources=(resource,)),),
+        virtual_cluster=(m.VirtualClusterData(name=name, resources=resources, configs=configs),),
         timeout_ms=timeout,
         validate_only=validate,
     )
+
+
+def _configs(args: argparse.Namespace) -> tuple[m.VirtualClusterConfig, ...]:
+    """--config K=V and --delete-config K (the proxy checks keys and values)."""
+    out = []
+    for item in args.config:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--config {item!r}: expected KEY=VALUE")
+        out.append(m.VirtualClusterConfig(name=key, config_operation=i8(m.ConfigOperation.SET), value=value))
+    for key in args.delete_config:
+        out.append(m.VirtualClusterConfig(name=key, config_operation=i8(m.ConfigOperation.DELETE)))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise ValueError("each setting may be given once")
+    return tuple(out)
 
 
 def _result(args: argparse.Namespace, response: Any) -> tuple[dict[str, Any], list[int]]:
@@ -202,6 +240,7 @@ def _result(args: argparse.Namespace, response: Any) -> tuple[dict[str, Any], li
             "consumer_groups": list(vc.consumer_groups),
             "transactional_ids": list(vc.transactional_ids),
             "admins": list(vc.admins),
+            "settings": {c.name: c.value for c in vc.configs},
         }
         return out, [int(vc.error_code)]
     if isinstance(response, m.AlterVirtualClustersResponse):
@@ -220,6 +259,7 @@ def _result(args: argparse.Namespace, response: Any) -> tuple[dict[str, Any], li
             for vc in response.virtual_cluster
             for r in vc.resources
         ]
+        items += [_settings_result(args, vc) for vc in response.virtual_cluster if args.config or args.delete_config]
     else:  # Create, Delete
         entries = (
             response.virtual_clusters if isinstance(response, m.CreateVirtualClustersResponse) else response.responses
@@ -228,6 +268,18 @@ def _result(args: argparse.Namespace, response: Any) -> tuple[dict[str, Any], li
     return {"validate_only": bool(getattr(args, "validate_only", False)), "results": items}, [
         i["error_code"] for i in items
     ]
+
+
+def _settings_result(args: argparse.Namespace, vc: Any) -> dict[str, Any]:
+    return {
+        "virtual_cluster": vc.name,
+        "settings": {
+            **{k: v for k, _, v in (c.partition("=") for c in args.config)},
+            **dict.fromkeys(args.delete_config),
+        },
+        "error_code": int(vc.configs_error_code),
+        "error_message": vc.configs_error_message,
+    }
 
 
 def _text(args: argparse.Namespace, out: dict[str, Any]) -> str:
@@ -248,6 +300,7 @@ def _text(args: argparse.Namespace, out: dict[str, Any]) -> str:
             ("Consumer groups", out["consumer_groups"]),
             ("Transactional ids", out["transactional_ids"]),
             ("Admins", out["admins"]),
+            ("Settings", [f"{k}={v}" for k, v in out["settings"].items()]),
         ):
             lines.append(f"  {title + ':':<19}{', '.join(values) if values else '-'}")
         return "\n".join(lines)
@@ -256,7 +309,11 @@ def _text(args: argparse.Namespace, out: dict[str, Any]) -> str:
     )
     lines = []
     for item in out["results"]:
-        what = item.get("name") or f"{item['operation']} {item['resource_type']} {item['resource_name']}"
+        if "settings" in item:
+            changes = ", ".join(f"{k}={v}" if v is not None else f"{k} deleted" for k, v in item["settings"].items())
+            what = f"settings {changes}"
+        else:
+            what = item.get("name") or f"{item['operation']} {item['resource_type']} {item['resource_name']}"
         if item.get("link_name"):
             what += f" as {item['link_name']}"
         where = item.get("virtual_cluster") or args.virtual_cluster

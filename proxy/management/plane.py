@@ -5,10 +5,11 @@ every replica applies them from the state topic (docs/management.md).
 Who may do what is ACLs (proxy/tenancy/rights.py, docs/security.md#rights): the KIP's *_VIRTUAL_CLUSTER
 operations on CLUSTER resources in `kafka-cluster`'s own ACLs, the config's super-admins holding all.
 * CREATE/DELETE/LIST/DESCRIBE_VIRTUAL_CLUSTER on a VC's name (or `kafka-cluster`: every VC);
-* ALTER_VIRTUAL_CLUSTER on a VC: its users, client ids and admins, removals, and topic links to physical
-  topics already in the VC (aliases). What reaches beyond the VC (linking a physical topic not yet in
-  it, assigning an existing group or transactional id, placing a principal that holds rights elsewhere,
-  adding members to `kafka-cluster`) needs ALTER_VIRTUAL_CLUSTER on `kafka-cluster`;
+* ALTER_VIRTUAL_CLUSTER on a VC: its users, client ids and admins, removals, topic links to physical
+  topics already in the VC (aliases), its description and labels. What reaches beyond the VC (linking a
+  physical topic not yet in it, assigning an existing group or transactional id, placing a principal
+  that holds rights elsewhere, adding members to `kafka-cluster`, a VC's limits and other settings of its
+  reach: proxy/management/vc_settings.py) needs ALTER_VIRTUAL_CLUSTER on `kafka-cluster`;
 * no right lets its holder move a super-admin or another VC's member, widen its own rights, or remove
   the last holder of ALTER_VIRTUAL_CLUSTER on a VC;
 * anyone else: CLUSTER_AUTHORIZATION_FAILED, never saying whether a VC they may not see exists.
@@ -36,6 +37,7 @@ from ..acl.model import (
     ResourceType,
     acl_record,
 )
+from ..tenancy import settings
 from ..tenancy.model import (
     KAFKA_CLUSTER,
     RESERVED_VC_NAMES,
@@ -46,6 +48,7 @@ from ..tenancy.model import (
     group_record,
     link_record,
     principal_record,
+    setting_delete,
     txn_record,
     validate_link_name,
     validate_vc_name,
@@ -55,6 +58,7 @@ from ..tenancy.model import (
 from ..tenancy.rights import ANONYMOUS, Rights, admin_bindings
 from . import schema as m
 from .inventory import Listing, groups_of, named, own_groups, own_txns, txns_of
+from .vc_settings import SettingsRefused, alter_settings
 
 Record = tuple[str, dict[str, Any] | None]
 Op = Operation
@@ -252,6 +256,7 @@ def _delete(
                 if b.permission is not Permission.DENY
             )
             records.extend(image.quotas.of_vc(name))  # and its quotas
+            records.extend(setting_delete(name, k) for k in image.vcs[name].settings)  # and its settings
             records.append(vc_delete(name))
         results.append(m.DeletableVirtualClusterResult(name=name, error_code=i16(code), error_message=message))
     return m.DeleteVirtualClustersResponse(responses=tuple(results)), [] if request.validate_only else records
@@ -342,6 +347,10 @@ def _describe(
                 cluster_id=vc.cluster_id,
                 admins=tuple(sorted(caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, name) - _everywhere(caller))),
                 error_message=_partial(listing),
+                configs=tuple(
+                    m.DescribedVirtualClusterConfig(name=k, value=settings.show(k, v))
+                    for k, v in sorted(vc.settings.items())
+                ),
             )
         )
     return m.DescribeVirtualClustersResponse(virtual_clusters=tuple(results)), []
@@ -453,7 +462,20 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
                     error_message=message,
                 )
             )
-        results.append(m.VirtualClusterDataResult(name=name, resources=tuple(items)))
+        configs_code, configs_message = NONE, None
+        if vc_data.configs:
+            try:
+                records += alter_settings(image, caller, name, vc_data.configs)
+            except SettingsRefused as refused:
+                configs_code, configs_message = refused.code, refused.message
+        results.append(
+            m.VirtualClusterDataResult(
+                name=name,
+                resources=tuple(items),
+                configs_error_code=i16(configs_code),
+                configs_error_message=configs_message,
+            )
+        )
     return m.AlterVirtualClustersResponse(virtual_cluster=tuple(results)), [] if request.validate_only else records
 
 

@@ -6,7 +6,8 @@ updates, UnregisterController), so vcproxy serves the RPCs under 1134-1138, far 
 Where the KIP's schemas contradict themselves (fields "versions 1+" in an API whose only version is 0:
 `validateOnly`, `ErrorMessage`, `ThrottleTimeMs`), version 0 carries them. What the KIP leaves out is
 added as tagged fields, which a reader of the KIP's exact schema skips: the link name of a topic
-resource, and a described VC's cluster id, admins and error message. docs/management.md lists it all.
+resource, a described VC's cluster id, admins and error message, and a VC's settings (set in Alter, with
+their outcome per VC item, and shown by Describe). docs/management.md lists it all.
 
 1139-1141 are vcproxy's own, not the KIP's: Kafka's DescribeAcls, CreateAcls and DeleteAcls v3 with the
 virtual cluster named in each item, for operators (a super-admin is bound to no VC, so Kafka's own ACL
@@ -71,6 +72,13 @@ class ResourceType(enum.IntEnum):
 class ResourceOperation(enum.IntEnum):
     ADD = 1
     REMOVE = 2
+
+
+class ConfigOperation(enum.IntEnum):
+    """A VC setting's change: IncrementalAlterConfigs' codes."""
+
+    SET = 0
+    DELETE = 1
 
 
 class VirtualClusterPatternType(enum.IntEnum):
@@ -152,11 +160,24 @@ class VirtualClusterResource(_Nested):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualClusterConfig(_Nested):
+    """One of a VC's settings (proxy/tenancy/settings.py) to set or delete."""
+
+    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata=_meta("string"))
+    config_operation: i8 = field(metadata=_meta("int8"), default=i8(ConfigOperation.SET))
+    value: str | None = field(metadata=_meta("string"), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterData(_Nested):
     __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     name: str = field(metadata=_meta("string"))
     resources: tuple[VirtualClusterResource, ...] = field(default=())
+    # vcproxy's: the VC's settings, applied together or not at all (the result's Configs* fields say).
+    configs: tuple[VirtualClusterConfig, ...] = field(metadata={"tag": 0}, default=())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +206,8 @@ class VirtualClusterDataResult(_Nested):
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
     resources: tuple[VirtualClusterResourceResult, ...] = field(default=())
+    configs_error_code: i16 = field(metadata=_meta("int16", 0), default=i16(0))
+    configs_error_message: str | None = field(metadata=_meta("string", 1), default=None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,6 +302,14 @@ class TopicLink(_Nested):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedVirtualClusterConfig(_Nested):
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata=_meta("string"))
+    value: str = field(metadata=_meta("string"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterResults(_Nested):
     __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
@@ -292,6 +323,7 @@ class VirtualClusterResults(_Nested):
     cluster_id: str | None = field(metadata=_meta("string", 0), default=None)
     admins: tuple[str, ...] = field(metadata=_meta("string", 1), default=())
     error_message: str | None = field(metadata=_meta("string", 2), default=None)
+    configs: tuple[DescribedVirtualClusterConfig, ...] = field(metadata={"tag": 3}, default=())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
