@@ -17,7 +17,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_for_command(args.config, args.log_level)
     if config is None:
         return 2
-    trio.run(serve, config)
+    trio.run(serve, config, args.config, args.log_level)
     return 0
 
 
@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         "listeners, the upstream Kafka cluster, authentication, virtual clusters, limits, tracing and metrics. "
         "It runs in the foreground until SIGINT or SIGTERM, then stops accepting, lets in-flight requests "
         "finish (limits.drain_timeout_seconds) and exits. A configuration that cannot be used is refused "
-        "at start with the file, the key and the reason (exit code 2).",
+        "at start with the file, the key and the reason (exit code 2). Certificates, the users and the other "
+        "reloadable keys are reloaded when their files change and on SIGHUP (docs/security.md#reloading).",
     )
     serve.add_argument("--config", required=True, help="YAML configuration file (see config/example.yaml)")
     serve.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="override logging.level")

@@ -160,6 +160,10 @@ class CredentialStore:
         self._verified: dict[str, tuple[ScramCredential, bytes]] = {}
         self._verified_key = secrets.token_bytes(32)
 
+    def replace(self, users: Mapping[str, UserCredentials]) -> None:
+        """A reloaded users file: the next login sees these users (one assignment: no login sees half)."""
+        self._static = dict(users)
+
     @property
     def users(self) -> Mapping[str, UserCredentials]:
         return self._source() if self._source is not None else self._static

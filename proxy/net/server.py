@@ -32,6 +32,7 @@ from .listings import UpstreamListings
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry, Telemetry
+    from ..reload import Decision
     from ..state.service import TenancyService
 
 log = logging.getLogger(__name__)
@@ -78,12 +79,9 @@ class ProxyServer:
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
         self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
         self.relay_security = dataclasses.replace(self.upstream_security, sasl=None)
-        # Client-side security, built once: TLS context, certificate principal rules, SASL credentials.
-        self.tls_context = None
-        if lc.tls is not None:
-            self.tls_context = server_context(lc.tls.certfile, lc.tls.keyfile, lc.tls.cafile, lc.tls.client_auth)
-            if sni is not None:
-                self.tls_context.sni_callback = _sni_callback(sni)
+        # Client-side security: TLS context, certificate principal rules, SASL credentials (reconfigure()
+        # replaces them for what comes next).
+        self.tls_context = self._listener_context(config)
         self.principal_mapper = PrincipalMapper("DEFAULT" if lc.tls is None else lc.tls.principal_mapping_rules)
         self.credentials = CredentialStore.from_mapping(config.credentials.as_mapping())
         self.connections: set[ClientConnection] = set()
@@ -122,6 +120,36 @@ class ProxyServer:
             self.upstream_security,
             config.upstream.connect_timeout_seconds,
         )
+
+    def _listener_context(self, config: ProxyConfig) -> ssl.SSLContext | None:
+        tls = config.listeners.tls
+        if tls is None:
+            return None
+        context = server_context(tls.certfile, tls.keyfile, tls.cafile, tls.client_auth)
+        if self.layout.sni is not None:
+            context.sni_callback = _sni_callback(self.layout.sni)
+        return context
+
+    def reconfigure(self, decision: Decision) -> None:
+        """Apply a reloaded config that proxy/reload.py accepted (only reloadable keys differ). Everything is
+        built before anything is swapped, so a failure leaves the running config whole; open connections
+        keep the context and login they have, new handshakes, upstream connections and logins get the new."""
+        config = decision.config
+        assert config is not None
+        lc = config.listeners
+        tls_context = self._listener_context(config)
+        mapper = PrincipalMapper("DEFAULT" if lc.tls is None else lc.tls.principal_mapping_rules)
+        security = up.UpstreamSecurity.from_config(config.upstream)
+        users = None if self.tenancy is not None else CredentialStore.from_mapping(config.credentials.as_mapping())
+        self.config = config
+        self.tls_context, self.principal_mapper = tls_context, mapper
+        self.upstream_security = self.listings.security = security
+        self.relay_security = dataclasses.replace(security, sasl=None)
+        if users is not None:
+            self.credentials.replace(users.users)
+        elif self.tenancy is not None and decision.users and self._handler_nursery is not None:
+            # With tenancy the users are the state topic's: the file's changed entries are seeds, written once.
+            self._handler_nursery.start_soon(self.tenancy.reseed_users, config.credentials.as_mapping())
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -530,14 +558,19 @@ def _peer(stream: trio.SocketStream) -> str:
         return "?"
 
 
-async def serve(config: ProxyConfig) -> None:
-    """Run until SIGINT/SIGTERM, then drain."""
+async def serve(config: ProxyConfig, config_path: str | Path | None = None, log_level: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then drain; with `config_path`, reload it when it (or a file it names)
+    changes, and on SIGHUP (`log_level`: the command line's, which a reload does not override)."""
     import signal
+
+    from .reloader import Reloader
 
     server = ProxyServer(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server.run)  # not start(): a signal must work while tenancy replays
+            if config_path is not None:
+                nursery.start_soon(Reloader(server, config_path, keep_log_level=log_level is not None).run)
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 await server.drain()

@@ -185,6 +185,12 @@ class TenancyService:
                     log.error("virtual-cluster state unusable, refusing topic changes: %s", problem)
                 self.image.state_problem = problem
 
+    async def reseed_users(self, users: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+        """A reloaded users file: its new and edited entries are written as seeds (once each, as at start);
+        a user removed from the file stays in the state topic (delete it with kafka-configs)."""
+        self.users_seed = dict(users)
+        await self._seed()
+
     async def _seed(self) -> None:
         delay = 0.5
         # Recomputed on each attempt (others may have written meanwhile), but written once: two
