@@ -147,6 +147,12 @@ class ProxyServer:
         self.relay_security = dataclasses.replace(security, sasl=None)
         if users is not None:
             self.credentials.replace(users.users)
+            # As with users at runtime: a login whose credential was changed or removed does not outlive it.
+            for connection in list(self.connections):
+                check = getattr(connection.session.authenticator, "stale_login", None)
+                why = check() if check is not None else None
+                if why is not None:
+                    connection.close_now(why)
         elif self.tenancy is not None and decision.users and self._handler_nursery is not None:
             # With tenancy the users are the state topic's: the file's changed entries are seeds, written once.
             self._handler_nursery.start_soon(self.tenancy.reseed_users, config.credentials.as_mapping())

@@ -275,3 +275,31 @@ async def test_reloader_follows_a_new_certificate_path(setup):
     Path(certfile).write_bytes(Path(certfile).read_bytes() + b"\n")
     again = await reloader.reload()
     assert again is not None and again.changed == (f"listeners.tls.certfile ({certfile})",)
+
+
+class _Connection:
+    def __init__(self, stale: str | None):
+        self.session = type("Session", (), {"authenticator": type("Auth", (), {"stale_login": lambda _: stale})()})()
+        self.closed: str | None = None
+
+    def close_now(self, reason: str) -> None:
+        self.closed = reason
+
+
+async def test_server_reconfigure_swaps_what_new_connections_use(setup):
+    from proxy.net.server import ProxyServer
+
+    server = ProxyServer(load_config(setup.path))
+    context, security, store = server.tls_context, server.upstream_security, server.credentials
+    kept, gone = _Connection(None), _Connection("the credential was changed or deleted: reconnect")
+    server.connections |= {kept, gone}  # type: ignore[arg-type]
+    setup.users_file.write_text(yaml.safe_dump({"bob": ENTRY}))
+    _issue(setup.ca, setup.dir, "server")
+    decision = _decide(setup, server.config, [setup.certfile, str(setup.users_file)])
+    server.reconfigure(decision)
+    assert server.config is decision.config
+    assert server.tls_context is not context and server.upstream_security is not security
+    assert server.listings.security is server.upstream_security
+    # The same store (every open session holds it) with the file's users: the next login sees them.
+    assert server.credentials is store and set(store.users) == {"bob"}
+    assert gone.closed is not None and kept.closed is None
