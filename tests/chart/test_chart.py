@@ -145,19 +145,25 @@ def test_probes_hit_the_paths_the_proxy_serves(helm):
     assert 'path == "/healthz"' in source and 'path == "/readyz"' in source
 
 
-def test_a_config_or_secret_change_rolls_the_pods(helm):
-    def annotations(**sets: str) -> dict[str, str]:
+def test_a_config_change_rolls_the_pods_a_reloadable_secret_does_not(helm):
+    def rendered(**sets: str) -> list[dict]:
         users = {"credentials.users": '{"alice": {"SCRAM-SHA-512": {"salt": "x"}}}'}
-        rendered = helm.template(sets={"listener.securityProtocol": '"SASL_PLAINTEXT"', **users, **sets})
-        return find(rendered, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        return helm.template(sets={"listener.securityProtocol": '"SASL_PLAINTEXT"', **users, **sets})
 
-    base = annotations()
-    logging = annotations(**{"config.logging": '{"level": "DEBUG"}'})
-    users = annotations(**{"credentials.users": '{"bob": {"SCRAM-SHA-512": {"salt": "y"}}}'})
+    def annotations(objects: list[dict]) -> dict[str, str]:
+        return find(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+
+    base = annotations(rendered())
+    logging = annotations(rendered(**{"config.logging": '{"level": "DEBUG"}'}))
+    bob = rendered(**{"credentials.users": '{"bob": {"SCRAM-SHA-512": {"salt": "y"}}}'})
     assert base["checksum/config"] != logging["checksum/config"]
-    assert base["checksum/users"] == logging["checksum/users"]
-    assert base["checksum/users"] != users["checksum/users"]
-    assert base == annotations()  # and nothing else moves them
+    # The users file is reloaded by the proxy when the kubelet updates the Secret: no restart for it.
+    assert "bob" in find(bob, "Secret")["stringData"]["users.yaml"]
+    assert annotations(bob) == base
+    # Mounted whole, not by subPath: a subPath mount never sees the kubelet's update of a Secret.
+    assert not any("subPath" in mount for mount in container(bob)["volumeMounts"])
+    assert [k for k in base if k.startswith("checksum/")] == ["checksum/config"]
+    assert base == annotations(rendered())  # and nothing else moves them
 
 
 def test_secure_pod_defaults(helm):

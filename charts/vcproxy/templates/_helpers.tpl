@@ -181,15 +181,11 @@ ConfigMap (and its checksum) and the ports of the pod and Service cannot disagre
 {{- end }}
 {{- end -}}
 
-{{/* Pod annotations: a changed config or secret rolls the pods. */}}
+{{/* Pod annotations: a changed config rolls the pods (most of its keys are read at start only). The
+Secrets (users, upstream password, TLS) have no checksum: the proxy reloads their files when the kubelet
+updates them, without dropping a connection (docs/security.md#reloading). */}}
 {{- define "vcproxy.checksums" -}}
 checksum/config: {{ include "vcproxy.config" . | sha256sum }}
-{{- if and (include "vcproxy.sasl" .) (not .Values.credentials.existingSecret) }}
-checksum/users: {{ toYaml .Values.credentials.users | sha256sum }}
-{{- end }}
-{{- if and (include "vcproxy.upstreamPassword" .) (not .Values.upstreamPassword.existingSecret) }}
-checksum/upstream: {{ .Values.upstreamPassword.value | sha256sum }}
-{{- end }}
 {{- end -}}
 
 {{/* Checks that a schema cannot express. */}}
