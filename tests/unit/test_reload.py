@@ -303,3 +303,22 @@ async def test_server_reconfigure_swaps_what_new_connections_use(setup):
     # The same store (every open session holds it) with the file's users: the next login sees them.
     assert server.credentials is store and set(store.users) == {"bob"}
     assert gone.closed is not None and kept.closed is None
+
+
+async def test_tenancy_reseeds_only_the_changed_users_of_a_reloaded_file():
+    from proxy.state.service import TenancyService
+
+    service = TenancyService(store=None)  # type: ignore[arg-type]  # writes are captured below
+    written: list[list[Any]] = []
+
+    async def write(records: list[Any], timeout: float | None = None) -> None:
+        written.append(records)
+        for key, value in records:
+            service._apply(key, value)
+
+    service.write = write  # type: ignore[method-assign]
+    await service.reseed_users({"alice": ENTRY})
+    await service.reseed_users({"alice": ENTRY, "bob": OTHER})  # alice was seeded already: bob only
+    await service.reseed_users({"bob": OTHER})  # a user removed from the file stays (kafka-configs deletes)
+    assert len(written) == 2 and all("bob" in str(key) for key, _ in written[1])
+    assert set(service.image.users.users) == {"alice", "bob"}
