@@ -36,6 +36,7 @@ class Reloader:
         self.poll_seconds = poll_seconds
         self.files = reload.watched_files(server.config, self.config_path)
         self.stamps = {path: reload.stamp(path) for path in self.files}
+        self._lock = trio.Lock()  # a SIGHUP during a poll's reload waits for it: one decision at a time
 
     async def run(self) -> None:
         with trio.open_signal_receiver(signal.SIGHUP) as signals:
@@ -53,6 +54,10 @@ class Reloader:
 
     async def reload(self, forced: bool = False) -> reload.Decision | None:
         """Load the config again and apply or refuse it; None when nothing was touched (a poll's no-op)."""
+        async with self._lock:
+            return await self._reload(forced)
+
+    async def _reload(self, forced: bool) -> reload.Decision | None:
         changed = reload.changed_files(self.stamps, self.files)
         if not changed and not forced:
             return None
@@ -68,7 +73,12 @@ class Reloader:
         if decision.config is None:
             log.error("%s", decision.message)
             return decision
-        self.server.reconfigure(decision)
+        try:
+            self.server.reconfigure(decision)
+        except (OSError, ValueError) as exc:  # a file changed again since it was validated: keep running
+            log.error("configuration reload refused, the running configuration is kept: %s", exc)
+            self.stamps.clear()  # try again at the next poll
+            return None
         if not self.keep_log_level:
             logging.getLogger().setLevel(decision.config.logging.level)
         log.info("%s", decision.message)

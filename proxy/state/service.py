@@ -188,7 +188,8 @@ class TenancyService:
     async def reseed_users(self, users: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
         """A reloaded users file: its new and edited entries are written as seeds (once each, as at start);
         a user removed from the file stays in the state topic (delete it with kafka-configs)."""
-        self.users_seed = dict(users)
+        self.users_seed = dict(users)  # the start's seeding takes them if it has not run yet
+        await self.ready.wait()  # never seed against an image not yet replayed: it would undo runtime changes
         await self._seed()
 
     async def _seed(self) -> None:

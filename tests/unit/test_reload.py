@@ -4,6 +4,7 @@ and the reloader's polling of real files with a stand-in server (no sockets)."""
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -317,8 +318,24 @@ async def test_tenancy_reseeds_only_the_changed_users_of_a_reloaded_file():
             service._apply(key, value)
 
     service.write = write  # type: ignore[method-assign]
+    service.ready.set()  # replayed
     await service.reseed_users({"alice": ENTRY})
     await service.reseed_users({"alice": ENTRY, "bob": OTHER})  # alice was seeded already: bob only
     await service.reseed_users({"bob": OTHER})  # a user removed from the file stays (kafka-configs deletes)
     assert len(written) == 2 and all("bob" in str(key) for key, _ in written[1])
     assert set(service.image.users.users) == {"alice", "bob"}
+
+
+async def test_a_failure_while_applying_keeps_the_running_config(setup, caplog):
+    server = _Server(load_config(setup.path))
+
+    def broken(decision: reload.Decision) -> None:
+        raise ssl.SSLError("the key changed again since it was checked")
+
+    server.reconfigure = broken  # type: ignore[method-assign]
+    reloader = Reloader(server, setup.path, keep_log_level=True)  # type: ignore[arg-type]
+    before = server.config
+    _issue(setup.ca, setup.dir, "server")
+    assert await reloader.reload() is None
+    assert server.config is before and "the key changed again" in caplog.text
+    assert reloader.stamps == {}  # the next poll tries again
