@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import re
 import socket
 import ssl
@@ -96,9 +97,12 @@ class Team:
 
 
 def _issue(ca: trustme.CA, path: Path) -> str:
-    """A certificate for 127.0.0.1 written over `path` (key and chain, one PEM); its SHA-256 fingerprint."""
+    """A certificate for 127.0.0.1 put in place of `path` (key and chain, one PEM) at once, as cert-manager
+    and a Secret's update do (a reload never reads half a file); its SHA-256 fingerprint."""
     cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(path))
+    staged = path.with_name(path.name + ".new")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(staged))
+    os.replace(staged, path)
     return hashlib.sha256(ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())).hexdigest()
 
 
@@ -425,8 +429,9 @@ def test_onboard_and_offboard_a_team_with_zero_restarts(kafka_cluster, team, tra
     assert credential.iterations == 8192
     physical = image.vcs["team-c"].links["orders"]
     until(lambda: logs_in(team, one, "cora", PASSWORDS["cora"]), "cora to log in")
-    cora_view = AdminClient(team.conf(one, "cora", PASSWORDS["cora"]))
-    assert "orders" not in cora_view.list_topics(timeout=10).topics  # a closed VC: nothing granted yet
+    cora_views = [AdminClient(team.conf(proxy, "cora", PASSWORDS["cora"])) for proxy in (one, two)]
+    for view in cora_views:
+        assert "orders" not in view.list_topics(timeout=10).topics  # a closed VC: nothing granted yet
     kafka_tool(
         "kafka-acls", one, carl, "--add", "--allow-principal", "User:cora",
         "--producer", "--consumer", "--topic", "orders", "--group", "cora-app",
@@ -434,9 +439,10 @@ def test_onboard_and_offboard_a_team_with_zero_restarts(kafka_cluster, team, tra
     granted = {(b.restype, b.name, b.operation) for b in carl_admin.describe_acls(CORA_ACLS).result(60)}
     for acl in ((TOPIC, "orders", AclOperation.WRITE), (TOPIC, "orders", AclOperation.READ), (GROUP, "cora-app", READ)):
         assert acl in granted, granted
-    until(lambda v=cora_view: "orders" in v.list_topics(timeout=10).topics, "cora to see orders on replica 1")
+    for view in cora_views:  # both replicas follow the grant
+        until(lambda v=view: "orders" in v.list_topics(timeout=10).topics, "cora to see orders")
     produce_and_consume(team, "cora", PASSWORDS["cora"], "orders", "cora-app", ["o1", "o2", "o3"])
-    del cora_view
+    del cora_views, view
     traffic.flowing("team-c's onboarding")
 
     # 4. A quota for team-c: a cap on all its clients together, set by the operator.
@@ -506,5 +512,6 @@ def test_onboard_and_offboard_a_team_with_zero_restarts(kafka_cluster, team, tra
         assert not closed(proxy, bobs[name(proxy)])
     traffic.finish()
     traffic.healthy()
+    assert traffic.produced >= 100  # one every 20 ms or so, the whole test long
     assert traffic.consumed == list(range(traffic.produced)), "bob's records lost, repeated or reordered"
     assert (one.pid, two.pid) == pids and all(p.proc is not None and p.proc.poll() is None for p in (one, two))
