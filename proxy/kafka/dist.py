@@ -43,6 +43,7 @@ BROKER_LOG4J = _PACKAGE_DIR / "broker-log4j2.properties"
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-.][0-9A-Za-z.-]+)?$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_JAR_VERSION = re.compile(r"^(.+?)-(\d+\.\d+[^-]*(?:-[A-Za-z0-9.]+)?)\.jar$")  # artifact-version.jar
 _MARKER = ".complete"
 
 # Substrings of Maven's output that mean it could not talk to the repository at all.
@@ -248,11 +249,26 @@ def ensure_extra_libs(
     names = list(dict.fromkeys(artifacts))  # the first names the directory: connect-runtime+5
     key = names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}"
     vdir = cache_root(cache_dir) / version / "extras" / key
-    required = tuple(f"{a}-{version}.jar" for a in names)
-    pom = render_extras_pom(names, version)
+    extras = extras_version(version)
+    required = tuple(f"{a}-{extras}.jar" for a in names)
+    pom = render_extras_pom(names, extras)
     dist = ensure_dist(version, cache_dir)
-    what = f"{', '.join(names)} {version}"
+    what = f"{', '.join(names)} {extras}"
     return _resolve(version, vdir, pom, required, vdir.parent / f"{key}.lock", what, prune=dist)
+
+
+def extras_version(version: str) -> str:
+    """The release whose extra artifacts a tool of `version` runs with. Kafka's patch releases leave some
+    artifacts off Maven Central (4.2.1 and 4.2.2 lack connect-file and trogdor, 4.2.2 kafka-shell), so the
+    extras come from the minor's first release, beside the patch release's dist (whose jars come first)."""
+    major, minor = parse_version(version)
+    return f"{major}.{minor}.0"
+
+
+def _artifact(jar: str) -> str:
+    """`kafka-clients-4.2.0.jar` -> `kafka-clients`: a jar's artifact, whatever its version."""
+    match = _JAR_VERSION.match(jar)
+    return match.group(1) if match else jar
 
 
 def _resolve(
@@ -289,8 +305,10 @@ def _resolve(
         if returncode != 0:
             raise _maven_error(version, returncode, output)
         if prune is not None:
+            # By artifact, not file name: the extras may be of another release than the dist.
+            pruned = {_artifact(jar.name) for jar in prune.glob("*.jar")}
             for jar in staging.glob("*.jar"):
-                if (prune / jar.name).is_file():
+                if _artifact(jar.name) in pruned:
                     jar.unlink()
         jars = list(staging.glob("*.jar"))
         for jar in required:

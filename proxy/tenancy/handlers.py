@@ -743,6 +743,9 @@ def configs_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     on the way back (configs_response)."""
     refused: dict[str, tuple[int, str, int, str | None]] = {}  # placeholder -> (type, name, error, message)
     alter = ex.api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
+    # Kafka's internal topics are described with their configs (kafka-topics --describe asks for every
+    # listed topic's), never reconfigured: an alter names a topic that exists nowhere.
+    ex.tx.describe_internal = not alter
     resources = []
     for resource in body.resources:
         rtype, name = int(resource.resource_type), resource.resource_name

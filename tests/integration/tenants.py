@@ -14,6 +14,13 @@ from proxy.demo import java_client_properties
 from proxy.process import ProxyProcess, proxy_config
 from proxy.state.store import StateStore
 from proxy.tenancy.model import TenancyImage
+from proxy.tenancy.names import DESCRIBED_INTERNAL
+
+
+def own(topics: Iterable[str]) -> set[str]:
+    """A VC's listing without Kafka's internal topics, which every VC describes (never reads) as a cluster
+    does to a principal with DESCRIBE on them."""
+    return set(topics) - DESCRIBED_INTERNAL
 
 
 def by_client_id(tenants: Iterable[str], *suffixes: str) -> list[dict[str, Any]]:

@@ -327,11 +327,12 @@ def test_vc_limits_and_internal_names_are_refused_in_the_tenants_words(proxy, ka
             assert not PHYSICAL.search(result.error_message or "") and "!" not in (result.error_message or "")
 
         # Metadata auto-creation follows the same rules and creates nothing.
-        body = metadata(alice, colliding, "__transaction_state", "..", auto=True, cid=52)
+        # (`__cluster_metadata`: the internal name a VC never describes, unlike Kafka's internal topics.)
+        body = metadata(alice, colliding, "__cluster_metadata", "..", auto=True, cid=52)
         errors = {t.name: t.error_code for t in body.topics}
         assert errors == {
             colliding: ErrorCode.invalid_topic_exception,
-            "__transaction_state": ErrorCode.unknown_topic_or_partition,
+            "__cluster_metadata": ErrorCode.unknown_topic_or_partition,
             "..": ErrorCode.invalid_topic_exception,
         }
     links = replayed(kafka_cluster, proxy).vcs["team-a"].links

@@ -277,6 +277,26 @@ def test_internal_topics_are_described_as_internal_and_read_nowhere():
     name = forward(tenant_session(image), 2, 9, listing).topics[0].name
     assert name.endswith(".__consumer_offsets") and name != "__consumer_offsets"
 
+    # Their configs are described (kafka-topics --describe asks for every listed topic's), never altered.
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+    from kio.schema.incremental_alter_configs.v1.request import (
+        AlterableConfig,
+        AlterConfigsResource,
+        IncrementalAlterConfigsRequest,
+    )
+
+    describe = codec._empty(
+        DescribeConfigsRequest,
+        resources=(codec._empty(DescribeConfigsResource, resource_type=2, resource_name="__consumer_offsets"),),
+    )
+    assert forward(tenant_session(image), 32, 4, describe).resources[0].resource_name == "__consumer_offsets"
+    config = codec._empty(AlterableConfig, name="retention.ms", value="1000")
+    resource = codec._empty(
+        AlterConfigsResource, resource_type=2, resource_name="__consumer_offsets", configs=(config,)
+    )
+    alter = codec._empty(IncrementalAlterConfigsRequest, resources=(resource,))
+    assert forward(tenant_session(image), 44, 1, alter).resources[0].resource_name != "__consumer_offsets"
+
 
 def test_foreign_topic_id_and_unknown_name_never_reach_the_broker_as_themselves():
     from kio.schema.fetch.v16.request import FetchRequest
