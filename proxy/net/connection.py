@@ -104,7 +104,10 @@ class ClientConnection:
         self.limits = limits
         self.client_reader = FrameReader(client, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size)
         self._logged_in = session.authenticator is None or session.authenticator.complete
-        if not self._logged_in:
+        self._login_done = trio.Event()  # the watchdog's idle clock starts at the login, not at its deadline
+        if self._logged_in:
+            self._login_done.set()
+        else:
             # Kafka's sasl.server.max.receive.size: a stranger's frames are small, and so is its buffer.
             self.client_reader.decoder.set_limits(
                 limits.pre_auth_max_frame_bytes, limits.initial_buffer_size, keep_spare=False
@@ -190,11 +193,11 @@ class ClientConnection:
 
     async def _watchdog(self, connection_scope: trio.CancelScope) -> None:
         """The login deadline, then connections.max.idle.ms: nothing in flight for that long closes it."""
+        with trio.move_on_after(self.limits.authentication_timeout):
+            await self._login_done.wait()
         if not self._logged_in:
-            await trio.sleep(self.limits.authentication_timeout)
-            if not self._logged_in:
-                self._close(connection_scope, f"not authenticated within {self.limits.authentication_timeout:g} s")
-                return
+            self._close(connection_scope, f"not authenticated within {self.limits.authentication_timeout:g} s")
+            return
         while True:
             idle_until = self._last_active + self.limits.idle_timeout
             if trio.current_time() < idle_until:
@@ -238,6 +241,7 @@ class ClientConnection:
         authenticator = self.session.authenticator
         if not self._logged_in and authenticator is not None and authenticator.complete:
             self._logged_in = True
+            self._login_done.set()
             self.client_reader.decoder.set_limits(self.limits.max_frame_bytes, self.limits.buffer_size)
 
     async def _send(self, data: bytes | memoryview) -> None:

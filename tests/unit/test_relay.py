@@ -667,3 +667,19 @@ async def test_a_refused_relayed_login_is_answered_after_the_failed_authenticati
         with trio.fail_after(10):
             await shell.closed.wait()
         assert shell.connection.close_reason == "failed authentication"
+
+
+async def test_the_idle_clock_starts_at_the_login_not_at_its_deadline(autojump_clock):
+    """connections.max.idle.ms counts from the last answer: a connection idle right after its login was
+    closed only once the whole login deadline had passed too (60 s + 2 s with the test proxies' limits)."""
+    from proxy.net.connection import ConnectionLimits
+
+    limits = ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, authentication_timeout=60, idle_timeout=2)
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, limits)
+        assert (await shell.ask(HANDSHAKE, 1, 1, mechanism="PLAIN")).error_code == ErrorCode.none
+        assert (await shell.ask(AUTHENTICATE, 2, 2, auth_bytes=b"\0carol\0carol-secret")).error_code == 0
+        logged_in = trio.current_time()
+        await shell.closed.wait()
+        assert trio.current_time() - logged_in <= 3
+        assert shell.connection.close_reason == "idle for 2 s (connections_max_idle_ms)"
