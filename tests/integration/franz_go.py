@@ -49,7 +49,7 @@ TESTS: dict[str, float] = {
     "TestPooling": DEFAULT_LIMIT,
     "TestGroupSimple": DEFAULT_LIMIT,
     "TestGroupETL": 300.0,
-    "TestClient_Produce": DEFAULT_LIMIT,
+    "TestClient_Produce": 300.0,  # 36 s alone, 90 s late in the whole suite (a busier cluster)
     "TestIssue769": DEFAULT_LIMIT,
     "TestIssue831": DEFAULT_LIMIT,
     "TestClient_ProduceLargeMessages": DEFAULT_LIMIT,
