@@ -10,8 +10,10 @@ per-user errors and messages, a user altered twice in one request refused whole.
   *_VIRTUAL_CLUSTER right the caller could not grant (no right widens its holder's reach);
 * **a VC's admins** (ALTER_VIRTUAL_CLUSTER on the VC they are connected in): users bound to that VC, and
   new users (no credential, bound nowhere), who join the VC; never a super-admin, another VC's member, a
-  user holding rights beyond the VC, nor one with credentials but no VC. Describe shows them only their
-  VC's users, and any other name as one that does not exist.
+  user holding rights beyond the VC, nor one with credentials but no VC. Where the listener relays unknown
+  users to the broker, no new users: a name without a proxy credential may be a broker user, shut out (and
+  taken over) by a credential at the proxy; an operator gives such a name one. Describe shows them only
+  their VC's users, and any other name as one that does not exist.
 * The proxy's own upstream user is never a proxy user: refused to everyone.
 
 Refusals are CLUSTER_AUTHORIZATION_FAILED per user, as a broker answers per user.
@@ -19,6 +21,7 @@ Refusals are CLUSTER_AUTHORIZATION_FAILED per user, as a broker answers per user
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -60,11 +63,13 @@ _NO_THROTTLE = i32Timedelta.parse(timedelta(0))
 @dataclass(frozen=True)
 class Scope:
     """Who asks: `caller` (principal, super-admins, image), and `vc`: None for a cluster-wide caller, else
-    the VC whose users it manages. `upstream_user`: the proxy's own login to the brokers."""
+    the VC whose users it manages. `upstream_user`: the proxy's own login to the brokers. `relays_unknown`:
+    a name without a proxy credential may be the broker's user, whom a new proxy credential would shut out."""
 
     caller: plane.Caller
     vc: str | None
     upstream_user: str | None = None
+    relays_unknown: bool = False  # the listener relays logins of names without a proxy credential to the broker
 
 
 def _user(name: str) -> str:
@@ -88,6 +93,8 @@ def _refusal(scope: Scope, name: str, image: TenancyImage) -> str | None:
     if principal in _readers(image):
         return "only a super-admin may change a state topic reader's credentials"
     if scope.vc is not None:
+        if scope.relays_unknown and name not in image.users.users:
+            return f"{principal} has no proxy credential: its logins are relayed to the broker, whose user it may be"
         bound = image.principals.get(principal)
         if bound is None and name in image.users.users:  # someone's already, placed by an operator or not yet
             return f"{principal} is in no virtual cluster of the caller's"
@@ -122,7 +129,7 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
     """Kafka's order: deletions, then upsertions; a user named twice (in either list) is refused with
     DUPLICATE_RESOURCE; the response has one result per user: the successes, then the refusals."""
     caller = scope.caller.on(image)
-    scope = Scope(caller, scope.vc, scope.upstream_user)
+    scope = dataclasses.replace(scope, caller=caller)
     errors: dict[str, _Error] = {}
     deletions: dict[str, Any] = {}
     upsertions: dict[str, Any] = {}

@@ -518,6 +518,7 @@ class ProxyServer:
             broker=node_id,  # None for the bootstrap: set when its upstream is connected
             listings=self.listings if self.tenancy is not None else None,
             upstream_user=self.config.upstream.sasl_username,
+            relays_unknown=lc.unknown_principals == "relay",
         )
 
 

@@ -31,6 +31,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from proxy.auth.credentials import make_entry
@@ -105,7 +108,7 @@ def proxy(kafka_cluster, workdir, broker_acls) -> Iterator[ProxyProcess]:
     config = tenancy_config(
         kafka_cluster,
         free_port_block(),
-        [{"name": "team-a", "principals": ["User:alice"]}],
+        [{"name": "team-a", "principals": ["User:alice"], "admins": ["User:alice"]}],
         listeners={"security_protocol": "SASL_PLAINTEXT", "unknown_principals": "relay"},
         credentials={"users": {"alice": make_entry("alice-secret", 4096)}},
         upstream={
@@ -294,6 +297,19 @@ def test_a_proxy_user_in_a_vc_still_sees_only_its_vc(targets, proxy):
     assert not any(t.startswith("__") for t in own(seen))  # Kafka's internal topics: described, never read
     relayed = set(AdminClient(targets["proxy"]("SCRAM-SHA-512")).list_topics(timeout=20).topics)
     assert ALLOWED in relayed and f"alice-own-{RUN}" not in relayed  # physically prefixed, and not relayuser's
+
+
+def test_a_vc_admin_cannot_give_a_relayed_user_a_proxy_credential(targets):
+    """A proxy credential for relayuser would turn its logins from the broker's check to the proxy's: the real
+    relayuser shut out, and team-a's admin (who set the password) logging in under its name."""
+    alice = AdminClient(targets["proxy"]("SCRAM-SHA-512", "alice", "alice-secret"))
+    upsert = UserScramCredentialUpsertion(
+        RELAY_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"alice-knows-this", b"salt-0123456789"
+    )
+    with pytest.raises(KafkaException) as refused:
+        alice.alter_user_scram_credentials([upsert])[RELAY_USER].result(timeout=30)
+    assert _code(refused.value) == "CLUSTER_AUTHORIZATION_FAILED"
+    assert produce(targets["proxy"]("SCRAM-SHA-512"), ALLOWED) == "OK"  # still the broker's relayuser
 
 
 # -- the same with Kafka's Java tools -----------------------------------------------------------------------

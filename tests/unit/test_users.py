@@ -304,6 +304,21 @@ def test_a_vc_admin_never_reaches_beyond_its_vc(target):
     assert int(seen.results[0].error_code) == 91  # another's user looks like no user
 
 
+def test_where_unknown_users_are_relayed_a_vc_admin_creates_no_user_the_broker_may_have():
+    """A relaying listener sends a name without a proxy credential to the broker: a credential made at the proxy
+    would shut that broker user out, and let the VC admin log in under its name. Her own users she still keeps."""
+    img = image()
+    relaying = dataclasses.replace(scope("team-a", "User:alice"), relays_unknown=True)
+    response, records = users.alter(img, relaying, alter_request(upsert("relayuser"), upsert("carol")))
+    assert errors(response) == {"relayuser": REFUSED, "carol": (0, None)}
+    assert not any("relayuser" in k for k, _ in records)
+    response, _ = users.alter(img, relaying, alter_request(deletions=[("relayuser", SHA512)]))
+    assert errors(response) == {"relayuser": REFUSED}
+    operator = dataclasses.replace(scope(None, "User:oper"), relays_unknown=True)
+    response, _ = users.alter(img, operator, alter_request(upsert("relayuser")))
+    assert errors(response) == {"relayuser": (0, None)}  # an operator gives a name a proxy credential on purpose
+
+
 def test_a_vc_admin_cannot_take_over_a_member_holding_rights_beyond_the_vc():
     img = image()
     apply(img, [acl_record(KAFKA_CLUSTER, _cluster("team-b", "User:carol", Operation.DESCRIBE_VIRTUAL_CLUSTER), True)])

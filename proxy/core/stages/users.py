@@ -25,10 +25,11 @@ _NAMES = {
 
 
 class UsersStage:
-    def __init__(self, ctx: ConnectionState, caller: Caller, upstream_user: str | None):
+    def __init__(self, ctx: ConnectionState, caller: Caller, upstream_user: str | None, relays_unknown: bool):
         self.ctx = ctx
         self.caller = caller
         self.upstream_user = upstream_user
+        self.relays_unknown = relays_unknown
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         if ex.api_key not in _NAMES or self.ctx.relayed:
@@ -52,8 +53,8 @@ class UsersStage:
         """Cluster-wide for kafka-cluster's members; a VC's users for those who may alter their VC."""
         ctx = self.ctx
         if ctx.place == KAFKA_CLUSTER:
-            return users.Scope(self.caller.now(), None, self.upstream_user)
+            return users.Scope(self.caller.now(), None, self.upstream_user, self.relays_unknown)
         vc = ctx.vc
         if vc is not None and self.caller.rights().vc_admin(ctx.principal, vc.name, self.caller.host):
-            return users.Scope(self.caller.now(), vc.name, self.upstream_user)
+            return users.Scope(self.caller.now(), vc.name, self.upstream_user, self.relays_unknown)
         return None
