@@ -60,6 +60,17 @@ TESTS: dict[str, float] = {
     "TestShareGroupOffsetsAdmin": DEFAULT_LIMIT,
 }
 
+# Races franz-go's own tests know of, between the test and the broker, each by the line the test prints when it
+# meets one: a way whose failure shows one runs once more, alone (the table says so). Any other failure through a
+# proxy fails at once: an intermittent failure there is what the suite hunts.
+KNOWN_RACES = {
+    # TestGroupETL, TestTxnEtl with KIP-848: before KIP-1251 (Kafka 4.2 has not got it) a commit in the revoke
+    # callback can be refused STALE_MEMBER_EPOCH and another member reads the records again. The test then means to
+    # skip its checks, but another consumer's "saw double offset" can reach its error channel first (seen through
+    # the plain proxy on a loaded machine; a matter of timing, the same directly).
+    "848 stale commit; skip checks": "KIP-848 stale commit before KIP-1251",
+}
+
 REPORT_KEY = pytest.StashKey[str]()  # the table, for the terminal summary (tests/integration/conftest.py)
 
 # `--- PASS: TestGroupETL/range/848 (12.01s)`, indented two spaces per subtest level.
@@ -109,6 +120,12 @@ class Run:
     seconds: float
     subtests: dict[str, str] = field(default_factory=dict)
     log: Path | None = None
+    note: str = ""  # why this is a second run, for the table
+
+    def known_race(self) -> str | None:
+        """The race of KNOWN_RACES this run's log shows, if any."""
+        text = self.log.read_text(errors="replace") if self.log is not None else ""
+        return next((why for sign, why in KNOWN_RACES.items() if sign in text), None)
 
     def tail(self, lines: int = 60) -> str:
         if self.log is None:
@@ -121,11 +138,11 @@ def outcomes(output: str) -> dict[str, str]:
     return {name: status for status, name, _ in _RESULT.findall(output)}
 
 
-def run(binary: Path, test: str, way: str, seeds: str, logdir: Path, limit: float | None = None) -> Run:
+def run(binary: Path, test: str, way: str, seeds: str, logdir: Path, attempt: int = 1) -> Run:
     """Run one test of the binary against `seeds`; the binary's own -test.timeout panics with every
     goroutine's stack (the picture of a hang), and a process that outlives it is killed."""
-    limit = limit or TESTS.get(test, DEFAULT_LIMIT)
-    log = logdir / f"{test}.{way}.log"
+    limit = TESTS.get(test, DEFAULT_LIMIT)
+    log = logdir / (f"{test}.{way}.log" if attempt == 1 else f"{test}.{way}.{attempt}.log")
     env = {
         **os.environ,
         "KGO_SEEDS": seeds,
@@ -174,7 +191,7 @@ def table(runs: dict[str, dict[str, Run]], ways: list[str]) -> str:
         "|---|" + "---|" * len(ways),
     ]
     for test, by_way in runs.items():
-        cells = [f"{by_way[w].status} {by_way[w].seconds:.1f} s" if w in by_way else "-" for w in ways]
+        cells = [_cell(by_way[w]) if w in by_way else "-" for w in ways]
         lines.append(f"| {test} | " + " | ".join(cells) + " |")
     totals = [sum(r[w].seconds for r in runs.values() if w in r) for w in ways]
     passed = [sum(r[w].status == "PASS" for r in runs.values() if w in r) for w in ways]
@@ -184,3 +201,7 @@ def table(runs: dict[str, dict[str, Run]], ways: list[str]) -> str:
         + " |"
     )
     return "\n".join(lines)
+
+
+def _cell(run: Run) -> str:
+    return f"{run.status} {run.seconds:.1f} s" + (f" ({run.note})" if run.note else "")

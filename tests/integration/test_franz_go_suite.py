@@ -24,7 +24,7 @@ from .tenants import tenancy_config
 
 WAYS = ["direct", "proxy", "virtual cluster"]
 RESULTS: dict[str, dict[str, franz_go.Run]] = {}  # test -> way -> run, for the report
-WORKERS = 3  # franz-go test processes at once: one test three ways (more overloads a 2-core machine)
+WORKERS = 3  # franz-go test processes at once: one test three ways (5 was no faster on 2 cores, and raced more)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,10 @@ class Suite:
     logdir: Path
     runs: dict[tuple[str, str], Future[franz_go.Run]]  # (test, way) -> its run
 
-    def rerun(self, test: str, way: str) -> franz_go.Run:
-        return franz_go.run(self.binary, test, way, self.seeds[way], self.logdir)
+    def rerun(self, test: str, way: str, why: str) -> franz_go.Run:
+        again = franz_go.run(self.binary, test, way, self.seeds[way], self.logdir, attempt=2)
+        again.note = f"run 2, after {why}"
+        return again
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +102,14 @@ def test_franz_go(test, suite, kgo_proxy, kgo_vc_proxy):
     direct = by_way["direct"]
     if direct.status not in ("PASS", "SKIP"):
         # franz-go's own timing can fail a test on a loaded machine, directly: the baseline gets one more
-        # try (alone). The other ways never do: an intermittent failure through the proxy is what we hunt.
-        direct = by_way["direct"] = suite.rerun(test, "direct")
+        # try (alone). The other ways only after a race franz-go's tests name (franz_go.KNOWN_RACES): an
+        # intermittent failure through the proxy is what we hunt.
+        direct = by_way["direct"] = suite.rerun(test, "direct", f"{direct.status}")
     assert direct.status in ("PASS", "SKIP"), f"{test} does not pass directly, twice:\n{direct.tail()}"
     problems = []
     for way, process in (("proxy", kgo_proxy), ("virtual cluster", kgo_vc_proxy)):
+        if franz_go.differences(direct, by_way[way]) and (race := by_way[way].known_race()):
+            by_way[way] = suite.rerun(test, way, race)
         found = franz_go.differences(direct, by_way[way])
         if found:
             problems.append("\n".join(found) + f"\n--- {way} log:\n{by_way[way].tail()}\n--- proxy log:\n")

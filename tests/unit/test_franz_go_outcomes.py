@@ -35,3 +35,17 @@ def test_the_table_counts_passes_and_time_per_way():
     text = table(runs, ["direct", "proxy"])
     assert "| T | PASS 2.0 s | HANG 120.0 s |" in text
     assert "| **passed, total time** | 1/1, 2 s | 0/1, 120 s |" in text
+
+
+def test_a_race_franz_go_names_is_known_by_its_line_and_a_second_run_says_why(tmp_path):
+    raced = tmp_path / "raced.log"
+    raced.write_text(
+        "    testConsumer sendErr group=g: 848 stale commit; skip checks\n--- FAIL: TestGroupETL (88.22s)\n"
+    )
+    failed = tmp_path / "failed.log"
+    failed.write_text("    helpers_test.go:983: saw double offset t x p14o81\n--- FAIL: TestGroupETL (88.22s)\n")
+    assert Run("proxy", "TestGroupETL", "FAIL", 88.2, log=raced).known_race() == "KIP-848 stale commit before KIP-1251"
+    assert Run("proxy", "TestGroupETL", "FAIL", 88.2, log=failed).known_race() is None
+    again = Run("proxy", "TestGroupETL", "PASS", 30.0, note="run 2, after KIP-848 stale commit before KIP-1251")
+    text = table({"TestGroupETL": {"proxy": again}}, ["proxy"])
+    assert "| TestGroupETL | PASS 30.0 s (run 2, after KIP-848 stale commit before KIP-1251) |" in text
