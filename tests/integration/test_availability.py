@@ -26,6 +26,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from proxy.process import ProxyProcess
 
+from .polling import until
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import sasl_tenants_config
@@ -171,13 +172,6 @@ def upstream_connections(pid: int, kafka_cluster: Any) -> int:
     return sum(1 for _, port in tcp_peers(pid) if port in ports)
 
 
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 # -- class 4: before login ------------------------------------------------------------------------
 
 
@@ -194,7 +188,7 @@ def test_idle_strangers_cost_little_hold_no_broker_connection_and_are_closed_at_
         assert holder.stdout is not None
         opened = json.loads(holder.stdout.readline())["opened"]
         assert opened == 500
-        wait_for(lambda: len(tcp_peers(proxy.pid)) >= 500, 120, "the proxy to accept 500 connections")
+        until(lambda: len(tcp_peers(proxy.pid)) >= 500, "the proxy to accept 500 connections", 120)
         grown = rss(proxy.pid) - rss_before
         during = round_trips(alice, 100)
         with RawClient(proxy.bootstrap, source="127.0.0.3") as stranger:  # answered from alice's ApiVersions
@@ -220,7 +214,7 @@ def test_large_frames_before_login_close_at_their_size_header(make_proxy):
         peer.send_raw((96 * MIB).to_bytes(4, "big") + b"\0" * 65536)
     assert all(peer.is_closed(timeout=60) for peer in peers)
     assert rss(proxy.pid) - rss_before < 20 * MIB
-    wait_for(lambda: proxy.log_path.read_text().count("exceeds the limit of 524288") >= 4, 60, "4 refusals logged")
+    until(lambda: proxy.log_path.read_text().count("exceeds the limit of 524288") >= 4, "4 refusals logged", 60)
     log = proxy.log_path.read_text()
     assert log.count("exceeds the limit of 524288") == 4 and "Traceback" not in log
 
@@ -238,7 +232,7 @@ def test_connections_are_limited_per_address_and_by_creation_rate(make_proxy):
         assert round_trips(alice, 3)
     for client in held:
         client.close()
-    wait_for(lambda: "max_connections_per_ip" in proxy.log_path.read_text(), 60, "the per-address refusal logged")
+    until(lambda: "max_connections_per_ip" in proxy.log_path.read_text(), "the per-address refusal logged", 60)
 
 
 def test_an_idle_connection_is_closed_after_connections_max_idle_ms(make_proxy):
@@ -248,9 +242,7 @@ def test_an_idle_connection_is_closed_after_connections_max_idle_ms(make_proxy):
         round_trips(alice, 1)
         assert alice.is_closed(timeout=60)
         assert time.monotonic() - started >= 1.5
-    wait_for(
-        lambda: "idle for 2 s (connections_max_idle_ms)" in proxy.log_path.read_text(), 60, "the idle close logged"
-    )
+    until(lambda: "idle for 2 s (connections_max_idle_ms)" in proxy.log_path.read_text(), "the idle close logged", 60)
 
 
 # -- class 5: one connection's pipeline -----------------------------------------------------------

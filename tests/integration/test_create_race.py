@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from proxy.protocol.apis import request_type
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 
+from .polling import until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 
@@ -81,13 +81,6 @@ def delete(proxy: ProxyProcess, name: str) -> None:
     admin.delete_topics([name], operation_timeout=30)[name].result(60)
 
 
-def wait_for(condition, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def assert_one_winner(kafka_cluster, proxy: ProxyProcess, name: str, codes: list[int]) -> str:
     assert codes == [0] + [KafkaError.TOPIC_ALREADY_EXISTS] * (len(codes) - 1), codes
     [topic] = physical(kafka_cluster, name)
@@ -101,7 +94,7 @@ def test_concurrent_creators_get_one_topic_and_one_success(kafka_cluster, replic
     name = f"race-{uuid.uuid4().hex[:8]}"
     topic = assert_one_winner(kafka_cluster, replicas[0], name, race(proxies, name))
     delete(proxies[-1], name)
-    wait_for(lambda: not physical(kafka_cluster, name), f"{topic} deleted")  # no orphan left behind
+    until(lambda: not physical(kafka_cluster, name), f"{topic} deleted")  # no orphan left behind
     assert name not in replayed(kafka_cluster, replicas[0]).vcs["team-a"].links
     # Created again: a new physical topic (never the old one, which may still be being deleted).
     again = assert_one_winner(kafka_cluster, replicas[0], name, race(proxies, name))
@@ -161,7 +154,7 @@ def test_orphans_command_lists_then_deletes_a_planted_orphan_and_a_dangling_link
     assert race([proxy], dangling, creators=1) == [0]
     [dangling_topic] = physical(kafka_cluster, dangling)
     broker.delete_topics([dangling_topic])[dangling_topic].result(30)  # behind the proxy's back
-    wait_for(lambda: not physical(kafka_cluster, dangling), "the physical topic gone")
+    until(lambda: not physical(kafka_cluster, dangling), "the physical topic gone")
 
     dry = orphans(proxy)
     assert dry.returncode == 0, dry.stderr
@@ -172,7 +165,7 @@ def test_orphans_command_lists_then_deletes_a_planted_orphan_and_a_dangling_link
 
     done = orphans(proxy, "--delete")
     assert done.returncode == 0, done.stderr
-    wait_for(lambda: not physical(kafka_cluster, planted.partition(".")[2]), "the planted orphan deleted")
+    until(lambda: not physical(kafka_cluster, planted.partition(".")[2]), "the planted orphan deleted")
     assert dangling not in replayed(kafka_cluster, proxy).vcs["team-a"].links
     again = orphans(proxy)
     assert planted not in again.stdout and dangling_topic not in again.stdout

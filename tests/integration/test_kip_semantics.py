@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from proxy.auth.credentials import make_entry
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 
+from .polling import until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_management import ok, vc_tool
@@ -74,13 +74,6 @@ def conf(proxy: ProxyProcess, user: str, **extra: Any) -> dict[str, Any]:
 
 def physical_topics(kafka_cluster) -> set[str]:
     return set(AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=10).topics)
-
-
-def until(condition: Any, what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def delete_topic(admin: AdminClient, name: str) -> None:

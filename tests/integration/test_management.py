@@ -35,6 +35,7 @@ from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
 
 from .hardening_attacks import login
+from .polling import seconds_until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_tenancy_sasl import consume, produce
@@ -136,15 +137,6 @@ def physical_topic(kafka_cluster: Any, name: str, partitions: int = 3) -> None:
     raise AssertionError(f"{name} has no leaders")
 
 
-def until(condition: Any, timeout: float = TIMEOUT, step: float = 0.05) -> float:
-    """Seconds until `condition()` holds (AssertionError on timeout)."""
-    start = time.monotonic()
-    while not condition():
-        assert time.monotonic() - start < timeout, "condition not reached"
-        time.sleep(step)
-    return time.monotonic() - start
-
-
 def describe(proxy: ProxyProcess, user: str, vc: str) -> Any:
     """DescribeVirtualClusters over a raw connection (no process start: for timing)."""
     with login(proxy.bootstrap, user, USERS[user]) as client:
@@ -183,7 +175,7 @@ def test_lifecycle_of_a_virtual_cluster(kafka_cluster, replicas, logins):
     assert image.principals["User:carol"] == "team-c" and image.client_ids["team-c-batch"] == "team-c"
 
     # The tenant's view: just its link, under its name; alice (team-a) does not see it.
-    assert until(lambda: "orders" in topics_seen(proxy, "carol")) < TIMEOUT
+    assert seconds_until(lambda: "orders" in topics_seen(proxy, "carol"), "carol to see orders", TIMEOUT) < TIMEOUT
     assert topics_seen(proxy, "carol") == {"orders"}
     assert "orders" not in topics_seen(proxy, "alice") and physical not in topics_seen(proxy, "alice")
 
@@ -369,7 +361,14 @@ def test_changes_reach_the_other_replica_within_a_second_and_unbinding_closes_co
     admin = logins["admin"]
     ok(first, admin, "create", "--virtual-cluster", "team-live")
     ok(first, admin, "alter", "--virtual-cluster", "team-live", "--add", "--user", "carol")
-    assert until(lambda: "User:carol" in describe(second, "admin", "team-live").users) < TIMEOUT
+    assert (
+        seconds_until(
+            lambda: "User:carol" in describe(second, "admin", "team-live").users,
+            "carol in team-live on the other replica",
+            TIMEOUT,
+        )
+        < TIMEOUT
+    )
 
     # carol has live connections to both replicas; the replica that did not make the change closes its
     # one within a second of the change being made on the other.
@@ -388,4 +387,11 @@ def test_changes_reach_the_other_replica_within_a_second_and_unbinding_closes_co
     with pytest.raises(AssertionError, match="no virtual cluster"):
         login(second.bootstrap, "carol", USERS["carol"])
     ok(first, admin, "delete", "--virtual-cluster", "team-live")
-    assert until(lambda: int(describe(second, "admin", "team-live").error_code) == 91) < 1.0
+    assert (
+        seconds_until(
+            lambda: int(describe(second, "admin", "team-live").error_code) == 91,
+            "team-live gone on the other replica",
+            TIMEOUT,
+        )
+        < 1.0
+    )

@@ -50,6 +50,7 @@ from proxy.kafka.tools import run_tool
 from proxy.management.client import ConnectError, Connection, login_from
 from proxy.process import ProxyProcess, proxy_config
 
+from .polling import until
 from .ports import free_port_block
 from .tenants import assert_clean_log, replayed
 
@@ -153,16 +154,6 @@ def team(kafka_cluster, tmp_path_factory) -> Iterator[Team]:
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 def vcproxy(proxy: ProxyProcess, login: Path, *args: str) -> Any:

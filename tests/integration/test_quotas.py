@@ -35,6 +35,7 @@ from proxy.auth.credentials import make_entry
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 
+from .polling import until
 from .ports import free_port, free_port_block
 from .tenants import assert_clean_log, login_files, scram_conf
 
@@ -125,20 +126,10 @@ def quotas_tool(proxy: ProxyProcess, login: Path, *args: str) -> tuple[int, Any]
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None
 
 
-def eventually(check: Any, what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(0.2)
-
-
 def create_topic(proxy: ProxyProcess, user: str, name: str, partitions: int = 3) -> None:
     admin = AdminClient(conf(proxy, user))
     admin.create_topics([NewTopic(name, partitions, 3)], operation_timeout=30)[name].result(60)
-    eventually(lambda: name in admin.list_topics(timeout=30).topics, f"{name} visible to {user}")
+    until(lambda: name in admin.list_topics(timeout=30).topics, f"{name} visible to {user}")
 
 
 # -- management from inside a VC and by operators ---------------------------------------------------------
@@ -153,7 +144,7 @@ def test_kafka_configs_inside_a_vc(replicas, logins):
     described = configs_ok(first, logins["alice"], *describe)
     assert "Quota configs for user-principal 'carol' are producer_byte_rate=1048576.0" in described, described
     # The other replica follows the state topic: the same answer there.
-    eventually(
+    until(
         lambda: "producer_byte_rate=1048576.0" in configs_ok(second, logins["alice"], *describe),
         "the quota seen through the second replica",
     )
@@ -191,7 +182,7 @@ def test_vcproxy_quotas_sets_caps_for_super_admins_only(replicas, logins):
         entries = {json.dumps(e["entity"], sort_keys=True): e["quotas"] for e in out["entries"]}
         return entries if len(entries) >= 2 else None
 
-    entries = eventually(described, "both caps through the second replica")
+    entries = until(described, "both caps through the second replica")
     assert entries['{"virtual-cluster": "team-c"}'] == {"producer_byte_rate": 5e7, "request_rate": 1e5}
     assert entries['{"virtual-cluster": null}'] == {"consumer_byte_rate": 9e7}
     # A VC's admin may not use the virtual-cluster entity type.

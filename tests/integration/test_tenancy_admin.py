@@ -29,6 +29,7 @@ from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
 
+from .polling import until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 from .test_fail_closed import metadata_barrier
@@ -98,13 +99,6 @@ def physical_topic(kafka_cluster, proxy: ProxyProcess, tenant: str, link: str) -
 
 def physical_topics(kafka_cluster) -> set[str]:
     return set(physical_admin(kafka_cluster).list_topics(timeout=10).topics)
-
-
-def wait_until(condition, what: str, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def physical_configs(kafka_cluster, resource_type: int, name: str) -> dict[str, tuple[str | None, int]]:
@@ -339,7 +333,7 @@ def test_describe_topic_partitions_pages_through_the_vcs_topics_only(kafka_clust
     for future in a.create_topics([NewTopic(n, 3, 3) for n in names], operation_timeout=30).values():
         future.result(60)
     create(admin(admin_proxy, "team-b"), "b-page", partitions=2)
-    wait_until(
+    until(
         lambda: all(
             t.error is None and len(t.partitions) == 3 and all(p.leader >= 0 for p in t.partitions.values())
             for n, t in a.list_topics(timeout=10).topics.items()
@@ -406,7 +400,7 @@ def test_delete_topic_removes_the_link_and_keeps_the_physical_topic(kafka_cluste
     assert a_physical in image.topic_ids
 
     tool(admin_proxy, "team-a", "kafka-topics", "--delete", "--topic", "doomed")
-    wait_until(lambda: "doomed" not in state(kafka_cluster, admin_proxy).vcs["team-a"].links, "the link to go")
+    until(lambda: "doomed" not in state(kafka_cluster, admin_proxy).vcs["team-a"].links, "the link to go")
     assert a_physical in physical_topics(kafka_cluster)  # kept, for an operator to delete
     assert image.vcs["team-b"].links["doomed"] == b_physical and b_physical in physical_topics(kafka_cluster)
     assert "doomed" not in admin(admin_proxy, "team-a").list_topics(timeout=10).topics

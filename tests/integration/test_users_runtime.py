@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
+from .polling import seconds_until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 
@@ -107,14 +107,6 @@ def plain_logs_in(proxy: ProxyProcess, user: str, password: str) -> bool:
     return True
 
 
-def until(condition: Any, timeout: float = TIMEOUT, step: float = 0.02) -> float:
-    start = time.monotonic()
-    while not condition():
-        assert time.monotonic() - start < timeout, "condition not reached"
-        time.sleep(step)
-    return time.monotonic() - start
-
-
 def test_a_super_admin_creates_changes_and_deletes_a_user(kafka_cluster, replicas, logins):
     one, two = replicas
     user = f"u-{uuid.uuid4().hex[:6]}"
@@ -125,7 +117,9 @@ def test_a_super_admin_creates_changes_and_deletes_a_user(kafka_cluster, replica
     done = set_password(one, logins["admin"], user, "first-pw")
     assert done.returncode == 0 and f"Completed updating config for user {user}." in done.stdout, done
     # The login works on the other replica within a second; stored as salted keys only.
-    assert until(lambda: plain_logs_in(two, user, "first-pw"), timeout=10) < 1.0
+    assert (
+        seconds_until(lambda: plain_logs_in(two, user, "first-pw"), "the first password on the other replica", 10) < 1.0
+    )
     image = replayed(kafka_cluster, one)
     (credential,) = image.users.users[user].scram.values()
     assert credential.iterations == 8192 and len(credential.salt) >= 12
@@ -146,7 +140,9 @@ def test_a_super_admin_creates_changes_and_deletes_a_user(kafka_cluster, replica
     # Delete it: nobody logs in as it; deleting it again is Kafka's RESOURCE_NOT_FOUND.
     delete = ("--alter", "--entity-type", "users", "--entity-name", user, "--delete-config", "SCRAM-SHA-512")
     assert configs(one, logins["admin"], *delete).returncode == 0
-    until(lambda: not plain_logs_in(two, user, "second-pw"), timeout=10)
+    seconds_until(
+        lambda: not plain_logs_in(two, user, "second-pw"), "the second password refused on the other replica", 10
+    )
     again = configs(one, logins["admin"], *delete)
     assert again.returncode != 0
     assert "Attempt to delete a user credential that does not exist" in again.stdout + again.stderr
@@ -167,7 +163,7 @@ def test_a_vc_admin_creates_a_member_and_is_refused_on_a_foreign_user(kafka_clus
     done = set_password(one, logins["dave"], member, "member-pw")
     assert done.returncode == 0, done
     assert replayed(kafka_cluster, one).principals[f"User:{member}"] == "team-a"  # joined dave's VC
-    until(lambda: logs_in(two, member, "member-pw"), timeout=10)
+    seconds_until(lambda: logs_in(two, member, "member-pw"), "the member to log in on the other replica", 10)
     for foreign in ("bob", "admin"):  # another VC's member, a super-admin
         refused = set_password(one, logins["dave"], foreign, "stolen-pw")
         assert refused.returncode != 0 and "Cluster authorization failed" in refused.stdout + refused.stderr

@@ -5,7 +5,6 @@ raising its own limits; description and labels are shown by describe on either r
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from proxy.auth.credentials import make_entry
 from proxy.process import ProxyProcess, proxy_config
 
+from .polling import until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, scram_conf
 from .test_management import vc_tool
@@ -72,13 +72,6 @@ def logins(workdir) -> dict[str, Path]:
     return login_files(workdir, USERS)
 
 
-def eventually(condition: Any, what: str, timeout: float = FOLLOW_DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
-
-
 def topic_error(admin: AdminClient, topic: str) -> int:
     """The error Metadata answers for one topic (0: described)."""
     found = admin.list_topics(topic, timeout=30).topics[topic]
@@ -89,7 +82,7 @@ def test_closing_a_vc_reaches_a_member_on_the_other_replica(replicas, logins):
     first, second = replicas
     alice = AdminClient(scram_conf(second, "alice", USERS["alice"]))  # one connection throughout
     alice.create_topics([NewTopic("orders", 1, 3)], operation_timeout=30)["orders"].result(60)
-    eventually(lambda: topic_error(alice, "orders") == 0, "alice sees her topic")
+    until(lambda: topic_error(alice, "orders") == 0, "alice sees her topic", FOLLOW_DEADLINE)
 
     code, out = vc_tool(
         first,
@@ -101,7 +94,11 @@ def test_closing_a_vc_reaches_a_member_on_the_other_replica(replicas, logins):
         "allow_everyone_if_no_acl_found=false",
     )
     assert code == 0, out
-    eventually(lambda: topic_error(alice, "orders") == TOPIC_AUTHORIZATION_FAILED, "alice refused on replica 2")
+    until(
+        lambda: topic_error(alice, "orders") == TOPIC_AUTHORIZATION_FAILED,
+        "alice refused on replica 2",
+        FOLLOW_DEADLINE,
+    )
 
     code, out = vc_tool(
         first,
@@ -113,7 +110,7 @@ def test_closing_a_vc_reaches_a_member_on_the_other_replica(replicas, logins):
         "allow_everyone_if_no_acl_found",
     )
     assert code == 0, out
-    eventually(lambda: topic_error(alice, "orders") == 0, "the config's default (open) applies again")
+    until(lambda: topic_error(alice, "orders") == 0, "the config's default (open) applies again", FOLLOW_DEADLINE)
 
 
 def test_a_vc_admin_is_refused_raising_its_limits(replicas, logins):
@@ -146,7 +143,7 @@ def test_description_and_labels_are_shown_by_describe(replicas, logins):
         assert code == 0, out
         return out["settings"].get("description") == "Payments, prod"
 
-    eventually(shown, "the other replica shows the description", timeout=30)  # each try starts the tool
+    until(shown, "the other replica shows the description", timeout=30)  # each try starts the tool
     code, out = vc_tool(second, logins["dave"], "describe", "--virtual-cluster", "team-a")
     assert out["settings"]["labels"] == "cost-center=42,team=payments"
 

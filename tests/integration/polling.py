@@ -1,0 +1,28 @@
+"""Waiting in the integration tests: a condition polled until it holds, with a deadline that names what was
+awaited. The pause between polls is the loop's, never a stand-in for the condition."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def until(condition: Callable[[], T], what: str, timeout: float = 120.0, step: float = 0.05) -> T:
+    """Poll `condition` until it returns something truthy, and return that; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(step)
+
+
+def seconds_until(condition: Callable[[], object], what: str, timeout: float = 120.0, step: float = 0.02) -> float:
+    """How long `condition` took to hold (polled as `until` polls): for tests that bound a propagation time."""
+    start = time.monotonic()
+    until(condition, what, timeout, step)
+    return time.monotonic() - start
