@@ -139,9 +139,8 @@ class ProxySession:
             # Quotas and their RPCs; `cluster_operator` (principal -> holds the right on kafka-cluster) decides
             # who writes VC caps, the VC default and the global levels (default: the super admins).
             quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)
-            users = UsersStage(
-                ctx, authorize.caller, upstream_user, relays_unknown
-            )  # the proxy's users (SCRAM credential RPCs)
+            # The proxy's users (SCRAM credential RPCs).
+            users = UsersStage(ctx, authorize.caller, upstream_user, relays_unknown)
             self.stages += [self.binding, authorize, users, quota, manage, tenant]
         self.stages.append(EndpointStage(EndpointRewriter(layout)))
         # The stages with a response side, by position: answers pass back only through those a request passed.

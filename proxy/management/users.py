@@ -21,9 +21,8 @@ Refusals are CLUSTER_AUTHORIZATION_FAILED per user, as a broker answers per user
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -129,7 +128,7 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
     """Kafka's order: deletions, then upsertions; a user named twice (in either list) is refused with
     DUPLICATE_RESOURCE; the response has one result per user: the successes, then the refusals."""
     caller = scope.caller.on(image)
-    scope = dataclasses.replace(scope, caller=caller)
+    scope = replace(scope, caller=caller)
     errors: dict[str, _Error] = {}
     deletions: dict[str, Any] = {}
     upsertions: dict[str, Any] = {}
