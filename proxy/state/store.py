@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 import uuid
@@ -27,56 +26,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from .client_logs import client_log as _client_log  # the clients' own logs, levelled once there
+
 log = logging.getLogger(__name__)
 
-
-_SUPPRESSED = re.compile(r", \d+ identical error\(s\) suppressed")
-
-
-class _Throttle(logging.Filter):
-    """Let an identical message through at most once per `interval` seconds: a client retrying an
-    unreachable broker logs the same line every few ms."""
-
-    def __init__(self, interval: float = 30.0):
-        super().__init__()
-        self.interval = interval
-        self._last: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        text = _SUPPRESSED.sub("", record.getMessage())  # librdkafka's own repeat counter would defeat this
-        with self._lock:
-            if now - self._last.get(text, -self.interval) < self.interval:
-                return False
-            if len(self._last) > 1000:
-                self._last.clear()
-            self._last[text] = now
-        return True
-
-
-# librdkafka retries these itself, and the state producer always meets one on a fresh or restarted
-# cluster: the transaction coordinator's partitions are still loading when it asks for its producer id.
-_ROUTINE_RETRY = re.compile(
-    r"Failed to acquire (?:idempotence|transactional) PID from broker \S+: "
-    r"Broker: (?:Coordinator load in progress|Coordinator not available|Not coordinator): retrying"
-)
-
-
-class _RoutineRetriesAtDebug(logging.Filter):
-    """librdkafka logs its routine retries of a producer id at WARNING; they are logged at DEBUG
-    (dropped unless DEBUG is on). Anything else keeps its level."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG and _ROUTINE_RETRY.search(record.getMessage()):
-            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
-
-
-_client_log = logging.getLogger("proxy.state.librdkafka")  # the clients' own logs (connection failures...)
-_client_log.addFilter(_RoutineRetriesAtDebug())
-_client_log.addFilter(_Throttle())
 
 DEFAULT_STATE_TOPIC = "__vcproxy_state"
 Record = tuple[str, dict[str, Any] | None]
