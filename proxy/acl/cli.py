@@ -381,7 +381,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:
         key = m.DESCRIBE_VIRTUAL_CLUSTER_ACLS
     try:
-        with Connection(args.bootstrap_server, login) as conn:
+        with Connection(args.bootstrap_server, login, apis=[(key, 0)]) as conn:
             if offered(conn, [key]):
                 print(
                     f"vcproxy acls: {m.NAMES[key]} is not offered to this principal: it may manage the ACLs of no "
@@ -545,7 +545,12 @@ def migrate(args: argparse.Namespace, login: Any, principal: str) -> int:
         report["errors"].append({"step": step, "error_code": code, "error_message": message})
 
     try:
-        with Connection(args.bootstrap_server, login, timeout=max(args.timeout_ms / 1000, 1) + 5) as conn:
+        with Connection(
+            args.bootstrap_server,
+            login,
+            timeout=max(args.timeout_ms / 1000, 1) + 5,
+            apis=[(k, 3 if k in (DESCRIBE_ACLS, DELETE_ACLS) else 0) for k in dict.fromkeys(needed)],
+        ) as conn:
             missing = offered(conn, dict.fromkeys(needed))
             if missing:
                 print(

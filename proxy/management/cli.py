@@ -127,7 +127,9 @@ def _run(args: argparse.Namespace) -> int:
         return acl_cli.migrate(args, login, user)
     key = type(request).__api_key__
     try:
-        with Connection(args.bootstrap_server, login, timeout=max(args.timeout_ms / 1000, 1) + 5) as conn:
+        with Connection(
+            args.bootstrap_server, login, timeout=max(args.timeout_ms / 1000, 1) + 5, apis=[(key, 0)]
+        ) as conn:
             if key not in conn.versions:
                 print(
                     f"vcproxy virtual-clusters: {m.NAMES[key]} is not offered to this principal: it may not manage "

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from .. import __version__
 from ..protocol import codec
-from ..protocol.apis import api_info, response_type
+from ..protocol.apis import api_info, request_type, response_type
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset
 
@@ -32,8 +34,21 @@ class ConfigProblem(ValueError):
     """A --command-config file that cannot be used: the message names the file, the key and why."""
 
 
+# As Kafka's clients do (reconnect.backoff.ms), a connection lost before the command's request was
+# sent is opened again, a few times, with a growing pause: on a busy machine a login can miss the
+# proxy's deadline once. A refused login or a bad TLS certificate is not retried.
+TRIES = 3
+BACKOFF_SECONDS = 1.0  # then 2 s
+# The APIs every connection uses: ApiVersions v3, SaslHandshake v1, SaslAuthenticate v2.
+_SETUP_APIS = ((18, 3), (17, 1), (36, 2))
+
+
 class ConnectError(OSError):
-    """The proxy cannot be reached, or the login failed."""
+    """The proxy cannot be reached, or the login failed; `retriable` when another try may work."""
+
+    def __init__(self, message: str, retriable: bool = False):
+        super().__init__(message)
+        self.retriable = retriable
 
 
 @dataclass(frozen=True)
@@ -132,19 +147,61 @@ def _pem_file(pem: str) -> str:
     return name
 
 
-class Connection:
-    """One logged-in connection to a proxy (or broker)."""
+def prepare(login: Login, apis: Iterable[tuple[int, int]] = ()) -> None:
+    """Load and build what a connection will use (the schemas of its APIs and their codecs, the SCRAM
+    library), before it connects: a proxy gives a connection only so long to log in."""
+    for key, version in (*_SETUP_APIS, *apis):
+        api_info(key)
+        codec.prepare(request_type(key, version))
+        codec.prepare(response_type(key, version))
+    if login.mechanism is not None and login.mechanism.startswith("SCRAM-"):
+        import scramp  # noqa: F401  (imported here for its cost; used in _authenticate)
 
-    def __init__(self, bootstrap: str, login: Login, timeout: float = 30.0):
+
+class Connection:
+    """One logged-in connection to a proxy (or broker).
+
+    `apis`: the (api key, version) pairs the caller will send, prepared before connecting."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        login: Login,
+        timeout: float = 30.0,
+        *,
+        apis: Iterable[tuple[int, int]] = (),
+        tries: int = TRIES,
+        backoff: float = BACKOFF_SECONDS,
+    ):
         self.login = login
         self.timeout = timeout
         self._correlation = 0
+        self._stage: str | None = None  # "ApiVersions" or "login" while the connection is being set up
+        self.retried: list[ConnectError] = []  # why each failed try failed
+        prepare(login, apis)
+        for attempt in range(1, tries + 1):
+            try:
+                self._open(bootstrap)
+                return
+            except ConnectError as exc:
+                self.retried.append(exc)
+                if not exc.retriable or attempt == tries:
+                    if attempt == 1:
+                        raise
+                    raise ConnectError(f"{exc} ({attempt} tries)", exc.retriable) from exc
+            time.sleep(backoff * 2 ** (attempt - 1))
+
+    def _open(self, bootstrap: str) -> None:
         self.sock = self._connect(bootstrap)
+        self._opened = time.monotonic()
         try:
+            self._stage = "ApiVersions"
             self.versions = self._api_versions()
-            if login.sasl:
+            if self.login.sasl:
+                self._stage = "login"
                 self._authenticate()
                 self.versions = self._api_versions()  # what this principal may use, now that it is known
+            self._stage = None
         except BaseException:
             self.sock.close()
             raise
@@ -160,12 +217,22 @@ class Connection:
 
     def _connect(self, bootstrap: str) -> socket.socket:
         errors = []
+        retriable = False
         for server in bootstrap.split(","):
             host, _, port = server.strip().rpartition(":")
             try:
                 sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout)
+            except ConnectionRefusedError:
+                errors.append(f"{server}: connection refused (is a proxy listening there?)")
+                retriable = True
+                continue
+            except TimeoutError:
+                errors.append(f"{server}: no connection within {self.timeout:g} s")
+                retriable = True
+                continue
             except (OSError, ValueError) as exc:
                 errors.append(f"{server}: {exc}")
+                retriable = retriable or isinstance(exc, ConnectionError)
                 continue
             if self.login.tls:
                 context = ssl.create_default_context(cafile=self.login.cafile, cadata=self.login.cadata)
@@ -174,12 +241,19 @@ class Connection:
                     context.load_cert_chain(self.login.certfile, self.login.keyfile)
                 try:
                     sock = context.wrap_socket(sock, server_hostname=host.strip("[]"))
+                except ssl.SSLCertVerificationError as exc:
+                    sock.close()
+                    errors.append(f"{server}: TLS: the proxy's certificate does not verify: {exc.verify_message}")
+                    continue
                 except (OSError, ssl.SSLError) as exc:
                     sock.close()
-                    errors.append(f"{server}: TLS: {exc}")
+                    # A handshake cut off (EOF, reset) is the transport; a refused one is the setup.
+                    cut = isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError))
+                    errors.append(f"{server}: TLS handshake failed: {exc}")
+                    retriable = retriable or cut
                     continue
             return sock
-        raise ConnectError("cannot connect: " + "; ".join(errors))
+        raise ConnectError("cannot connect: " + "; ".join(errors), retriable)
 
     def request(self, api_key: int, version: int, body: Any) -> Any:
         self._correlation += 1
@@ -192,12 +266,29 @@ class Connection:
             self.sock.sendall(frame(header + codec.encode(body)))
             raw = self._read_frame()
         except (OSError, TimeoutError) as exc:
-            raise ConnectError(f"connection lost: {exc}") from exc
+            raise self._lost(info.name, exc) from exc
         if int.from_bytes(raw[4:8], "big", signed=True) != self._correlation:
             raise ConnectError("the server answered another request (correlation id mismatch)")
         offset = response_body_offset(raw, info.response_header_version(version))
         response, _ = codec.decode(response_type(api_key, version), raw, offset)
         return response
+
+    def _lost(self, api: str, exc: BaseException) -> ConnectError:
+        """A connection lost with a request in flight, named by when it was lost."""
+        if isinstance(exc, ConnectError):  # an answer that is not Kafka's
+            return exc
+        how = f"no answer within {self.timeout:g} s" if isinstance(exc, TimeoutError) else str(exc)
+        after = time.monotonic() - self._opened
+        if self._stage == "login":
+            return ConnectError(
+                f"the proxy closed the connection during login, {after:.1f} s after it opened ({how}): a proxy "
+                "ends a login that takes longer than its authentication_timeout_ms (10 s unless configured)",
+                retriable=True,
+            )
+        if self._stage is not None:
+            return ConnectError(f"connection lost during {self._stage}, {after:.1f} s after it opened: {how}", True)
+        # The command's own request: it may have been applied, so it is not sent again.
+        return ConnectError(f"connection lost during {api} (it may or may not have been applied): {how}")
 
     def _read_frame(self) -> bytes:
         size = int.from_bytes(self._read(4), "big", signed=True)
@@ -210,7 +301,7 @@ class Connection:
         while n:
             chunk = self.sock.recv(min(n, 1 << 20))
             if not chunk:
-                raise ConnectError("the server closed the connection")
+                raise ConnectionResetError("the server closed the connection")
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)

@@ -37,18 +37,29 @@ class ApiInfo:
 
 @functools.cache
 def known_apis() -> dict[int, ApiInfo]:
-    apis = {}
-    for key, name in api_key_map.items():
-        versions = sorted(schema_name_map[name])
-        flexible = [v for v in versions if load_request_schema(key, v).__flexible__]
-        apis[key] = ApiInfo(key, name, versions[0], versions[-1], flexible[0] if flexible else None)
+    """Every API: the server's table (it loads every kio request schema, about 1.6 k classes, once at
+    start). A command-line tool asks `api_info` for the few it uses instead."""
+    apis = {key: info for key in api_key_map if (info := api_info(key)) is not None}
     for key in management.REQUESTS:
-        apis[key] = ApiInfo(key, management.SNAKE_NAMES[key], 0, 0, 0)
+        apis[key] = _api_info(key)
     return apis
 
 
 def api_info(key: int) -> ApiInfo | None:
-    return known_apis().get(key)
+    """One API's versions, loading only that API's request schemas."""
+    if key not in api_key_map and key not in management.REQUESTS:
+        return None
+    return _api_info(key)
+
+
+@functools.cache
+def _api_info(key: int) -> ApiInfo:
+    if key in management.REQUESTS:
+        return ApiInfo(key, management.SNAKE_NAMES[key], 0, 0, 0)
+    name = api_key_map[key]
+    versions = sorted(schema_name_map[name])
+    flexible = [v for v in versions if load_request_schema(key, v).__flexible__]
+    return ApiInfo(key, name, versions[0], versions[-1], flexible[0] if flexible else None)
 
 
 @functools.cache

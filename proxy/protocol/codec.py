@@ -49,6 +49,14 @@ def decode(cls: type, buf: memoryview | bytes, offset: int = 0) -> tuple[Any, in
     return entity, offset + size
 
 
+def prepare(cls: type) -> None:
+    """Build `cls`'s reader, writer and validator now (a tool does this before it connects: on a busy
+    machine it is most of the work, and a proxy gives a login only so long)."""
+    _reader(cls)
+    _writer(cls)
+    walker.entity_validator(cls)
+
+
 def encode(entity: Any) -> bytes:
     buf = io.BytesIO()
     try:

@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         return USAGE
     key = DESCRIBE if args.quota_command == "describe" else ALTER
     try:
-        with Connection(args.bootstrap_server, login, timeout=35) as conn:
+        with Connection(args.bootstrap_server, login, timeout=35, apis=[(key, 1)]) as conn:
             if key not in conn.versions:
                 print("vcproxy quotas: the server does not offer client quotas", file=sys.stderr)
                 return UNREACHABLE

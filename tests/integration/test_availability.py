@@ -24,6 +24,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from proxy.management.client import Connection, Login
 from proxy.process import ProxyProcess
 
 from .polling import until
@@ -203,6 +204,39 @@ def test_idle_strangers_cost_little_hold_no_broker_connection_and_are_closed_at_
     assert p99(during) < max(5 * p99(baseline), 0.25), (p99(baseline), p99(during))
     log = proxy.log_path.read_text()
     assert "not authenticated within 6 s" in log and "Traceback" not in log
+
+
+class _FirstLoginTooLate(Connection):
+    """A tool whose first login starts only once the proxy has closed the connection at its login
+    deadline (what `vcproxy virtual-clusters` met at load 20): waited for, not timed."""
+
+    late = True
+
+    def _authenticate(self) -> None:
+        if self.late:
+            self.late = False
+            self.sock.settimeout(60)
+            try:
+                closed = self.sock.recv(1) == b""
+            except ConnectionResetError:
+                closed = True
+            assert closed, "the proxy did not close a connection that did not log in"
+        super()._authenticate()
+
+
+def test_a_tool_connects_again_when_the_proxy_closed_its_login_at_the_deadline(make_proxy):
+    """The tools' client (proxy/management/client.py) retries a connection lost before its command was
+    sent, as Kafka's clients do, and names the cause of the lost one."""
+    proxy = make_proxy(authentication_timeout_ms=5000)  # long enough for the second try on a loaded machine
+    conn = _FirstLoginTooLate(proxy.bootstrap, Login("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", USERS["alice"]))
+    with conn:
+        assert 3 in conn.versions  # logged in: Metadata is offered to alice
+        body = conn.request(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        assert int(body.error_code) == 0
+    lost = str(conn.retried[0])
+    assert lost.startswith("the proxy closed the connection during login, "), lost
+    assert "authentication_timeout_ms" in lost
+    until(lambda: "not authenticated within 5 s" in proxy.log_path.read_text(), "the deadline's close logged", 60)
 
 
 def test_large_frames_before_login_close_at_their_size_header(make_proxy):
