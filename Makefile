@@ -65,14 +65,14 @@ test: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/ruff check proxy tests benchmarks
 	$(VENV)/bin/ruff format --check proxy tests benchmarks
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra --durations=25
 
 unit: $(VENV)/.installed-test
 	$(VENV)/bin/pytest -q tests/unit
 
 integration: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
-	$(VENV)/bin/pytest -q -ra tests/integration
+	$(VENV)/bin/pytest -q -ra --durations=25 tests/integration
 
 # Client libraries' own suites and our equivalence scenarios, directly and through the proxy (also part of
 # `make test`): franz-go's pkg/kgo tests three ways, the table in docs/compatibility.md.

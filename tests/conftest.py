@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.integration)
+
+
+# -- where the suite's time goes (issue 24): seconds per test module, printed at the end of the run --
+
+_MODULE_SECONDS: defaultdict[str, float] = defaultdict(float)
+_SESSION_START = time.monotonic()
+SLOWEST_MODULES = 25
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # setup + call + teardown: a module's fixtures are set up in its first test and torn down in its last.
+    _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own --durations list
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _MODULE_SECONDS:
+        return
+    slowest = sorted(_MODULE_SECONDS.items(), key=lambda item: item[1], reverse=True)
+    terminalreporter.section(f"slowest {min(SLOWEST_MODULES, len(slowest))} of {len(slowest)} test modules")
+    for module, seconds in slowest[:SLOWEST_MODULES]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    in_tests = sum(_MODULE_SECONDS.values())
+    wall = time.monotonic() - _SESSION_START
+    terminalreporter.write_line(
+        f"total: {in_tests:.0f} s in {len(slowest)} modules (setup, call, teardown), {wall / 60:.1f} min of session"
+    )
 
 
 @dataclass
