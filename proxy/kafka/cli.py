@@ -56,11 +56,25 @@ def _racks(text: str) -> list[str]:
     return racks
 
 
+class _Given(argparse.Action):
+    """Store the value and note that it was given: a restart keeps the recorded base port, version and
+    heap unless told otherwise, where a fresh start takes the defaults."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
 def _cmd_start(args: argparse.Namespace) -> int:
     _progress_to_stderr()
     if args.keep_data and has_cluster(args.dir):
+        given = getattr(args, "given", set())
         info = restart_cluster(
-            args.dir, base_port=args.base_port, version=args.version, heap=args.heap, timeout=args.timeout
+            args.dir,
+            base_port=args.base_port if "base_port" in given else None,
+            version=args.version if "version" in given else None,
+            heap=args.heap if "heap" in given else None,
+            timeout=args.timeout,
         )
     else:
         info = start_cluster(
@@ -129,9 +143,25 @@ def register(subparsers: Any) -> None:
     start.add_argument("--dir", required=True, type=Path, help="state, configs, data and logs of the cluster")
     start.add_argument("--brokers", type=int, default=1, help="number of brokers (node 1 is also the controller)")
     start.add_argument("--racks", type=_racks, default=None, help="comma-separated racks, assigned round-robin")
-    start.add_argument("--version", default=DEFAULT_KAFKA_VERSION, help="Kafka version (default %(default)s)")
-    start.add_argument("--base-port", type=int, default=19092, help="node n listens on BASE+10*(n-1)")
-    start.add_argument("--heap", default="512m", help="JVM heap per broker (default %(default)s)")
+    start.add_argument(
+        "--version",
+        action=_Given,
+        default=DEFAULT_KAFKA_VERSION,
+        help="Kafka version (default %(default)s; with --keep-data, the recorded one)",
+    )
+    start.add_argument(
+        "--base-port",
+        action=_Given,
+        type=int,
+        default=19092,
+        help="node n listens on BASE+10*(n-1) (default %(default)s; with --keep-data, the recorded one)",
+    )
+    start.add_argument(
+        "--heap",
+        action=_Given,
+        default="512m",
+        help="JVM heap per broker (default %(default)s; with --keep-data, the recorded one; docs/kafka-launcher.md)",
+    )
     start.add_argument("--sasl", action="store_true", help="add a SASL_PLAINTEXT listener (port+2) with test users")
     start.add_argument("--timeout", type=float, default=120, help="seconds to wait for the cluster to serve")
     start.add_argument(

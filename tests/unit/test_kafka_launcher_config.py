@@ -441,3 +441,38 @@ def test_cli_module_runs():
         timeout=60,
     )
     assert out.returncode == 0 and "start" in out.stdout and "tool" in out.stdout
+
+
+def test_cli_keep_data_restarts_on_the_recorded_ports(capsys, tmp_path):
+    """`kafka start --keep-data` without --base-port starts the stopped cluster on its recorded ports,
+    not the default ones: the recorded broker port is busy here, and that is the port refused."""
+    node_dir = tmp_path / "n1"
+    (node_dir / "data").mkdir(parents=True)
+    (node_dir / "data" / "meta.properties").write_text("cluster.id=x\nnode.id=1\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        state = {
+            "dir": str(tmp_path),
+            "version": dist.DEFAULT_KAFKA_VERSION,
+            "cluster_id": "x",
+            "base_port": port,
+            "heap": "768m",
+            "sasl": None,
+            "nodes": [{"node_id": 1, "dir": str(node_dir), "rack": None, "pid": None}],
+        }
+        (tmp_path / "cluster.json").write_text(json.dumps(state))
+        assert cli.main(["kafka", "start", "--dir", str(tmp_path), "--keep-data"]) == 2
+    assert f"port {port} is in use" in capsys.readouterr().err
+
+
+def test_cli_notes_which_start_options_were_given():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["kafka", "start", "--dir", "d", "--keep-data"])
+    assert getattr(args, "given", set()) == set() and args.base_port == 19092  # the default, for a fresh start
+    args = parser.parse_args(["kafka", "start", "--dir", "d", "--keep-data", "--base-port", "29092", "--heap", "1g"])
+    assert args.given == {"base_port", "heap"} and (args.base_port, args.heap) == (29092, "1g")
