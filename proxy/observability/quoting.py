@@ -19,3 +19,9 @@ def shown(name: object, limit: int = LIMIT) -> str:
     if len(text) <= limit:
         return repr(text)
     return f"{text[:limit]!r}…({len(text) - limit} more)"
+
+
+def cut(text: object, limit: int = 2 * LIMIT) -> str:
+    """A message that may quote client-supplied names (a refusal's), at most `limit` characters of it."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text) - limit} more)"
