@@ -45,7 +45,7 @@ from ..auth.users import (
     salted_size,
     scram_record,
 )
-from ..observability.quoting import shown
+from ..observability.quoting import cut, shown
 from ..tenancy import limits
 from ..tenancy.model import TenancyImage, principal_record
 from . import plane
@@ -201,7 +201,7 @@ def _authorize(scope: Scope, name: str, image: TenancyImage) -> _Error | None:
     why = _refusal(scope, name, image)
     if why is None:
         return None
-    log.info("refusing %s a change of user %s's credentials: %s", scope.caller.principal, shown(name), why)
+    log.info("refusing %s a change of user %s's credentials: %s", scope.caller.principal, shown(name), cut(why))
     return ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
 
 
