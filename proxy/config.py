@@ -422,7 +422,7 @@ class StateLimitsConfig(_Strict):
     """Client ids bound per VC."""
     max_quota_entities: int | None = Field(1000, ge=0)
     """Client quota entities per VC (and for the global levels)."""
-    max_records: int | None = Field(200_000, ge=0)
+    max_records: int | None = Field(100_000, ge=0)
     """Records in the whole state, cluster-wide (not settable per VC)."""
     max_record_bytes: int = Field(4096, ge=256, le=1 << 20)
     """One state record's key and value as written (not settable per VC)."""

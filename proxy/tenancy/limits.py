@@ -53,7 +53,7 @@ class StateLimits:
     max_acls: int | None = 1000
     max_client_ids: int | None = 1000
     max_quota_entities: int | None = 1000
-    max_records: int | None = 200_000
+    max_records: int | None = 100_000
     max_record_bytes: int = 4096
     orphan_grace_seconds: float | None = None  # None: the proxy never deletes orphaned physical topics
 

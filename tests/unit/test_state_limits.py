@@ -415,3 +415,71 @@ def test_kafka_cluster_has_no_limit_settings():
     operator = plane.Caller("User:oper", frozenset({"User:admin"})).on(img)
     with pytest.raises(SettingsRefused):
         alter_settings(img, operator, KAFKA_CLUSTER, [_config("max_users", "1")])
+
+
+# -- the state's size at the limits (docs/state.md, "Limits") -------------------------------------------------
+
+
+def _vc_at_its_limits(vc: str, bounds: limits.StateLimits) -> list[tuple[str, Any]]:
+    """One VC holding all the limits allow, every name as long as a record may hold: users with both SCRAM
+    mechanisms and the longest salt, ACLs, client ids, quota entities with every key the proxy enforces."""
+    import os
+
+    from proxy.auth.users import MAX_SALT, credential_from_salted, scram_record
+    from proxy.quotas.model import FETCH, MUTATION, REQUEST, entity
+    from proxy.tenancy.model import client_record, principal_record, quota_record, vc_record
+
+    def long(prefix: str, room: int) -> str:  # a name that fills a record up to `room` bytes of overhead
+        return prefix.ljust(bounds.max_record_bytes - room, "n")
+
+    records: list[tuple[str, Any]] = [vc_record(vc)]
+    by_mechanism = {
+        mech: credential_from_salted(mech, os.urandom(MAX_SALT), 4096, os.urandom(size))
+        for mech, size in (("SCRAM-SHA-256", 32), ("SCRAM-SHA-512", 64))
+    }
+    for i in range(bounds.max_users):
+        name = f"{vc}-{i:06d}-".ljust(bounds.max_user_name_bytes, "u")
+        records += [scram_record(name, mech, cred) for mech, cred in by_mechanism.items()]
+        records.append(principal_record(f"User:{name}", vc))
+    for i in range(bounds.max_acls):
+        b = AclBinding(
+            ResourceType.GROUP,
+            long(f"g{i:06d}", 200),
+            PatternType.LITERAL,
+            "User:c",
+            "*",
+            Operation.READ,
+            Permission.ALLOW,
+        )
+        records.append(acl_plane.acl_record(vc, b, True))
+    records += [client_record(long(f"c{i:06d}", 100), vc) for i in range(bounds.max_client_ids)]
+    for i in range(bounds.max_quota_entities):
+        ent = entity(virtual_cluster=vc, user=long(f"q{i:06d}", 150))
+        records += [quota_record(ent, key, 1024.0) for key in (PRODUCE, FETCH, MUTATION, REQUEST)]
+    return records
+
+
+def test_a_vc_at_its_limits_holds_the_records_and_memory_docs_state_md_states():
+    import json
+    import tracemalloc
+
+    records = _vc_at_its_limits("team-a", limits.DEFAULT)
+    assert len(records) == 9001  # docs/state.md: 3 per user, 1 per ACL and client id, 4 per quota entity, the VC
+    assert all(limits.record_size_refusal(r, limits.DEFAULT) is None for r in records)
+    written = sum(len(k.encode()) + len(json.dumps(v, separators=(",", ":")).encode()) for k, v in records)
+    assert 25e6 < written < 30e6  # docs/state.md: about 28 MB of records
+    tracemalloc.start()
+    try:
+        img = TenancyImage()
+        for record in records:
+            img.apply(*record)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert limits.record_count(img) == 9001
+    assert 12 * 2**20 < held < 22 * 2**20  # docs/state.md: about 16.5 MiB in each replica
+    # ...and nothing more fits in it
+    more = limits.room(img, "team-a")
+    assert limits.count_refusal(limits.MAX_ACLS, more.limits.max_acls, len(img.vcs["team-a"].acls))
+    assert limits.count_refusal(limits.MAX_USERS, more.limits.max_users, limits.users_in(img, "team-a"))
+    assert limits.count_refusal(limits.MAX_CLIENT_IDS, more.limits.max_client_ids, limits.client_ids_in(img, "team-a"))
