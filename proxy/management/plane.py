@@ -71,7 +71,6 @@ POLICY_VIOLATION = 44
 RESOURCE_NOT_FOUND = 91
 DUPLICATE_RESOURCE = 92
 
-_VC_PLACEHOLDER: Record = ('["vc",""]', {})  # a new VC's record, for the state's count
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PRINCIPAL = re.compile(r"^[^:\s]+:\S.*$")
 
@@ -203,7 +202,7 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
     records: list[Record] = []
     results = []
     planned: set[str] = set()
-    have = limits.record_count(image)
+    room = limits.room(image, None)
     for item in request.virtual_clusters:
         name = item.name
 
@@ -214,7 +213,7 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
             if name in image.vcs or name in planned:
                 raise _Refused(DUPLICATE_RESOURCE, f"virtual cluster {name!r} exists")
 
-            why = limits.records_refusal(image, [*records, _VC_PLACEHOLDER], have)
+            why = room.total_refusal(len(records) + 1)  # the VC's record
             if why is not None:
                 raise _Refused(POLICY_VIOLATION, why)
 

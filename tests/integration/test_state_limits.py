@@ -159,3 +159,37 @@ def test_a_deleted_topic_counts_against_the_vc_until_the_proxy_deletes_it_after_
     assert second in alice.list_topics(timeout=30).topics  # the linked topic was never touched
     log = proxy.log_path.read_text(errors="replace")
     assert f"deleted physical topic {physical}, left by virtual cluster team-a past its grace period" in log
+
+
+def test_an_operators_orphans_delete_forgets_the_orphan_and_frees_the_vcs_count(kafka_cluster, proxy, logins):
+    import subprocess
+    import sys
+
+    operator(proxy, logins, "orphan_grace_seconds=null", "max_topics=null")  # the proxy deletes nothing now
+    alice = admin_as(proxy, "alice")
+    name = f"orph-cli-{uuid.uuid4().hex[:6]}"
+    assert outcomes(alice.create_topics([NewTopic(name, 1, 1)], operation_timeout=30)) == {name: (0, "")}
+    links = replayed(kafka_cluster, proxy).vcs["team-a"].links
+    physical = links[name]
+    operator(proxy, logins, f"max_topics={len(links)}")  # what team-a has now, this topic included
+    assert outcomes(alice.delete_topics([name], operation_timeout=30)) == {name: (0, "")}
+    until(lambda: physical in replayed(kafka_cluster, proxy).orphans, "the orphan record")
+    spare = f"orph-spare-{uuid.uuid4().hex[:6]}"  # one link fewer, one orphan more: still at the limit
+    code, message = outcomes(alice.create_topics([NewTopic(spare, 1, 1)], operation_timeout=30))[spare]
+    assert code == KafkaError.POLICY_VIOLATION, message
+
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "state", "orphans", "--config", str(proxy.config_path), "--delete"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert physical in done.stdout
+    broker = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    until(lambda: physical not in broker.list_topics(timeout=30).topics, "the orphan deleted")
+    until(lambda: physical not in replayed(kafka_cluster, proxy).orphans, "the orphan forgotten")
+    until(
+        lambda: outcomes(alice.create_topics([NewTopic(spare, 1, 1)], operation_timeout=30))[spare][0] == 0,
+        "the VC's count freed",
+    )

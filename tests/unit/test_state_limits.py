@@ -483,3 +483,14 @@ def test_a_vc_at_its_limits_holds_the_records_and_memory_docs_state_md_states():
     assert limits.count_refusal(limits.MAX_ACLS, more.limits.max_acls, len(img.vcs["team-a"].acls))
     assert limits.count_refusal(limits.MAX_USERS, more.limits.max_users, limits.users_in(img, "team-a"))
     assert limits.count_refusal(limits.MAX_CLIENT_IDS, more.limits.max_client_ids, limits.client_ids_in(img, "team-a"))
+
+
+def test_creating_vcs_stops_at_the_states_total():
+    img = users_image()
+    img.limits = limits.StateLimits(max_records=limits.record_count(img) + 1)
+    request = m.CreateVirtualClustersRequest(
+        virtual_clusters=(m.CreatableVirtualCluster(name="one"), m.CreatableVirtualCluster(name="two"))
+    )
+    response, records = plane.handle(img, plane.Caller("User:admin", frozenset({"User:admin"})), request)
+    assert [int(r.error_code) for r in response.virtual_clusters] == [0, POLICY_VIOLATION]
+    assert "max_records" in response.virtual_clusters[1].error_message and len(records) == 1
