@@ -407,6 +407,35 @@ class TopicPolicyConfig(_Strict):
         )
 
 
+class StateLimitsConfig(_Strict):
+    """What the state topic may hold (proxy/tenancy/limits.py; docs/state.md, "Limits"): the defaults of
+    every VC, which a cluster operator may change per VC (`vcproxy virtual-clusters alter --config`).
+    null for a count: no limit."""
+
+    max_user_name_bytes: int = Field(256, ge=1, le=0x7FFF)
+    """A SCRAM user name's length in UTF-8 bytes (Kafka's record field holds at most 32767)."""
+    max_users: int | None = Field(1000, ge=0)
+    """Users with a proxy credential per VC (and bound to no VC, for cluster-wide callers)."""
+    max_acls: int | None = Field(1000, ge=0)
+    """ACL bindings per VC."""
+    max_client_ids: int | None = Field(1000, ge=0)
+    """Client ids bound per VC."""
+    max_quota_entities: int | None = Field(1000, ge=0)
+    """Client quota entities per VC (and for the global levels)."""
+    max_records: int | None = Field(100_000, ge=0)
+    """Records in the whole state, cluster-wide (not settable per VC)."""
+    max_record_bytes: int = Field(4096, ge=256, le=1 << 20)
+    """One state record's key and value as written (not settable per VC)."""
+    orphan_grace_seconds: float | None = Field(None, ge=0)
+    """After this long the proxy deletes a physical topic a VC's DeleteTopics left behind; null (the
+    default, as the KIP leaves deletion to administrators): never."""
+
+    def build(self) -> Any:
+        from .tenancy.limits import StateLimits
+
+        return StateLimits(**self.model_dump())
+
+
 class VirtualClusterSeedConfig(_Strict):
     """A virtual cluster to create if missing (ids are generated once, then kept in the state topic)."""
 
@@ -508,6 +537,10 @@ class TenancyConfig(_Strict):
     topic_policy: TopicPolicyConfig = TopicPolicyConfig()
     """What members of every VC may do with topics: config keys and bounds, partitions per topic, topics and
     partitions per VC (see TopicPolicyConfig; a VC's seed entry may override it)."""
+
+    state_limits: StateLimitsConfig = StateLimitsConfig()
+    """Users, ACLs, client ids and quota entities per VC, a user name's length, the state's records in all,
+    and when orphaned physical topics are deleted (see StateLimitsConfig; per VC: a VC's settings)."""
 
     _readers = field_validator("state_topic_readers", "super_admins")(_principal_list)
     _policies: dict[str, Any] = PrivateAttr(default_factory=dict)

@@ -19,6 +19,7 @@ from kio.static.primitive import i8
 
 from ..protocol import codec
 from ..protocol.apis import response_type
+from ..tenancy.limits import MAX_ACLS, Room, count_refusal, record_size_refusal
 from .model import (
     CLUSTER_NAME,
     AclBinding,
@@ -36,7 +37,7 @@ from .model import (
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 KEYS = frozenset({DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS})
-NONE, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST = 0, 31, 42
+NONE, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, POLICY_VIOLATION = 0, 31, 42, 44
 Record = tuple[str, dict[str, Any] | None]
 
 
@@ -46,13 +47,14 @@ def may_manage(acls: AclSet, who: Subject, op: Operation) -> bool:
 
 
 def handle(
-    vc_name: str, acls: AclSet, who: Subject, api_key: int, version: int, request: Any
+    vc_name: str, acls: AclSet, who: Subject, api_key: int, version: int, request: Any, room: Room | None = None
 ) -> tuple[Any, list[Record]]:
+    """`room`: the VC's state limits (proxy/tenancy/limits.py); None: the defaults, on an empty state."""
     cls = response_type(api_key, version)
     if api_key == DESCRIBE_ACLS:
         return _describe(acls, who, cls, request), []
     if api_key == CREATE_ACLS:
-        return _create(vc_name, acls, who, cls, request)
+        return _create(vc_name, acls, who, cls, request, room or Room())
     return _delete(vc_name, acls, who, cls, request)
 
 
@@ -126,7 +128,7 @@ def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
     return _make(cls, error_code=ErrorCode(NONE), error_message=None, resources=resources)
 
 
-def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -> tuple[Any, list[Record]]:
+def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any, room: Room) -> tuple[Any, list[Record]]:
     result_cls = _item(cls, "results")
     allowed = may_manage(acls, who, Operation.ALTER)
     results = []
@@ -143,8 +145,17 @@ def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
                 code, message = INVALID_REQUEST, str(exc)
             else:
                 if binding not in acls and binding not in planned:  # creating an existing binding succeeds
-                    planned.add(binding)
-                    records.append(acl_record(vc_name, binding, True))
+                    record = acl_record(vc_name, binding, True)
+                    why = (
+                        count_refusal(MAX_ACLS, room.limits.max_acls, len(acls) + len(planned))
+                        or record_size_refusal(record, room.limits)
+                        or room.total_refusal(len(planned) + 1)
+                    )
+                    if why is not None:
+                        code, message = POLICY_VIOLATION, why
+                    else:
+                        planned.add(binding)
+                        records.append(record)
         results.append(_make(result_cls, error_code=ErrorCode(code), error_message=message))
     return _make(cls, results=tuple(results)), records
 

@@ -28,7 +28,9 @@ cluster, or kafka-cluster: the broker's own ACLs, topic names translated to the 
 
 Settings (alter --config K=V, --delete-config K; repeatable): description and labels (k=v,k2=v2) by the
 VC's admins; allow_everyone_if_no_acl_found, delete_physical_topics, max_partitions_per_topic, max_topics,
-max_partitions (null: no limit) and allow_unlisted_configs by operators only (docs/management.md).
+max_partitions (null: no limit), allow_unlisted_configs, the state limits (max_users, max_acls,
+max_client_ids, max_quota_entities, max_user_name_bytes) and orphan_grace_seconds by operators only
+(docs/management.md).
 
 exit codes: 0 done; 1 the proxy refused an item (each item's error is printed); 2 usage error;
 3 cannot connect or log in; 4 not authorized (this principal may not manage these virtual clusters).

@@ -37,7 +37,7 @@ from ..acl.model import (
     ResourceType,
     acl_record,
 )
-from ..tenancy import settings
+from ..tenancy import limits, settings
 from ..tenancy.model import (
     KAFKA_CLUSTER,
     RESERVED_VC_NAMES,
@@ -202,6 +202,7 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
     records: list[Record] = []
     results = []
     planned: set[str] = set()
+    room = limits.room(image, None)
     for item in request.virtual_clusters:
         name = item.name
 
@@ -211,6 +212,10 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
             validate_vc_name(name)
             if name in image.vcs or name in planned:
                 raise _Refused(DUPLICATE_RESOURCE, f"virtual cluster {name!r} exists")
+
+            why = room.total_refusal(len(records) + 1)  # the VC's record
+            if why is not None:
+                raise _Refused(POLICY_VIOLATION, why)
 
         code, message = _check(check)
         if code == NONE:
@@ -436,18 +441,24 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
     plan = _Plan(image)
     records: list[Record] = []
     results = []
+    have = limits.record_count(image)
     for vc_data in request.virtual_cluster:
         name = vc_data.name
         items = []
         for resource in vc_data.resources:
             out: list[Record] = []
 
-            def check(resource: Any = resource, out: list[Record] = out, name: str = name) -> None:
+            def check(
+                resource: Any = resource, out: list[Record] = out, name: str = name, records: list[Record] = records
+            ) -> None:
                 if not caller.may(Op.ALTER_VIRTUAL_CLUSTER, name):
                     raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
                 if name != KAFKA_CLUSTER and name not in image.vcs:
                     raise _Refused(RESOURCE_NOT_FOUND, f"no virtual cluster {name!r}")
                 out.extend(_alter_one(plan, caller, name, resource))
+                why = limits.records_refusal(image, [*records, *out], have)
+                if why is not None:
+                    raise _Refused(POLICY_VIOLATION, why)
 
             code, message = _check(check)
             if code == NONE:
@@ -631,12 +642,26 @@ def _bind(
             raise _Refused(
                 INVALID_REQUEST, "a client id is a label the client chooses: it cannot place anyone in kafka-cluster"
             )
+        if vc != KAFKA_CLUSTER:
+            _within(plan, vc, what, table)
         table[value] = vc
         return [record(value, vc)]
     if bound != vc:
         raise _Refused(RESOURCE_NOT_FOUND, f"{what} {value!r} is not in {vc!r}")
     table[value] = None
     return [record(value, None)]
+
+
+def _within(plan: _Plan, vc: str, what: str, table: dict[str, str | None]) -> None:
+    """One more principal (max_users) or client id (max_client_ids) bound to `vc`, as the plan leaves it."""
+    key = limits.MAX_CLIENT_IDS if what == "client id" else limits.MAX_USERS
+    bound = plan.image.client_ids if what == "client id" else plan.image.principals
+    current = {k for k, v in bound.items() if v == vc}
+    for k, v in table.items():
+        (current.add if v == vc else current.discard)(k)
+    why = limits.count_refusal(key, getattr(limits.of(plan.image, vc), key), len(current), 1, f"virtual cluster {vc!r}")
+    if why is not None:
+        raise _Refused(POLICY_VIOLATION, why)
 
 
 # -- VC-scoped ACLs for operators (Describe/Create/DeleteVirtualClusterAcls) ------------------------------
@@ -729,10 +754,11 @@ def _create_acls(
     records: list[Record] = []
     planned: set[tuple[str, AclBinding]] = set()
     results = []
+    state_records = limits.record_count(image)
     for item in request.creations:
         out: list[Record] = []
 
-        def check(item: Any = item, out: list[Record] = out) -> None:
+        def check(item: Any = item, out: list[Record] = out, records: list[Record] = records) -> None:
             vcs = _acl_targets(
                 image, caller, item.virtual_cluster, item.virtual_cluster_pattern_type, Op.ALTER_VIRTUAL_CLUSTER
             )
@@ -741,10 +767,22 @@ def _create_acls(
                 raise _Refused(INVALID_REQUEST, "User:ANONYMOUS is nobody's identity: it holds no right")
             if vcs == [KAFKA_CLUSTER]:
                 _may_grant(caller, binding)
+            mine: list[tuple[str, AclBinding]] = []
             for vc in vcs:  # creating an existing binding succeeds, as in Kafka
                 if binding not in _acls_of(image, vc) and (vc, binding) not in planned:
-                    planned.add((vc, binding))
+                    if vc != KAFKA_CLUSTER:
+                        have = len(_acls_of(image, vc)) + sum(1 for v, _ in planned if v == vc)
+                        why = limits.count_refusal(
+                            limits.MAX_ACLS, limits.of(image, vc).max_acls, have, 1, f"virtual cluster {vc!r}"
+                        )
+                        if why is not None:
+                            raise _Refused(POLICY_VIOLATION, why)
+                    mine.append((vc, binding))
                     out.append(acl_record(vc, binding, True))
+            why = limits.records_refusal(image, [*records, *out], state_records)
+            if why is not None:
+                raise _Refused(POLICY_VIOLATION, why)
+            planned.update(mine)
 
         code, message = _acl_check(check)
         if code == NONE:

@@ -45,6 +45,8 @@ from ..auth.users import (
     salted_size,
     scram_record,
 )
+from ..observability.quoting import cut, shown
+from ..tenancy import limits
 from ..tenancy.model import TenancyImage, principal_record
 from . import plane
 
@@ -129,6 +131,7 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
     DUPLICATE_RESOURCE; the response has one result per user: the successes, then the refusals."""
     caller = scope.caller.on(image)
     scope = replace(scope, caller=caller)
+    bounds = limits.of(image, scope.vc)
     errors: dict[str, _Error] = {}
     deletions: dict[str, Any] = {}
     upsertions: dict[str, Any] = {}
@@ -149,7 +152,7 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
         if deletions.pop(u.name, None) is not None or upsertions.pop(u.name, None) is not None:
             errors[u.name] = (ErrorCode.duplicate_resource, ALTERED_TWICE)
             continue
-        error = _authorize(scope, u.name, image) or _validate_upsertion(u)
+        error = _authorize(scope, u.name, image) or _validate_upsertion(u, bounds)
         if error is not None:
             errors[u.name] = error
         else:
@@ -160,16 +163,29 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
         mechanism = MECHANISMS_BY_TYPE[int(d.mechanism)]
         records.append(scram_record(name, mechanism, None))
         results.append(_altered(name))
-        log.info("%s deleted the %s credential of user %r", caller.principal, mechanism, name)
+        log.info("%s deleted the %s credential of user %s", caller.principal, mechanism, shown(name))
+    users_here, state_records = limits.users_in(image, scope.vc), limits.record_count(image)
+    where = f"virtual cluster {scope.vc!r}" if scope.vc is not None else "the users in no virtual cluster"
     for name, u in upsertions.items():
         mechanism = MECHANISMS_BY_TYPE[int(u.mechanism)]
         credential = credential_from_salted(mechanism, u.salt, int(u.iterations), u.salted_password)
-        records.append(scram_record(name, mechanism, credential))
+        mine = [scram_record(name, mechanism, credential)]
         principal = _user(name)
         if scope.vc is not None and image.principals.get(principal) is None:
-            records.append(principal_record(principal, scope.vc))  # a VC admin's new user joins the VC
+            mine.append(principal_record(principal, scope.vc))  # a VC admin's new user joins the VC
+        # one more for the limit: a principal joining the VC, or (cluster-wide) a new user bound nowhere
+        new = image.principals.get(principal) is None and (scope.vc is not None or name not in image.users.users)
+        why = (new and limits.count_refusal(limits.MAX_USERS, bounds.max_users, users_here, 1, where)) or (
+            limits.records_refusal(image, [*records, *mine], state_records)
+        )
+        if why:
+            log.info("refusing %s user %s: %s", caller.principal, shown(name), why)
+            errors[name] = (ErrorCode.policy_violation, why)
+            continue
+        users_here += new
+        records += mine
         results.append(_altered(name))
-        log.info("%s set the %s credential of user %r", caller.principal, mechanism, name)
+        log.info("%s set the %s credential of user %s", caller.principal, mechanism, shown(name))
     for name, (code, message) in errors.items():
         results.append(_altered(name, code, message))
     return alter_v0.AlterUserScramCredentialsResponse(throttle_time=_NO_THROTTLE, results=tuple(results)), (records)
@@ -185,7 +201,7 @@ def _authorize(scope: Scope, name: str, image: TenancyImage) -> _Error | None:
     why = _refusal(scope, name, image)
     if why is None:
         return None
-    log.info("refusing %s a change of user %r's credentials: %s", scope.caller.principal, name, why)
+    log.info("refusing %s a change of user %s's credentials: %s", scope.caller.principal, shown(name), cut(why))
     return ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
 
 
@@ -208,10 +224,13 @@ def _validate_deletion(d: Any, image: TenancyImage) -> _Error | None:
     return None
 
 
-def _validate_upsertion(u: Any) -> _Error | None:
+def _validate_upsertion(u: Any, bounds: limits.StateLimits = limits.DEFAULT) -> _Error | None:
     error = _mechanism_or_name(u.name, int(u.mechanism))
     if error is not None:
         return error
+    why = limits.user_name_refusal(u.name, bounds)  # beyond Kafka: a name every replica keeps, bounded
+    if why is not None:
+        return ErrorCode.unacceptable_credential, why
     iterations = int(u.iterations)
     if iterations < KAFKA_MIN_ITERATIONS:
         return ErrorCode.unacceptable_credential, "Too few iterations"

@@ -184,7 +184,9 @@ class ProxyServer:
                 self.credentials = CredentialStore(source=lambda: service.image.users.users)
                 self.vc_settings = VcSettings(self.config.tenancy, lambda: service.image)
                 await handlers.start(self.tenancy.run)
+                service.image.limits = self.config.tenancy.state_limits.build()  # the replayed image's, for good
                 handlers.start_soon(self._follow_bindings, self.tenancy)
+                handlers.start_soon(self._sweep_orphans, self.tenancy)
             with self._listener_scope:
                 async with trio.open_nursery() as listeners:
                     self._listener_nursery = listeners
@@ -203,6 +205,41 @@ class ProxyServer:
                 why = connection.session.stale_binding()
                 if why is not None:
                     connection.close_now(why)
+
+    async def _sweep_orphans(self, tenancy: TenancyService) -> None:
+        """Orphaned physical topics (proxy/tenancy/orphans.py decides): forget those gone or linked again,
+        delete those past their VC's orphan_grace_seconds, with the state topic's upstream login. Every
+        replica sweeps; a topic another deleted first is gone, and its records are tombstones either way."""
+        import time
+
+        from ..state.store import StateStoreError
+        from ..tenancy import orphans
+
+        store = tenancy.store
+        while True:
+            await trio.sleep(self.config.tenancy.state_check_interval_seconds)
+            if not tenancy.image.orphans:
+                continue
+            try:
+                existing = await trio.to_thread.run_sync(store.topic_names, 10, abandon_on_cancel=True)
+                plan = orphans.sweep(tenancy.image, existing, time.time())
+                if plan.delete:
+                    results = await trio.to_thread.run_sync(
+                        store.delete_topics, plan.delete, 30, abandon_on_cancel=True
+                    )
+                    for physical, error in results.items():
+                        orphan = tenancy.image.orphans.get(physical)
+                        left = f"left by virtual cluster {orphan.vc}" if orphan is not None else "orphaned"
+                        if error is None or "UNKNOWN_TOPIC" in error.upper():
+                            log.warning("deleted physical topic %s, %s past its grace period", physical, left)
+                            plan.forget.append(physical)
+                        else:
+                            log.warning("could not delete physical topic %s (%s): %s", physical, left, error)
+                records = [r for physical in plan.forget for r in orphans.forget_records(tenancy.image, physical)]
+                if records:
+                    await tenancy.write(records)
+            except (StateStoreError, trio.TooSlowError, OSError) as exc:
+                log.warning("orphaned topics: sweep failed, retrying later: %s", exc)
 
     async def _serve_http(self, *, task_status: trio.TaskStatus[None]) -> None:
         """/metrics, /healthz and /readyz (proxy/observability/http.py)."""

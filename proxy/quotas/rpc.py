@@ -20,13 +20,15 @@ from __future__ import annotations
 import inspect
 import ipaddress
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64, i32Timedelta
 
+from ..tenancy import limits
 from . import model
 from .model import CLIENT_ID, PHYSICAL, USER, VIRTUAL_CLUSTER, Entity, QuotaBook, QuotaError
 
@@ -36,7 +38,7 @@ UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 POLICY_VIOLATION = 44
 RESOURCE_NOT_FOUND = 91
-MAX_ENTITIES = 1000  # per VC (and for the global levels): each is a state record on every replica
+MAX_ENTITIES = 1000  # per VC (and for the global levels) without a room: each is a state record on every replica
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 IP = "ip"
@@ -175,7 +177,17 @@ def _matches(view: Entity, components: Any, strict: bool) -> bool:
 # -- alter -------------------------------------------------------------------------------------------------
 
 
-def alter(book: QuotaBook, caller: Caller, request: Any, response_cls: type) -> tuple[Any, list[Record]]:
+def alter(
+    book: QuotaBook,
+    caller: Caller,
+    request: Any,
+    response_cls: type,
+    room: Callable[[str | None], limits.Room] | None = None,
+) -> tuple[Any, list[Record]]:
+    """`room(vc)`: a VC's state limits (None: the global levels'); without it, MAX_ENTITIES per VC."""
+    if room is None:
+        bounded = limits.Room(replace(limits.DEFAULT, max_quota_entities=MAX_ENTITIES, max_records=None))
+        room = lambda _vc: bounded  # noqa: E731
     m = _types(response_cls)
     checked = [_alter_entry(book, caller, entry) for entry in request.entries]
     # An entity named by two entries: Kafka refuses it ("Ignoring duplicate entity"); here neither is applied.
@@ -191,11 +203,23 @@ def alter(book: QuotaBook, caller: Caller, request: Any, response_cls: type) -> 
     for entry, (code, message, ent, entry_records) in zip(request.entries, checked, strict=True):
         if ent is not None and named[ent] > 1:
             code, message, entry_records = INVALID_REQUEST, f"Ignoring duplicate entity {_kafka_name(entry)}", []
-        elif ent is not None and ent not in book.values and any(v is not None for _, v in entry_records):
+        elif ent is not None and entry_records:
             scope = dict(ent).get(VIRTUAL_CLUSTER)
-            if counts.get(scope, 0) >= MAX_ENTITIES:  # each is a record every replica keeps: bounded
-                code, message, entry_records = POLICY_VIOLATION, f"at most {MAX_ENTITIES} quota entities here", []
-            counts[scope] = counts.get(scope, 0) + 1
+            here = room(scope)
+            where = f"virtual cluster {scope!r}" if scope is not None else "the global quota levels"
+            new = ent not in book.values and any(v is not None for _, v in entry_records)
+            adding = sum(1 for _, v in entry_records if v is not None)
+            # each entity is records every replica keeps: bounded
+            why = (
+                new
+                and limits.count_refusal(
+                    limits.MAX_QUOTA_ENTITIES, here.limits.max_quota_entities, counts.get(scope, 0), 1, where
+                )
+            ) or here.total_refusal(sum(1 for _, v in records if v is not None) + adding)
+            if why:
+                code, message, entry_records = POLICY_VIOLATION, why, []
+            elif new:
+                counts[scope] = counts.get(scope, 0) + 1
         records.extend(entry_records)
         results.append(
             m.EntryData(

@@ -158,6 +158,7 @@ def _import(args: argparse.Namespace) -> int:
 def _orphans(args: argparse.Namespace) -> int:
     import yaml
 
+    from ..tenancy.orphans import forget_records
     from .backup import as_yaml_dict, find_orphans, unlink_records
     from .store import StateStoreError
 
@@ -184,7 +185,9 @@ def _orphans(args: argparse.Namespace) -> int:
         topics = [t for t in orphans.topics if t not in linked]
         links = [x for x in orphans.links if fresh.vcs.get(x[0]) and fresh.vcs[x[0]].links.get(x[1]) == x[2]]
         failed = {t: e for t, e in store.delete_topics(topics, args.timeout).items() if e is not None}
-        store.write(unlink_records(fresh, links), args.timeout)
+        gone = [t for t in topics if t not in failed and t in fresh.orphans]  # no longer counted against a VC
+        forgotten = [r for t in gone for r in forget_records(fresh, t)]
+        store.write(unlink_records(fresh, links) + forgotten, args.timeout)
     except StateStoreError as exc:
         print(f"vcproxy state orphans: {exc}", file=sys.stderr)
         return 1

@@ -134,7 +134,8 @@ class TenantEngine:
 
     def budget(self) -> Budget:
         """The VC's topic policy and what the VC has now, for one request's checks."""
-        return Budget(self.topic_policy, usage_of(self.vc, self.image.partitions))
+        orphans = self.image.orphans_of(self.vc.name)  # what its deletes left behind counts until deleted
+        return Budget(self.topic_policy, usage_of(self.vc, self.image.partitions, orphans))
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import logging
+import time
 import typing
 import uuid
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from ..observability.quoting import cut, shown
 from ..protocol import codec
 from ..rules import tenant_rules
 from . import names
@@ -30,6 +32,7 @@ from .model import (
     derived_topic_for,
     gen_record,
     link_record,
+    orphan_record,
     partitions_record,
     topic_record,
 )
@@ -117,7 +120,8 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
                 assert budget is not None
                 refused = budget.admit_topic(-1)  # the broker's default partition count (counted as one)
                 if refused is not None:  # never created: unknown, as with auto-creation off
-                    log.info("virtual cluster %s: auto-creation of %r refused: %s", engine.vc.name, name, refused)
+                    why = cut(refused)
+                    log.info("virtual cluster %s: auto-creation of %s refused: %s", engine.vc.name, shown(name), why)
                     continue
                 # The generation CreateTopics would use: a deleted link's old topic is never reused.
                 ex.tx.planned[name] = created_topic_for(
@@ -414,7 +418,7 @@ def _expand(engine: TenantEngine, ex: TenantCall, regex: str) -> Expansion:
         what = "SourceTopicRegex" if ex.rule.api == "StreamsGroupHeartbeat" else "SubscribedTopicRegex"
         return REGEXES.expand(engine.vc, regex, what)
     except InvalidRegex as exc:
-        log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), exc)
+        log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), cut(exc))
         raise _error_answer(ex, int(ErrorCode.invalid_regular_expression), str(exc)) from None
 
 
@@ -463,7 +467,7 @@ def txn_regex_kind(engine: TenantEngine, ex: TenantCall, value: str | None, to_p
     try:
         compile_client_regex(value, "TransactionalIdPattern")
     except InvalidRegex as exc:
-        log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), exc)
+        log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), cut(exc))
         raise _error_answer(ex, int(ErrorCode.invalid_regular_expression), str(exc)) from None
     return f"{engine.vc.id}\\.(?:{value})"
 
@@ -513,7 +517,7 @@ def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
             continue
         why = names.refusal(engine.vc, link)  # Kafka's rules for names, in the VC
         if why is not None:
-            log.info("virtual cluster %s: CreateTopics refused %r: %s", engine.vc.name, link, why.message)
+            log.info("virtual cluster %s: CreateTopics refused %s: %s", engine.vc.name, shown(link), cut(why.message))
             local.append((link, why.error, why.message))
             continue
         physical = engine.vc.physical_topic(link)
@@ -526,7 +530,7 @@ def create_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
                 continue
             refused = budget.admit_topic(count, configs)
             if refused is not None:
-                log.info("virtual cluster %s: CreateTopics refused %r: %s", engine.vc.name, link, refused)
+                log.info("virtual cluster %s: CreateTopics refused %s: %s", engine.vc.name, shown(link), cut(refused))
                 local.append((link, int(ErrorCode.policy_violation), refused))
                 continue
             physical = created_topic_for(engine.vc.id, link, engine.image.generation(engine.vc.name, link))
@@ -614,6 +618,7 @@ def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         raise LocalAnswer(_delete_topics_refused(engine, ex, body, f"topic changes are refused: {problem}"))
     local: list[tuple[str, str, Any]] = []  # (link, physical, topic id) removed without the broker
     forward_links: dict[str, str] = {}  # physical -> link for those the broker deletes
+    orphaned: list[str] = []  # physical topics this delete leaves behind
 
     def decide(link: str | None, topic_id: Any) -> bool:
         """True: keep in the forwarded request."""
@@ -627,6 +632,8 @@ def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
         others = [x for x in engine.image.links_to(physical) if x != (vc.name, link)]
         if others or not engine.policy.delete_physical_topic(vc.name):
             local.append((link, physical, engine.image.topic_ids.get(physical)))  # type: ignore[arg-type]
+            if not others:  # the topic stays with no link: the VC's until deleted (its limits count it)
+                orphaned.append(physical)
             return False
         forward_links[physical] = link  # type: ignore[assignment]
         return True
@@ -639,6 +646,8 @@ def delete_topics_request(engine: TenantEngine, ex: TenantCall, body: Any) -> An
     ex.state["forward"] = forward_links
     for link, _physical, _ in local:
         ex.writes.extend(_unlink(engine, link))
+    now = time.time()
+    ex.writes.extend(orphan_record(physical, engine.vc.name, now) for physical in orphaned)
     remaining = body.topics if hasattr(body, "topics") else body.topic_names
     if local and not remaining:
         raise LocalAnswer(_delete_topics_local(ex, _response_cls(ex)))
@@ -790,7 +799,7 @@ def _config_refusal(
         return int(ErrorCode.invalid_config), unknown
     why = engine.topic_policy.configs_refusal(changes)
     if why is not None:
-        log.info("virtual cluster %s: config change of topic %r refused: %s", engine.vc.name, name, why)
+        log.info("virtual cluster %s: config change of topic %s refused: %s", engine.vc.name, shown(name), cut(why))
         return int(ErrorCode.policy_violation), why
     return None
 
@@ -843,7 +852,8 @@ def _owned_topics(engine: TenantEngine, ex: TenantCall, body: Any, check: Any = 
                 if message is not None:
                     why = (int(ErrorCode.policy_violation), message)
             if why is not None:
-                log.info("virtual cluster %s: %s refused %r: %s", engine.vc.name, ex.rule.api, topic.name, why[1])
+                name = shown(topic.name)
+                log.info("virtual cluster %s: %s refused %s: %s", engine.vc.name, ex.rule.api, name, cut(why[1]))
                 physical = f"{uuid.uuid4()}.{topic.name}"
                 ex.tx.topics[physical] = topic.name
                 refused[physical] = why

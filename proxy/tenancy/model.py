@@ -148,6 +148,15 @@ class VirtualCluster:
         return not (self.links or self.groups or self.txns or self.admins)
 
 
+@dataclass(frozen=True)
+class Orphan:
+    """A physical topic whose last link a VC deleted while the topic stayed (KIP-1134's unlink): it counts
+    against that VC's topic and partition limits until it is deleted (docs/tenancy.md, "Orphaned topics")."""
+
+    vc: str
+    at: float  # when, in seconds since the epoch (the grace period counts from it)
+
+
 @dataclass
 class TenancyImage:
     """All virtual clusters, bindings, links and topic ids, as replayed from the state topic."""
@@ -165,6 +174,8 @@ class TenancyImage:
     version: int = 0  # bumped on every applied record
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
+    limits: Any = None  # the config's state limits (tenancy/limits.StateLimits), set by the server; None: defaults
+    orphans: dict[str, Orphan] = field(default_factory=dict)  # physical topic a VC's delete left behind -> by whom
     quotas: quotas.QuotaBook = field(default_factory=quotas.QuotaBook)  # client quotas (proxy/quotas/)
     # kafka-cluster's own ACLs (the KIP's cluster-wide ACLs): the *_VIRTUAL_CLUSTER rights on CLUSTER
     # resources naming VCs, and the physical names its proxy-authenticated members may use.
@@ -350,6 +361,18 @@ class TenancyImage:
         else:
             self.partitions[physical] = int(value["n"])
 
+    def _apply_orphan(self, physical: str, *, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.orphans.pop(physical, None)
+        else:
+            self.orphans[physical] = Orphan(str(value["vc"]), float(value["at"]))
+
+    def orphans_of(self, vc_name: str) -> list[str]:
+        """The physical topics this VC left behind (not linked again by it)."""
+        vc = self.vcs.get(vc_name)
+        linked = vc.physical_links if vc is not None else {}
+        return sorted(p for p, o in self.orphans.items() if o.vc == vc_name and p not in linked)
+
     def _apply_topic(self, physical: str, *, value: dict[str, Any] | None) -> None:
         if value is None:
             topic_id = self.topic_ids.pop(physical, None)
@@ -431,6 +454,11 @@ def partitions_record(physical: str, count: int | None) -> tuple[str, dict[str, 
     """How many partitions a VC's physical topic has, as the proxy learned it (for the topic policy's
     per-VC partition limit: proxy/tenancy/policy.py); None when the topic is deleted."""
     return _key("parts", physical), (None if count is None else {"n": int(count)})
+
+
+def orphan_record(physical: str, vc: str | None, at: float = 0.0) -> tuple[str, dict[str, Any] | None]:
+    """A physical topic `vc` left behind when it deleted its last link (None: deleted, or linked again)."""
+    return _key("orphan", physical), (None if vc is None else {"vc": vc, "at": at})
 
 
 def quota_record(ent: quotas.Entity, key: str, value: float | None) -> tuple[str, dict[str, Any] | None]:

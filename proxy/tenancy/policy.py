@@ -10,7 +10,8 @@ handlers (proxy/tenancy/handlers.py, streams.py) ask this module before anything
   keys the policy lists may be set, each within its bounds; POLICY_VIOLATION with a message naming
   the key, as Kafka's policies answer;
 * partitions per topic (CreateTopics, CreatePartitions, Streams topologies);
-* topics per VC (links included: a topic linked into the VC counts like one it created) and
+* topics per VC (links included: a topic linked into the VC counts like one it created; so does a
+  physical topic the VC's DeleteTopics left behind, until it is deleted: `TenancyImage.orphans`) and
   partitions per VC (the partition counts the proxy knows: `TenancyImage.partitions`, learned from
   CreateTopics, CreatePartitions and Metadata; a topic whose count is not known yet counts as one).
 
@@ -202,10 +203,11 @@ class Usage:
         self.partitions += partitions
 
 
-def usage_of(vc: object, partitions: Mapping[str, int]) -> Usage:
-    """A VC's topics (its links) and partitions (known counts; unknown ones count as one)."""
-    links = vc.links  # type: ignore[attr-defined]
-    return Usage(len(links), sum(max(partitions.get(p, 1), 1) for p in links.values()))
+def usage_of(vc: object, partitions: Mapping[str, int], orphans: Iterable[str] = ()) -> Usage:
+    """A VC's topics (its links, and the physical topics its deletes left behind: `orphans`) and
+    partitions (known counts; unknown ones count as one)."""
+    physical = [*vc.links.values(), *orphans]  # type: ignore[attr-defined]
+    return Usage(len(physical), sum(max(partitions.get(p, 1), 1) for p in physical))
 
 
 class Budget:

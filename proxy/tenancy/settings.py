@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import limits as state_limits
 from .policy import TopicPolicy
 
 if TYPE_CHECKING:
@@ -31,8 +32,9 @@ LABELS = "labels"
 ALLOW_IF_NO_ACL = "allow_everyone_if_no_acl_found"
 DELETE_PHYSICAL_TOPICS = "delete_physical_topics"
 POLICY_KEYS = ("max_partitions_per_topic", "max_topics", "max_partitions", "allow_unlisted_configs")
-KEYS = (DESCRIPTION, LABELS, ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS)
-OPERATOR_KEYS = frozenset({ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS})
+LIMIT_KEYS = state_limits.VC_KEYS  # what the VC's state may hold (proxy/tenancy/limits.py)
+KEYS = (DESCRIPTION, LABELS, ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS, *LIMIT_KEYS)
+OPERATOR_KEYS = frozenset({ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS, *LIMIT_KEYS})
 
 MAX_DESCRIPTION = 1024
 MAX_LABELS = 64
@@ -62,7 +64,30 @@ def parse(key: str, text: str) -> Any:
         if value is None:
             raise SettingError(key, f"must be true or false (got {text!r})")
         return value
+    if key in LIMIT_KEYS:
+        return _state_limit(key, text)
     return _limit(key, text)
+
+
+def _state_limit(key: str, text: str) -> int | float | None:
+    raw = text.strip().lower()
+    value: int | float | None
+    if raw in ("null", "none"):
+        value = None
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            try:
+                value = float(raw) if key == state_limits.ORPHAN_GRACE_SECONDS else None
+            except ValueError:
+                value = None
+            if value is None or value != value or value in (float("inf"), float("-inf")):
+                raise SettingError(key, f"must be a whole number, or null for no limit (got {text!r})") from None
+    why = state_limits.check_value(key, value)
+    if why is not None:
+        raise SettingError(key, why)
+    return value
 
 
 def _limit(key: str, text: str) -> int | None:

@@ -36,6 +36,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from ..observability.quoting import cut, shown
 from ..protocol import codec
 from . import names
 from .engine import LocalAnswer, TenantCall, TenantEngine
@@ -130,7 +131,7 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
         while len(_HELD) > MAX_HELD:
             _HELD.popitem(last=False)
         for name, reason in refusals.items():
-            log.info("virtual cluster %s: internal topic %r refused: %s", engine.vc.name, name, reason)
+            log.info("virtual cluster %s: internal topic %s refused: %s", engine.vc.name, shown(name), cut(reason))
         raise _missing_topics(ex, body, specs, refusals)
     _HELD.pop(key, None)
     to_link: dict[str, str] = {}  # physical -> link, written once the broker accepted the topology

@@ -99,6 +99,8 @@ vc.add-admin-team-a      -       -       -       denied  ok      ok      denied 
 vc.link-alias-team-a     -       -       -       denied  ok      ok      denied     denied   -         ok
 vc.link-foreign-team-a   -       -       -       denied  denied  denied  denied     denied   -         ok
 vc.add-user-kafka-cl     -       -       -       denied  denied  denied  denied     denied   -         ok
+vc.raise-limit-team-a    -       -       -       denied  denied  denied  denied     denied   -         ok
+vc.orphan-grace-team-a   -       -       -       denied  denied  denied  denied     denied   -         ok
 acls.vc-list-team-a      -       -       -       denied  ok      ok      denied     denied   -         ok
 acls.kc-list             -       -       -       denied  denied  denied  denied     denied   -         ok
 acls.kc-grant-vc-right   -       -       -       denied  denied  denied  denied     denied   -         ok
@@ -117,6 +119,7 @@ acls.delete              -       -       -       denied  ok      ok      ok     
 scram.alter              -       -       -       denied  ok      ok      ok         denied   -         ok
 scram.alter-foreign      -       -       -       denied  denied  denied  denied     denied   -         -
 scram.alter-superadmin   -       -       -       denied  denied  denied  denied     denied   -         -
+scram.alter-long-name    -       -       -       -       -       badcred -          -        -         badcred
 groups.list              -       -       -       ok      -       ok      -          ok       -         ok
 leaders.elect            -       -       -       denied  -       denied  -          denied   -         ok
 java.topics-list         -       login   -       ok      -       -       -          ok       -         ok
@@ -258,6 +261,8 @@ def kafka_outcome(error: KafkaError) -> str:
         return "policy"
     if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
         return "unknown"
+    if error.code() == KafkaError.UNACCEPTABLE_CREDENTIAL:
+        return "badcred"
     return f"error:{error.name()}"
 
 
@@ -447,6 +452,14 @@ ACTIONS: dict[str, Callable[[Actor], str]] = {
     "vc.link-alias-team-a": lambda a: a.alter("team-a", "--topic", a.names["orders"], "--link", f"alias-{a.role}"),
     "vc.link-foreign-team-a": lambda a: a.alter("team-a", "--topic", a.names["free"], "--link", f"free-{a.role}"),
     "vc.add-user-kafka-cl": lambda a: a.alter("kafka-cluster", "--user", f"kcnew-{a.role}"),
+    # The state limits (docs/state.md#limits) and the orphan grace period (the proxy deleting physical
+    # topics) are an operator's: a VC's admin raises neither its own limits nor its reach.
+    "vc.raise-limit-team-a": lambda a: a.cli(
+        "virtual-clusters", "alter", "--virtual-cluster", "team-a", "--config", "max_users=100000"
+    ),
+    "vc.orphan-grace-team-a": lambda a: a.cli(
+        "virtual-clusters", "alter", "--virtual-cluster", "team-a", "--config", "orphan_grace_seconds=86400"
+    ),
     "acls.vc-list-team-a": lambda a: a.cli("acls", "--list", "--virtual-cluster", "team-a"),
     "acls.kc-list": lambda a: a.cli("acls", "--list", "--virtual-cluster", "kafka-cluster"),
     "acls.kc-grant-vc-right": lambda a: a.cli(
@@ -486,6 +499,7 @@ ACTIONS: dict[str, Callable[[Actor], str]] = {
     # Another's login: a VC admin never takes over one outside its VC (bob is team-b's; alice, team-a's).
     "scram.alter-foreign": lambda a: _scram_alter(a, "alice" if a.role == "otheradmin" else "bob"),
     "scram.alter-superadmin": lambda a: _scram_alter(a, "admin"),
+    "scram.alter-long-name": lambda a: _scram_alter(a, "n" * 30_000),  # the state keeps no such name
     "groups.list": lambda a: settle(lambda: a.admin.list_consumer_groups()),
     "leaders.elect": _elect,
     "java.topics-list": lambda a: a.java("kafka-topics", "--list"),

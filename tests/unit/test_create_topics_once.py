@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
@@ -102,7 +103,9 @@ def test_a_deleted_link_is_recreated_under_a_new_generation():
     decision = session.on_request(memoryview(request_frame(20, 6, 2, delete)))
     assert decision.action is Action.LOCAL  # the physical topic is kept (tenancy.delete_physical_topics: false)
     writes = session.next_local_reply().writes
-    assert writes == [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
+    assert writes[:2] == [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
+    # ...and the kept topic is remembered as the VC's orphan (it counts against the VC's limits).
+    assert [(json.loads(k), v["vc"]) for k, v in writes[2:]] == [(["orphan", first], "team-a")]
     for record in writes:
         image.apply(*record)
     # The same name again: a new physical topic, never the kept one.

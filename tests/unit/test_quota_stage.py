@@ -472,11 +472,11 @@ def test_metrics_show_quota_use_and_throttle_per_entity():
     assert f"vcproxy_quota_usage_ratio{{{labels}}}" in text
 
 
-def test_quota_entities_per_vc_are_bounded(monkeypatch):
-    from proxy.quotas import rpc
+def test_quota_entities_per_vc_are_bounded():
+    from proxy.tenancy.model import setting_record
 
-    monkeypatch.setattr(rpc, "MAX_ENTITIES", 2)
     img = image(Clock())
+    img.apply(*setting_record("team-a", "max_quota_entities", 2))  # an operator's limit for the VC
     s = session(img, "User:alice")
     entries = [((("user", f"u{i}"),), [(PRODUCE, 1)]) for i in range(3)]
     reply, response = call(s, 49, alter_request(*entries), AlterClientQuotasResponse)

@@ -445,8 +445,11 @@ def test_delete_topics_by_default_unlinks_and_keeps_the_physical_topic():
     decision = session.on_request(memoryview(request_frame(20, 6, 9, by_id)))
     assert decision.action is Action.LOCAL
     pending = session.next_local_reply()
-    assert pending.writes == [gen_record("team-a", "orders", 1), link_record("team-a", "orders", None)]
+    assert pending.writes[:2] == [gen_record("team-a", "orders", 1), link_record("team-a", "orders", None)]
     assert topic_record(physical["team-a"], None) not in pending.writes  # the topic (and its id) stays
+    # ...remembered as the VC's orphan, which counts against its topic and partition limits until deleted
+    (key, value), *more = pending.writes[2:]
+    assert not more and key == f'["orphan","{physical["team-a"]}"]' and value["vc"] == "team-a"
 
 
 def test_shared_topic_delete_only_unlinks_without_touching_the_broker():

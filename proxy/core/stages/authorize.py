@@ -29,6 +29,7 @@ from ...management import schema as management
 from ...protocol import codec
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
+from ...tenancy import limits
 from ...tenancy.fields import identifier_paths
 from ...tenancy.model import KAFKA_CLUSTER
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refuse
@@ -138,7 +139,9 @@ class AuthorizationStage:
             request, _ = codec.decode(type_of(ex), ex.frame, ex.header.body_offset)
         except (CodecError, *MALFORMED):
             return close(f"malformed {ex.info.name} request")
-        response, records = acl_plane.handle(vc.name, vc.acls, self.subject(vc), ex.api_key, ex.api_version, request)
+        room = limits.room(self.image(), vc.name)
+        who = self.subject(vc)
+        response, records = acl_plane.handle(vc.name, vc.acls, who, ex.api_key, ex.api_version, request, room)
         ex.writes = records
         return answer(ex, codec.encode(response))
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...protocol import codec
@@ -39,6 +40,7 @@ from ...protocol.primitives import MALFORMED
 from ...quotas import rpc
 from ...quotas.model import FETCH, MUTATION, PRODUCE, REQUEST, Limit, Resolved
 from ...quotas.throttle import set_throttle
+from ...tenancy import limits
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
@@ -189,7 +191,10 @@ class QuotaStage:
         if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY:
             response = rpc.describe(image.quotas, caller, request, response_cls)
         else:
-            response, records = rpc.alter(image.quotas, caller, request, response_cls)
+            room = limits.room(image, None)  # the state's count, once
+            response, records = rpc.alter(
+                image.quotas, caller, request, response_cls, lambda vc: replace(room, limits=limits.of(image, vc))
+            )
             ex.writes = list(records)
         return answer(ex, codec.encode(response))
 
