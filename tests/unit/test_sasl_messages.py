@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from proxy.auth.sasl_messages import Refused, claim_names, read_login, read_oauth_first, read_token_claims
 
 from .sasl_corpus import CORPUS, EXP, bearer, jws, oauth
-from .sasl_strategies import login_message
+from .sasl_strategies import login_message, well_formed_login
 
 
 @pytest.mark.parametrize(("mechanism", "message", "name"), CORPUS, ids=[f"{m}:{t!r}"[:80] for m, t, _ in CORPUS])
@@ -64,3 +64,11 @@ def test_any_message_is_read_or_refused(case):
     if mechanism == "OAUTHBEARER":  # no key twice, in any case: Kafka would keep the last
         keys = [pair.partition(b"=")[0].lower() for pair in message.split(b"\x01")[1:-2]]
         assert len(keys) == len(set(keys)) and b"auth" in keys
+
+
+@settings(max_examples=300, deadline=None)
+@given(well_formed_login())
+def test_a_well_formed_login_is_read_whatever_the_name(case):
+    # The rules refuse only what could read two ways: ordinary logins, with any names Kafka takes, pass.
+    mechanism, message = case
+    assert read_login(mechanism, message).name
