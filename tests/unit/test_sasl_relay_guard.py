@@ -172,3 +172,18 @@ def test_a_terminated_scram_login_reads_the_name_kafka_reads():
     for odd in (b"n,a=x,n=a=2Cb,r=abc", b"y,,n=a=2Cb,r=abc", b"n,,n=a=2Cb,r=abc,ext=1"):
         session = ProxySession(LAYOUT, SaslServer(store, name="t"))
         _refused_at_login(session, "SCRAM-SHA-256", odd)
+
+
+def test_a_reauthentication_of_a_name_the_proxy_has_placed_since_is_refused():
+    img = TenancyImage()
+    img.apply(*vc_record("team-a"))
+    session = ProxySession(
+        LAYOUT, SaslServer(STORE, name="t", relay=True, upstream_user="vcproxy"), tenancy=_Tenancy(img)
+    )
+    _start_relay(session, "PLAIN", b"\0mallory\0pw")
+    session.on_response(memoryview(bytearray(_authenticate_response(2, lifetime_ms=1000))))
+    assert session.ctx.authenticator.complete
+    img.apply(*principal_record("User:mallory", "team-a"))  # an admin binds her name to a VC meanwhile
+    assert _reauthenticate(session, "PLAIN", b"\0mallory\0pw") is Action.LOCAL
+    body, close = _local(session, AUTHENTICATE, 2)
+    assert body.error_code == ErrorCode.sasl_authentication_failed and close
