@@ -14,12 +14,18 @@ answers SaslHandshake v1 and SaslAuthenticate v0-2 the way a Kafka broker does:
 Sessions never expire (session lifetime 0), so clients do not re-authenticate (KIP-368).
 Passwords and SASL tokens are never logged; user names are, quoted.
 
+Every first SaslAuthenticate is read by Kafka's own rules (``sasl_messages``): a message the proxy and
+the broker could read as two identities is refused, whoever it names.
+
 With ``relay`` (``listeners.unknown_principals: relay``), a user name the proxy does not know is not
-refused: the first SaslAuthenticate's user name is peeked (PLAIN's authcid, SCRAM's client-first
+refused: the first SaslAuthenticate's user name is read (PLAIN's authcid, SCRAM's client-first
 ``n=``), and the server answers ``SaslReply(relay=mechanism)``: the session sends that request and
-the rest of the exchange to the broker unchanged, and the broker's answers decide
-(``relay_answered``). OAUTHBEARER, which only the broker can check, is always relayed. The name the
-proxy itself logs in with upstream is never relayed: nobody logs in as the proxy.
+the rest of the exchange to the broker, and the broker's answers decide (``relay_answered``).
+OAUTHBEARER, which only the broker can check, is always relayed. Never relayed: the name the proxy
+itself logs in with upstream, and the proxy's own users (nor, through the session's ``may_relay``,
+any name the proxy places or empowers); for a token, under any of its claims. Later SASL requests of a
+relayed connection pass through ``on_relayed_request``: a KIP-368 re-authentication's first message is
+read the same way and must name the same user, and an OAUTHBEARER exchange takes no second token.
 
 A PLAIN password check runs a key derivation, milliseconds of CPU: the server hands it to the shell
 as a ``PasswordCheck`` to run off the event loop, then finishes the login with the result. Failed
@@ -30,12 +36,9 @@ verified before fail without a derivation, and every failure from that address i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
 import enum
 import hmac
-import json
 import logging
 import secrets
 import time
@@ -54,12 +57,13 @@ from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader
 from . import SASL_MECHANISMS, SCRAM_MECHANISMS
 from .credentials import DEFAULT_ITERATIONS, CredentialStore, ScramCredential
+from .sasl_messages import PRINCIPAL_CLAIM, Login, Refused, read_login, read_plain, read_scram_first
 
 log = logging.getLogger(__name__)
 
 USER_PREFIX = "User:"  # Kafka's principal type for users (KafkaPrincipal.USER_TYPE)
 OAUTHBEARER = "OAUTHBEARER"  # only relayed: the broker checks the token
-UNKNOWN_PRINCIPAL = "User:<unknown>"  # a relayed OAUTHBEARER login whose token's subject cannot be read
+OAUTH_ERROR_ACK = b"\x01"  # the client's answer to the broker's OAUTHBEARER error challenge (RFC 7628)
 
 
 class _State(enum.Enum):
@@ -84,6 +88,7 @@ class SaslServer:
         clock: Callable[[], float] = time.monotonic,
         relay: bool = False,
         upstream_user: str | None = None,
+        principal_claim: str = PRINCIPAL_CLAIM,
     ):
         unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
         if unknown or not mechanisms:
@@ -107,7 +112,10 @@ class SaslServer:
         self.upstream_user = upstream_user  # the proxy's own upstream login: never relayed
         self.relayed = False  # this exchange went (or goes) to the broker
         self._relayed_user: str | None = None
+        self._relayed_names: tuple[str, ...] = ()
         self._relay_rounds = 0
+        self.principal_claim = principal_claim  # the token claim the broker names OAUTHBEARER logins by
+        self._reauth: str | None = None  # a relayed connection's re-authentication: its handshake's mechanism
 
     @property
     def complete(self) -> bool:
@@ -168,40 +176,104 @@ class SaslServer:
     # -- relaying unknown users to the broker ---------------------------------------------------
 
     def _relay_or_not(self, version: int, token: bytes) -> SaslReply | None:
-        """None: the proxy's own user (or a malformed PLAIN token, refused by `_plain` as ever): terminate
-        here. Else the reply: relay, or a refusal."""
+        """None: the proxy's own user (or a malformed PLAIN token, refused by `_plain` with Kafka's words):
+        terminate here. Else the reply: relay, or a refusal."""
         mechanism = self.mechanism
         assert mechanism is not None
-        if mechanism == OAUTHBEARER:
-            subject = oauth_subject(token)  # unverified: enough to refuse, never to trust
-            if subject is not None and subject == self.upstream_user:
-                detail = "a token for the proxy's own upstream user is never relayed"
-                return self._denied(version, subject, _invalid_credentials(mechanism), detail=detail)
-            return self._start_relay(subject)
-        username, problem = peek_user(mechanism, token)
-        if username is None:
+        try:
+            login = read_login(mechanism, token, self.principal_claim)
+        except Refused as exc:
             if mechanism == "PLAIN":
                 return None
-            return self._denied(version, None, _invalid_credentials(mechanism), detail=problem)
-        if username in self.store.users:
+            return self._denied(version, None, _invalid_credentials(mechanism), detail=str(exc))
+        if mechanism != OAUTHBEARER and login.name in self.store.users:
             return None
-        if self.upstream_user is not None and username == self.upstream_user:
-            detail = "the proxy's own upstream user is never relayed"
-            return self._denied(version, username, _invalid_credentials(mechanism), detail=detail)
-        return self._start_relay(username)
+        why = self._never_relayed(login)
+        if why is not None:
+            return self._denied(version, login.name, _invalid_credentials(mechanism), detail=why)
+        return self._start_relay(login)
+
+    def _never_relayed(self, login: Login) -> str | None:
+        """Why this login may not go to the broker: it names the proxy's upstream user or one of the proxy's
+        own users (a token: in any claim, since the broker may be configured to read another)."""
+        for name in login.every_name:
+            if self.upstream_user is not None and name == self.upstream_user:
+                return "the proxy's own upstream user is never relayed"
+            if name in self.store.users:
+                return f"{name!r} is a user of the proxy: it logs in at the proxy, never relayed"
+        return None
 
     @property
     def relayed_principal(self) -> str | None:
         """`User:<name>` of the login being relayed (the name as the client sent it, not yet checked)."""
-        return None if self._relayed_user is None else f"User:{self._relayed_user}"
+        return None if self._relayed_user is None else USER_PREFIX + self._relayed_user
 
-    def _start_relay(self, username: str | None) -> SaslReply:
+    @property
+    def relayed_principals(self) -> tuple[str, ...]:
+        """Every principal the broker could make of the login being relayed (a token's other claims too)."""
+        return tuple(USER_PREFIX + name for name in self._relayed_names)
+
+    def _start_relay(self, login: Login) -> SaslReply:
         self.relayed = True
         self._state = _State.RELAY
-        self._relayed_user = username
-        who = "unknown user" if username is None else f"user {username!r}"
-        log.info("%s: relaying the %s login of %s to the broker", self.name, self.mechanism, who)
+        self._relayed_user, self._relayed_names = login.name, login.every_name
+        log.info("%s: relaying the %s login of user %r to the broker", self.name, self.mechanism, login.name)
         return SaslReply(b"", relay=self.mechanism)
+
+    def on_relayed_request(
+        self,
+        api_key: int,
+        version: int,
+        frame: memoryview,
+        header: RequestHeader,
+        may_relay: Callable[[str], bool] | None = None,
+    ) -> SaslReply | None:
+        """A SASL request on a relayed connection: None to send it to the broker, or the refusal to answer
+        (the connection then closes). The broker keeps a re-authentication's principal unchanged; the proxy
+        reads the first message itself anyway, so it never depends on the two readings agreeing."""
+        request = _decode(api_key, version, frame, header)
+        if api_key == SASL_HANDSHAKE_KEY:
+            if self._state is _State.COMPLETE:
+                self._reauth = request.mechanism
+            return None
+        token = bytes(request.auth_bytes)
+        if self._state is _State.COMPLETE and self._reauth is not None:
+            mechanism, self._reauth = self._reauth, None
+            why = self._reauth_refusal(mechanism, token, may_relay)
+        elif self.mechanism == OAUTHBEARER and token != OAUTH_ERROR_ACK:
+            # Kafka's OAUTHBEARER server reads any later message as a new client-first: a second token
+            # would log in as whoever it names, after the proxy read the first one.
+            why = "an OAUTHBEARER exchange takes one token (then only \\x01 after the broker's error)"
+        else:
+            return None
+        if why is None:
+            return None
+        self._state = _State.FAILED
+        log.warning(
+            "%s: authentication failed for user %r with %s: %s",
+            self.name,
+            self._relayed_user,
+            self.mechanism,
+            why,
+        )
+        body = _authenticate_body(version, ErrorCode.sasl_authentication_failed, _invalid_credentials(self.mechanism))
+        return SaslReply(body, close=True)
+
+    def _reauth_refusal(self, mechanism: str, token: bytes, may_relay: Callable[[str], bool] | None) -> str | None:
+        if mechanism != self.mechanism:
+            return f"re-authentication with {mechanism} after logging in with {self.mechanism}"
+        try:
+            login = read_login(mechanism, token, self.principal_claim)
+        except Refused as exc:
+            return f"re-authentication: {exc}"
+        if login.name != self._relayed_user:
+            return f"re-authentication as another user ({login.name!r})"
+        why = self._never_relayed(login)
+        if why is None and may_relay is not None:
+            claimed = [name for name in login.every_name if not may_relay(USER_PREFIX + name)]
+            if claimed:
+                why = f"the proxy places or empowers {USER_PREFIX + claimed[0]!r} now: it is no longer relayed"
+        return why
 
     def relay_answered(self, error: int, message: str | None, token: bytes) -> tuple[bool, bool]:
         """The broker's SaslAuthenticate answer to a relayed request (it goes to the client unchanged):
@@ -237,8 +309,7 @@ class SaslServer:
         if not _relay_finished(self.mechanism, self._relay_rounds, token):
             return False, False
         self._state = _State.COMPLETE
-        user = self._relayed_user
-        self.principal = UNKNOWN_PRINCIPAL if user is None else USER_PREFIX + user
+        self.principal = self.relayed_principal
         log.info(
             "%s: authenticated %s with %s (relayed: the broker authenticated it)",
             self.name,
@@ -248,21 +319,10 @@ class SaslServer:
         return False, False
 
     def _plain(self, version: int, token: bytes) -> SaslReply:
-        # RFC 4616: [authzid] NUL authcid NUL passwd
-        parts = token.split(b"\0")
-        if len(parts) != 3:
-            return self._denied(version, None, f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
         try:
-            authzid, username, password = (p.decode("utf-8") for p in parts)
-        except UnicodeDecodeError:
-            return self._denied(version, None, "Invalid SASL/PLAIN response: not UTF-8")
-        if not username:
-            return self._denied(version, None, "Authentication failed: username not specified")
-        if not password:
-            return self._denied(version, username, "Authentication failed: password not specified")
-        if authzid and authzid != username:
-            message = "Authentication failed: Client requested an authorization id that is different from username"
-            return self._denied(version, username, message)
+            _authzid, username, password = read_plain(token)  # RFC 4616, as Kafka reads it (or refused)
+        except Refused as exc:
+            return self._denied(version, None, _PLAIN_REFUSALS.get(str(exc), f"Invalid SASL/PLAIN response: {exc}"))
         # Taken once: the check and the session's later staleness test are about this very entry.
         credential = self.store.plain_credential(username)
         if self.store.verified_before(username, password):
@@ -282,12 +342,12 @@ class SaslServer:
 
     def _scram_step(self, version: int, token: bytes) -> SaslReply:
         assert self.mechanism in SCRAM_MECHANISMS
+        if self._scram is None:
+            return self._scram_first(version, token)
         try:
             message = token.decode("utf-8")
         except UnicodeDecodeError:
             return self._denied(version, self._scram_user, "Invalid SCRAM message: not UTF-8")
-        if self._scram is None:
-            return self._scram_first(version, message)
         try:
             self._scram.set_client_final(message)
             final = self._scram.get_server_final()
@@ -298,14 +358,20 @@ class SaslServer:
             return self._denied(version, self._scram_user, _invalid_credentials(self.mechanism), detail="unknown user")
         return self._succeeded(version, self._scram_user or "", final.encode("utf-8"), self._scram_credential)
 
-    def _scram_first(self, version: int, message: str) -> SaslReply:
+    def _scram_first(self, version: int, token: bytes) -> SaslReply:
         assert self.mechanism is not None
         mechanism = self.mechanism
-        if any(attr.strip().lower().startswith("tokenauth=true") for attr in message.split(",")[2:]):
-            message = "Authentication failed: delegation tokens are not supported by the proxy"
-            return self._denied(version, None, message)
+        try:
+            first = read_scram_first(token)  # as Kafka reads it, or refused
+        except Refused as exc:
+            if "delegation tokens" in str(exc):
+                return self._denied(version, None, f"Authentication failed: {exc}")
+            return self._denied(version, None, _invalid_credentials(mechanism), detail=str(exc))
+        message = token.decode("utf-8")  # ASCII: the reading above took it
 
         def lookup(username: str) -> tuple[bytes, bytes, bytes, int]:
+            if username != first.username:  # scramp read another name than Kafka would: never go on
+                raise ScramException("the user name reads two ways")
             self._scram_user = username
             credential = self.store.scram_credential(mechanism, username)
             if credential is None:
@@ -375,60 +441,18 @@ class SaslServer:
 
 
 def peek_user(mechanism: str, token: bytes) -> tuple[str | None, str]:
-    """The user name a first SaslAuthenticate token logs in as, or None and why it cannot be read.
-    PLAIN: ``[authzid] NUL authcid NUL passwd``; SCRAM client-first: ``gs2-header,n=name,r=nonce...``
-    with ``=2C`` and ``=3D`` standing for ``,`` and ``=`` (RFC 5802)."""
-    if mechanism == "PLAIN":
-        parts = token.split(b"\0")
-        if len(parts) != 3:
-            return None, f"expected 3 tokens, got {len(parts)}"
-        try:
-            name = parts[1].decode("utf-8")
-        except UnicodeDecodeError:
-            return None, "not UTF-8"
-        return (name, "") if name else (None, "username not specified")
+    """The user name a first SaslAuthenticate token logs in as (read as Kafka reads it, see
+    `sasl_messages`), or None and why the proxy refuses it."""
     try:
-        message = token.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, "client-first message is not UTF-8"
-    attrs = message.split(",")
-    if len(attrs) < 4 or not (attrs[0] in ("n", "y") or attrs[0].startswith("p=")):
-        return None, "malformed client-first message"
-    if attrs[1] and not attrs[1].startswith("a="):
-        return None, "malformed client-first message (authzid)"
-    if not attrs[2].startswith("n=") or not attrs[3].startswith("r="):
-        return None, "malformed client-first message (no user name or nonce)"
-    raw = attrs[2][2:]
-    name, rest = "", raw
-    while rest:
-        head, sep, rest = rest.partition("=")
-        name += head
-        if sep:
-            code, rest = rest[:2], rest[2:]
-            if code == "2C":
-                name += ","
-            elif code == "3D":
-                name += "="
-            else:
-                return None, "malformed client-first message (bad escape in the user name)"
-    if not name:
-        return None, "malformed client-first message (empty user name)"
-    return name, ""
+        return read_login(mechanism, token).name, ""
+    except Refused as exc:
+        return None, str(exc)
 
 
 def oauth_subject(token: bytes) -> str | None:
-    """The `sub` claim of an OAUTHBEARER initial response's JWT, read WITHOUT checking its signature (the
-    broker checks the token): for log lines only. None if it cannot be read."""
-    try:
-        for attr in token.split(b"\x01"):
-            if attr.lower().startswith(b"auth=bearer "):
-                payload = attr[12:].strip().split(b".")[1]
-                claims = json.loads(base64.urlsafe_b64decode(payload + b"=" * (-len(payload) % 4)))
-                sub = claims.get("sub") if isinstance(claims, dict) else None
-                return sub if isinstance(sub, str) and sub else None
-    except (IndexError, ValueError, binascii.Error):
-        return None
-    return None
+    """The `sub` claim of an OAUTHBEARER initial response's token, read WITHOUT checking its signature (the
+    broker checks the token), or None if the message or its claims read more than one way."""
+    return peek_user(OAUTHBEARER, token)[0]
 
 
 def _relay_finished(mechanism: str | None, rounds: int, token: bytes) -> bool:
@@ -479,6 +503,15 @@ def _decoy(mechanism: str, username: str) -> tuple[bytes, bytes, bytes, int]:
     size = 64 if mechanism == "SCRAM-SHA-512" else 32
     return salt, secrets.token_bytes(size), secrets.token_bytes(size), DEFAULT_ITERATIONS
 
+
+# Kafka's PlainSaslServer messages for what `read_plain` refuses (the client sees them, as from a broker).
+_PLAIN_REFUSALS = {
+    "username not specified": "Authentication failed: username not specified",
+    "password not specified": "Authentication failed: password not specified",
+    "authorization id differs from the username": (
+        "Authentication failed: Client requested an authorization id that is different from username"
+    ),
+}
 
 _TOO_MANY = "Authentication failed: too many failed authentications, try again later"
 

@@ -190,9 +190,23 @@ class ProxySession:
         return self.binding.rights().placement(principal, client_id) is not None
 
     def _may_relay(self, principal: str) -> bool:
-        """A name the proxy places (a VC's member, a super-admin, a holder of rights) is never relayed."""
+        """A name the proxy places (a VC's member, a super-admin, a holder of rights) is never relayed. The
+        `User:` of a principal the proxy names is taken in any case: only the name after it is compared."""
         assert self.binding is not None
-        return not self.binding.rights().claims(principal)
+        rights = self.binding.rights()
+        if rights.claims(principal):
+            return False
+        kind, _, name = principal.partition(":")
+        if kind != "User":
+            return True
+        image = rights.image
+        named = (
+            *rights.super_admins,
+            *image.principals,
+            *(admin for vc in image.vcs.values() for admin in vc.admins),
+            *(b.principal for b in image.cluster_acls),
+        )
+        return not any(p.partition(":")[0].lower() == "user" and p.partition(":")[2] == name for p in named)
 
     # -- requests ---------------------------------------------------------------------------------
 

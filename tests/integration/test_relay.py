@@ -40,8 +40,12 @@ from proxy.auth.credentials import make_entry
 from proxy.demo import java_client_properties
 from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
+from proxy.protocol import codec
+from proxy.protocol.apis import request_type
 
+from ..unit.sasl_corpus import bearer, jws, oauth
 from .ports import free_port_block
+from .rawclient import RawClient
 from .tenants import assert_clean_log, own, tenancy_config
 
 RUN = uuid.uuid4().hex[:6]
@@ -310,6 +314,83 @@ def test_a_vc_admin_cannot_give_a_relayed_user_a_proxy_credential(targets):
         alice.alter_user_scram_credentials([upsert])[RELAY_USER].result(timeout=30)
     assert _code(refused.value) == "CLUSTER_AUTHORIZATION_FAILED"
     assert produce(targets["proxy"]("SCRAM-SHA-512"), ALLOWED) == "OK"  # still the broker's relayuser
+
+
+# -- logins spelt to be read two ways (issue 23): raw requests, as no client would send them ----------------
+
+SASL_AUTHENTICATION_FAILED = 58
+
+
+def raw_login(bootstrap: str, mechanism: str, *messages: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+    """SaslHandshake v1, then each SaslAuthenticate v2 until one fails: the (error, auth bytes) answers, and
+    whether the connection was closed after a failure."""
+    with RawClient(bootstrap, timeout=60) as raw:
+        _, handshake = raw.request(17, 1, 1, codec._empty(request_type(17, 1), mechanism=mechanism))
+        assert int(handshake.error_code) == 0, handshake
+        answers = []
+        for i, message in enumerate(messages):
+            body = codec._empty(request_type(36, 2), auth_bytes=message)
+            _, answer = raw.request(36, 2, 2 + i, body)
+            answers.append((int(answer.error_code), bytes(answer.auth_bytes)))
+            if answer.error_code:
+                return answers, raw.is_closed()
+        return answers, False
+
+
+ISSUE_MESSAGE = oauth(bearer("nobody-relayed"), bearer("vcproxy"))  # the broker keeps the last auth=
+
+
+def test_the_issues_two_token_message_is_refused(kafka_cluster, proxy):
+    # Straight to the broker the message is a working login (as vcproxy: the differential test reads it so).
+    direct = kafka_cluster.sasl_bootstrap.split(",")[0]
+    assert raw_login(direct, "OAUTHBEARER", ISSUE_MESSAGE) == ([(0, b"")], False)
+    before = len(proxy.log_path.read_text())
+    answers, closed = raw_login(proxy.bootstrap, "OAUTHBEARER", ISSUE_MESSAGE)
+    assert answers == [(SASL_AUTHENTICATION_FAILED, b"")] and closed
+    log = proxy.log_path.read_text()[before:]
+    assert "key 'auth' given twice" in log
+    assert "relaying" not in log and "authenticated User:" not in log  # nothing reached the broker
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "message"),
+    [
+        ("OAUTHBEARER", oauth(bearer("vcproxy"), bearer("nobody-relayed"))),
+        ("OAUTHBEARER", oauth(bearer("nobody-relayed"), b"AUTH=Bearer " + jws({"sub": "vcproxy", "exp": 2**40}))),
+        ("OAUTHBEARER", oauth(b"auth=Bearer " + jws(b'{"sub":"nobody","sub":"vcproxy","exp":1099511627776}'))),
+        ("OAUTHBEARER", oauth(b"auth=BEARER " + jws({"sub": "vcproxy", "exp": 2**40}))),
+        ("OAUTHBEARER", oauth(bearer("nobody-relayed", email="vcproxy"))),  # another claim a broker may read
+        ("OAUTHBEARER", oauth(bearer("alice"))),  # a proxy user: logs in at the proxy, with her password
+        ("OAUTHBEARER", oauth(bearer("nobody-relayed"), gs2=b"n,a=vcproxy,")),
+        ("PLAIN", b"\0vcproxy\0whatever"),
+        ("PLAIN", b"vcproxy\0vcproxy\0whatever"),
+        ("PLAIN", b"vcproxy\0nobody-relayed\0whatever"),  # authzid unlike authcid
+        ("PLAIN", b"\0nobody-relayed\0whatever\0vcproxy"),  # a fourth part
+        ("SCRAM-SHA-512", b"n,,n=vcproxy,r=abcdef"),
+        ("SCRAM-SHA-512", b"n,a=vcproxy,n=vcproxy,r=abcdef"),
+        ("SCRAM-SHA-512", b"n,a=vcproxy,n=nobody-relayed,r=abcdef"),
+        ("SCRAM-SHA-512", b"n,,n=vcproxy,r=abcdef,tokenauth=true"),  # the login would be the token's owner
+        ("SCRAM-SHA-512", b"n,,n=nobody-relayed,r=abcdef,tokenauth=true"),
+        ("SCRAM-SHA-512", b"y,,n=nobody-relayed,r=abcdef"),
+    ],
+)
+def test_the_upstream_user_and_proxy_users_are_never_relayed_however_spelt(proxy, mechanism, message):
+    before = len(proxy.log_path.read_text())
+    answers, closed = raw_login(proxy.bootstrap, mechanism, message)
+    assert answers == [(SASL_AUTHENTICATION_FAILED, b"")] and closed
+    log = proxy.log_path.read_text()[before:]
+    assert "relaying" not in log and "authenticated User:" not in log
+
+
+def test_a_second_oauthbearer_token_after_the_brokers_error_is_refused(proxy):
+    expired = oauth(b"auth=Bearer " + jws({"sub": "nobody-relayed", "exp": 1}))
+    before = len(proxy.log_path.read_text())
+    answers, closed = raw_login(proxy.bootstrap, "OAUTHBEARER", expired, oauth(bearer("vcproxy")))
+    # The broker's error challenge comes back through the relay; the second token goes no further.
+    assert answers[0][0] == 0 and b"invalid_token" in answers[0][1]
+    assert answers[1] == (SASL_AUTHENTICATION_FAILED, b"") and closed
+    log = proxy.log_path.read_text()[before:]
+    assert "an OAUTHBEARER exchange takes one token" in log and "authenticated User:" not in log
 
 
 # -- the same with Kafka's Java tools -----------------------------------------------------------------------

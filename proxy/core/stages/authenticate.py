@@ -103,13 +103,31 @@ class AuthenticationStage:
             return None
         if ex.api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             if self.ctx.relayed:  # the broker's exchange now (and its re-authentications): unchanged
-                return forward(ex)
+                return self._relayed_sasl(ex, auth)
             return self._sasl(ex, auth)
         if not auth.complete:
             # What a broker does too: anything but ApiVersions/SASL before login ends the connection.
             assert ex.info is not None
             return close(f"{ex.info.name} before authentication")
         return None
+
+    def _relayed_sasl(self, ex: Exchange, auth: Authenticator) -> RequestDecision:
+        """A SASL request of a relayed connection goes to the broker unchanged, once the authenticator has
+        read what it must (a re-authentication's first message, a second OAUTHBEARER token): else refused."""
+        check = getattr(auth, "on_relayed_request", None)
+        if check is None:
+            return forward(ex)
+        info, header = ex.info, ex.header
+        assert info is not None
+        if header is None:  # a version the proxy cannot parse: it cannot read the login either
+            return close(f"SASL API {info.name} v{ex.version_seen_by_client} cannot be parsed")
+        assert isinstance(ex.frame, memoryview)
+        reply = check(ex.api_key, ex.api_version, ex.frame, header, self.may_relay)
+        if reply is None:
+            return forward(ex)
+        decision = answer(ex, reply.body)
+        ex.close_after = True
+        return decision
 
     def _sasl(self, ex: Exchange, auth: Authenticator) -> RequestDecision:
         info, header = ex.info, ex.header
@@ -119,8 +137,11 @@ class AuthenticationStage:
         assert isinstance(ex.frame, memoryview)
         reply = auth.on_sasl_request(ex.api_key, ex.api_version, ex.frame, header)
         if reply.relay is not None:
-            principal = getattr(auth, "relayed_principal", None)
-            if principal is not None and self.may_relay is not None and not self.may_relay(principal):
+            # Every principal the broker could make of the login (a token's claims), not only the proxy's reading.
+            principals = getattr(auth, "relayed_principals", ())
+            claimed = [p for p in principals if self.may_relay is not None and not self.may_relay(p)]
+            if claimed:
+                principal = claimed[0]
                 log.info("refusing to relay the login of %s: the proxy places it, so it logs in here", principal)
                 message = (
                     "Authentication failed during authentication due to invalid credentials with SASL mechanism "
