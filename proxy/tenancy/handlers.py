@@ -19,6 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from ..acl.model import ALL_CLUSTER_OPERATIONS
 from ..protocol import codec
 from ..rules import tenant_rules
 from . import names
@@ -45,9 +46,6 @@ log = logging.getLogger(__name__)
 TOPIC, GROUP, BROKER, BROKER_LOGGER = 2, 32, 4, 8
 CONSUMER = "consumer"
 ALL_OPERATIONS_UNSET = -2147483648
-# Cluster operations a VC principal may use through the proxy (AclOperation codes): CREATE (topics),
-# DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE. Reported by DescribeCluster (KIP-700).
-TENANT_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 8, 10, 12))
 
 
 def _item_type(cls: type, field_name: str) -> type:
@@ -187,6 +185,8 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     changes: dict[str, Any] = {"topics": tuple(kept)}
     if hasattr(body, "cluster_id"):
         changes["cluster_id"] = engine.vc.cluster_id
+    if int(getattr(body, "cluster_authorized_operations", ALL_OPERATIONS_UNSET)) != ALL_OPERATIONS_UNSET:
+        changes["cluster_authorized_operations"] = i32(ALL_CLUSTER_OPERATIONS)  # the VC's, never the proxy's own
     return dataclasses.replace(body, **changes)
 
 
@@ -266,6 +266,8 @@ def replica_id_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
 def find_coordinator_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     key_type = int(getattr(body, "key_type", 0))
     if key_type not in (0, 1):  # 2 = share partition keys: broker-internal (CLUSTER_ACTION)
+        if getattr(body, "coordinator_keys", None) is not None:  # v4+: the error per key, as a broker answers
+            raise LocalAnswer(_refused_coordinators(ex, body.coordinator_keys))
         raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))
     kind = ex.state["kind"] = "group" if key_type == 0 else "txn"
     changes = {}
@@ -274,6 +276,26 @@ def find_coordinator_request(engine: TenantEngine, ex: TenantCall, body: Any) ->
     if getattr(body, "coordinator_keys", None):
         changes["coordinator_keys"] = tuple(ex.tx.to_physical(kind, k) for k in body.coordinator_keys)
     return dataclasses.replace(body, **changes)
+
+
+def _refused_coordinators(ex: TenantCall, keys: Any) -> Any:
+    """Kafka's answer to a caller without CLUSTER_ACTION asking for share coordinators: each key refused."""
+    cls = _response_cls(ex)
+    item = _item_type(cls, "coordinators")
+    error = ErrorCode.cluster_authorization_failed
+    refused = tuple(
+        codec._empty(
+            item,
+            key=k,
+            node_id=i32(-1),
+            host="",
+            port=i32(-1),
+            error_code=error,
+            error_message=codec.CLUSTER_AUTHORIZATION_MESSAGE,
+        )
+        for k in keys
+    )
+    return codec._empty(cls, coordinators=refused)
 
 
 def find_coordinator_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
@@ -918,7 +940,9 @@ def describe_cluster_request(engine: TenantEngine, ex: TenantCall, body: Any) ->
 
 
 def describe_cluster_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    ops = TENANT_CLUSTER_OPERATIONS if ex.state.get("ops") else ALL_OPERATIONS_UNSET
+    # A VC without ACLs allows its members everything: all seven, as a broker reports them to such a
+    # caller; with ACLs, the authorization stage recomputes the field from them (one definition for both).
+    ops = ALL_CLUSTER_OPERATIONS if ex.state.get("ops") else ALL_OPERATIONS_UNSET
     return dataclasses.replace(body, cluster_id=engine.vc.cluster_id, cluster_authorized_operations=i32(ops))
 
 
