@@ -81,6 +81,7 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     item = _item_type(type(body), "topics")
     topics = body.topics
     ex.tx.describe_internal = True
+    ex.tx.probe_ids = True  # a topic id the image has not learned: asked, and kept only if it is the VC's
     if topics is None or (ex.version == 0 and not topics):
         # "All topics" means all of the VC's and Kafka's internal ones: ask the broker for exactly
         # those, never the cluster's.
@@ -166,6 +167,8 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     kept = []
     invalid = ex.state.get("invalid")
     for topic in body.topics:
+        if getattr(topic, "topic_id", None) in ex.tx.probed:
+            topic = _probed(engine, ex, topic)
         if invalid and ex.tx.topics.get(topic.name) in invalid:
             topic = dataclasses.replace(topic, error_code=ErrorCode.invalid_topic_exception, partitions=())
         link = ex.state.get("auto", {}).get(topic.name)
@@ -188,6 +191,20 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if int(getattr(body, "cluster_authorized_operations", ALL_OPERATIONS_UNSET)) != ALL_OPERATIONS_UNSET:
         changes["cluster_authorized_operations"] = i32(ALL_CLUSTER_OPERATIONS)  # the VC's, never the proxy's own
     return dataclasses.replace(body, **changes)
+
+
+def _probed(engine: TenantEngine, ex: TenantCall, topic: Any) -> Any:
+    """A topic asked for by an id the image had not learned: the VC's own topic is kept (its id is learned
+    below); anything else is answered as a broker answers an id it does not know."""
+    physical = topic.name
+    link = engine.vc.link_for(physical) if physical is not None else None
+    if int(topic.error_code) == 0 and link is not None:
+        access = ex.tx.access
+        if access is None or access.permits("topic_id", topic.topic_id, link):
+            return topic
+        # Refused by the VC's ACLs: the authorization stage sets TOPIC_AUTHORIZATION_FAILED on the item.
+        return dataclasses.replace(topic, name=None, partitions=())
+    return dataclasses.replace(topic, error_code=ErrorCode.unknown_topic_id, name=None, partitions=())
 
 
 def _internal_flag(ex: TenantCall, topic: Any) -> Any:
@@ -452,6 +469,7 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     or loses a matching topic (or the VC's matching budget let only part of it be computed) the
     proxy re-sends the regex on the member's next heartbeat."""
     group = body.group_id
+    ex.tx.keep_unlearned_ids = True  # the assignment names the group's own topics (translate.Translation)
     ex.tx.to_physical("group", group)  # READ on the group first, as Kafka: before any answer about the regex
     subscriptions = engine.regex_subscriptions
     if int(body.member_epoch) < 0:  # leaving the group
