@@ -222,3 +222,27 @@ def test_describe_topic_partitions_shows_only_the_vcs_topic_ids(world):
     topic = codec._empty(_item(cls, "topics"), name=physical["team-a"], topic_id=TOPIC_ID)
     got, _ = answer(session, 75, 0, codec._empty(cls, topics=(topic,)))
     assert [(t.name, t.topic_id) for t in got.topics] == [("orders", TOPIC_ID)]
+
+
+def test_metadata_by_an_unlearned_id_the_vcs_acls_refuse_is_topic_authorization_failed_without_its_name():
+    """As Kafka answers a topic named by id that the caller may not describe: the error, no name."""
+    from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
+
+    from .test_acls import session as acl_session
+
+    image, _ = make_image()
+    physical = "0f0f0f0f-0000-4000-8000-000000000002.secret"
+    image.apply(*link_record("team-a", "secret", physical))
+    image.apply(*link_record("team-a", "open", "0f0f0f0f-0000-4000-8000-000000000003.open"))
+    binding = AclBinding(
+        ResourceType.TOPIC, "open", PatternType.LITERAL, "User:team-a-user", "*", Operation.DESCRIBE, Permission.ALLOW
+    )
+    image.apply(*acl_record("team-a", binding, True))
+    session = acl_session(image, "User:team-a-user", allow_if_no_acl=False)
+    secret_id = uuid.uuid4()
+    sent = forward(session, 3, 13, _metadata(secret_id, 13))
+    assert sent.topics[0].topic_id == secret_id
+    got, result = answer(session, 3, 13, _metadata_answer(13, physical, secret_id))
+    assert [(int(t.error_code), t.name, t.topic_id, t.partitions) for t in got.topics] == [
+        (int(ErrorCode.topic_authorization_failed), None, secret_id, ())
+    ]
