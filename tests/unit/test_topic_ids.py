@@ -242,7 +242,7 @@ def test_metadata_by_an_unlearned_id_the_vcs_acls_refuse_is_topic_authorization_
     secret_id = uuid.uuid4()
     sent = forward(session, 3, 13, _metadata(secret_id, 13))
     assert sent.topics[0].topic_id == secret_id
-    got, result = answer(session, 3, 13, _metadata_answer(13, physical, secret_id))
+    got, _ = answer(session, 3, 13, _metadata_answer(13, physical, secret_id))
     assert [(int(t.error_code), t.name, t.topic_id, t.partitions) for t in got.topics] == [
         (int(ErrorCode.topic_authorization_failed), None, secret_id, ())
     ]
