@@ -495,6 +495,13 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     return body
 
 
+def group_assignment_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """ShareGroupHeartbeat, ConsumerGroupDescribe: an assignment names only the group's own topics, so an
+    id the proxy has not learned yet is shown as it is (translate.Translation.keep_unlearned_ids)."""
+    ex.tx.keep_unlearned_ids = True
+    return body
+
+
 def txn_regex_kind(engine: TenantEngine, ex: TenantCall, value: str | None, to_physical: bool) -> str | None:
     if value is None or not to_physical:
         return value
@@ -1022,6 +1029,7 @@ HANDLERS: dict[str, Handler] = {
     "sync_group": Handler(request=sync_group_request, response=sync_group_response),
     "describe_groups": Handler(response=describe_groups_response),
     "consumer_group_heartbeat": Handler(request=consumer_group_heartbeat_request),
+    "group_assignment": Handler(request=group_assignment_request),
     "streams_group_heartbeat": Handler(
         request=streams_group_heartbeat_request, response=streams_group_heartbeat_response
     ),

@@ -246,3 +246,29 @@ def test_metadata_by_an_unlearned_id_the_vcs_acls_refuse_is_topic_authorization_
     assert [(int(t.error_code), t.name, t.topic_id, t.partitions) for t in got.topics] == [
         (int(ErrorCode.topic_authorization_failed), None, secret_id, ())
     ]
+
+
+def test_share_heartbeat_and_consumer_group_describe_show_the_groups_unlearned_topic_ids(world):
+    from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+    from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
+
+    image, physical, _ = world
+    unlearned = uuid.uuid4()
+    session = tenant_session(image)
+    heartbeat = codec._empty(
+        ShareGroupHeartbeatRequest, group_id="s", member_id="m", subscribed_topic_names=("orders",)
+    )
+    forward(session, 76, 1, heartbeat)
+    reply = sample(response_type(76, 1), {"topic": "x", "group": "s", "txn": "t", "topic_id": unlearned})
+    got, _ = answer(session, 76, 1, reply)
+    assert [t.topic_id for t in got.assignment.topic_partitions] == [unlearned]
+
+    session = tenant_session(image)
+    forward(session, 69, 1, codec._empty(ConsumerGroupDescribeRequest, group_ids=("g",)))
+    group = image.vcs["team-a"].physical_group("g")
+    reply = sample(
+        response_type(69, 1), {"topic": physical["team-a"], "group": group, "txn": "t", "topic_id": unlearned}
+    )
+    got, _ = answer(session, 69, 1, reply)
+    member = got.groups[0].members[0]
+    assert [(t.topic_id, t.topic_name) for t in member.assignment.topic_partitions] == [(unlearned, "orders")]
