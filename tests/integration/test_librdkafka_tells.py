@@ -10,9 +10,11 @@ failed" until a periodic refresh by name, 300 s later (0118_commit_rebalance: 31
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
@@ -20,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.process import ProxyProcess
 
+from ..gobuild import go_build
 from .ports import free_port_block
 from .tenants import by_client_id, tenancy_config
 from .test_tenancy import conf, produce
@@ -87,3 +90,18 @@ def test_kip848_consumer_gets_its_assignment_by_topic_id_through_a_vc(vc_proxy):
         consumer.close()
     failed = [line for line in lines.lines if "Metadata request failed" in line]
     assert not failed, failed
+
+
+def test_franz_gos_version_probe_names_the_brokers_release_through_a_vc(kafka_cluster, vc_proxy, tmp_path):
+    """`kcl misc probe-version` said "at least v3.9" through a VC and "v4.2" directly: the share-state
+    APIs a 4.2 broker lists to clients were left out of ApiVersions."""
+    probe = go_build(Path(__file__).parent / "probe_version", tmp_path / "probe_version")
+
+    def guess(bootstrap: str, client_id: str) -> str:
+        done = subprocess.run([str(probe), bootstrap, client_id], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    direct = guess(kafka_cluster.bootstrap.split(",")[0], "probe")
+    assert direct == "v4.2", direct  # the test cluster is Kafka 4.2
+    assert guess(vc_proxy.bootstrap, "team-a-app") == direct
