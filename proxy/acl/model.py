@@ -105,6 +105,11 @@ SUPPORTED: dict[ResourceType, frozenset[Operation]] = {
     ),
     ResourceType.TRANSACTIONAL_ID: frozenset({Op.DESCRIBE, Op.WRITE, Op.TWO_PHASE_COMMIT}),
 }
+# A cluster's authorized-operations field for a caller allowed everything on it, as a broker reports it
+# (KIP-430/KIP-700): all seven. Inside a VC the same seven are reported, each as the VC's ACLs grant it;
+# what a VC then refuses (CLUSTER_ACTION's inter-broker APIs, broker configs) is refused when attempted,
+# with the broker's error for a caller without the right (CLUSTER_AUTHORIZATION_FAILED).
+ALL_CLUSTER_OPERATIONS = sum(1 << op for op in SUPPORTED[ResourceType.CLUSTER])
 # An ALLOW of any of these grants the key (Kafka's implied operations).
 _GRANTED_BY: dict[Operation, frozenset[Operation]] = {
     Op.DESCRIBE: frozenset({Op.DESCRIBE, Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.ALL}),

@@ -29,7 +29,6 @@ Record = tuple[str, dict[str, Any] | None]
 MECHANISMS_BY_TYPE = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 TYPE_OF = {name: code for code, name in MECHANISMS_BY_TYPE.items()}
 KAFKA_MIN_ITERATIONS, KAFKA_MAX_ITERATIONS = 4096, 16384
-MIN_SALT, MAX_SALT = 12, 1024  # scramp's minimum; an upper bound keeps a record small
 
 
 def _key(*parts: str) -> str:
@@ -52,11 +51,6 @@ def credential_from_salted(mechanism: str, salt: bytes, iterations: int, salted_
     client_key = hmac.new(salted_password, b"Client Key", name).digest()
     server_key = hmac.new(salted_password, b"Server Key", name).digest()
     return ScramCredential(mechanism, bytes(salt), iterations, hashlib.new(name, client_key).digest(), server_key)
-
-
-def salted_size(mechanism: str) -> int:
-    """The size of a salted password (PBKDF2's output is one hash block)."""
-    return hashlib.new(_HASH[mechanism]).digest_size
 
 
 @dataclass

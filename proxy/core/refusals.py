@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol import codec
 from ..protocol.apis import request_type, response_type
+from ..protocol.codec import CLUSTER_AUTHORIZATION_MESSAGE
 
 WRITE_TXN_MARKERS, ALTER_REPLICA_LOG_DIRS = 27, 34
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
@@ -174,7 +175,33 @@ def _create_partitions(request: Any, cls: type, error: ErrorCode) -> Any:
     return codec._empty(cls, results=tuple(_with(item, name=t.name, error_code=error) for t in request.topics))
 
 
+SHARE_STATE_KEYS = (83, 84, 85, 86, 87)  # Initialize/Read/Write/Delete ShareGroupState, ReadShareGroupStateSummary
+
+
+def _share_state(request: Any, cls: type, error: ErrorCode) -> Any:
+    """The share-state APIs (KIP-932) are for brokers (CLUSTER_ACTION); a broker refuses any other caller per
+    partition, each result naming its topic id and partition with the error and the error's message."""
+    result_cls = _item(cls, "results")
+    partition_cls = _item(result_cls, "partitions")
+    message = CLUSTER_AUTHORIZATION_MESSAGE if error == ErrorCode.cluster_authorization_failed else None
+    return codec._empty(
+        cls,
+        results=tuple(
+            codec._empty(
+                result_cls,
+                topic_id=t.topic_id,
+                partitions=tuple(
+                    codec._empty(partition_cls, partition=p.partition, error_code=error, error_message=message)
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
 PER_ITEM: dict[int, Build] = {
+    **dict.fromkeys(SHARE_STATE_KEYS, _share_state),
     CREATE_TOPICS: _create_topics,
     DELETE_TOPICS: _delete_topics,
     DELETE_RECORDS: _delete_records,

@@ -36,13 +36,10 @@ from ..auth.credentials import CredentialError
 from ..auth.users import (
     KAFKA_MAX_ITERATIONS,
     KAFKA_MIN_ITERATIONS,
-    MAX_SALT,
     MECHANISMS_BY_TYPE,
-    MIN_SALT,
     TYPE_OF,
     Record,
     credential_from_salted,
-    salted_size,
     scram_record,
 )
 from ..observability.quoting import cut, shown
@@ -236,13 +233,11 @@ def _validate_upsertion(u: Any, bounds: limits.StateLimits = limits.DEFAULT) -> 
         return ErrorCode.unacceptable_credential, "Too few iterations"
     if iterations > KAFKA_MAX_ITERATIONS:
         return ErrorCode.unacceptable_credential, "Too many iterations"
-    # Beyond Kafka (which takes any bytes): only what a real client derives can ever log in.
-    if not MIN_SALT <= len(u.salt) <= MAX_SALT:
-        return ErrorCode.unacceptable_credential, f"Salt must be {MIN_SALT} to {MAX_SALT} bytes"
+    # Salt and salted password: any bytes, as Kafka (ScramControlManager checks only name, mechanism and
+    # iterations); an empty salted password is refused as its HMAC refuses an empty key.
     mechanism = MECHANISMS_BY_TYPE[int(u.mechanism)]
-    size = salted_size(mechanism)
-    if len(u.salted_password) != size:
-        return ErrorCode.unacceptable_credential, f"Salted password must be {size} bytes for {mechanism}"
+    if not u.salted_password:
+        return ErrorCode.unknown_server_error, "Empty key"
     try:
         credential_from_salted(mechanism, u.salt, iterations, u.salted_password)
     except CredentialError as exc:

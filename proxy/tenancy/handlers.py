@@ -20,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from ..acl.model import ALL_CLUSTER_OPERATIONS
 from ..observability.quoting import cut, shown
 from ..protocol import codec
 from ..rules import tenant_rules
@@ -48,9 +49,6 @@ log = logging.getLogger(__name__)
 TOPIC, GROUP, BROKER, BROKER_LOGGER = 2, 32, 4, 8
 CONSUMER = "consumer"
 ALL_OPERATIONS_UNSET = -2147483648
-# Cluster operations a VC principal may use through the proxy (AclOperation codes): CREATE (topics),
-# DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE. Reported by DescribeCluster (KIP-700).
-TENANT_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 8, 10, 12))
 
 
 def _item_type(cls: type, field_name: str) -> type:
@@ -86,6 +84,7 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     item = _item_type(type(body), "topics")
     topics = body.topics
     ex.tx.describe_internal = True
+    ex.tx.probe_ids = True  # a topic id the image has not learned: asked, and kept only if it is the VC's
     if topics is None or (ex.version == 0 and not topics):
         # "All topics" means all of the VC's and Kafka's internal ones: ask the broker for exactly
         # those, never the cluster's.
@@ -172,6 +171,8 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     kept = []
     invalid = ex.state.get("invalid")
     for topic in body.topics:
+        if getattr(topic, "topic_id", None) in ex.tx.probed:
+            topic = _probed(engine, ex, topic)
         if invalid and ex.tx.topics.get(topic.name) in invalid:
             topic = dataclasses.replace(topic, error_code=ErrorCode.invalid_topic_exception, partitions=())
         link = ex.state.get("auto", {}).get(topic.name)
@@ -191,7 +192,23 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     changes: dict[str, Any] = {"topics": tuple(kept)}
     if hasattr(body, "cluster_id"):
         changes["cluster_id"] = engine.vc.cluster_id
+    if int(getattr(body, "cluster_authorized_operations", ALL_OPERATIONS_UNSET)) != ALL_OPERATIONS_UNSET:
+        changes["cluster_authorized_operations"] = i32(ALL_CLUSTER_OPERATIONS)  # the VC's, never the proxy's own
     return dataclasses.replace(body, **changes)
+
+
+def _probed(engine: TenantEngine, ex: TenantCall, topic: Any) -> Any:
+    """A topic asked for by an id the image had not learned: the VC's own topic is kept (its id is learned
+    below); anything else is answered as a broker answers an id it does not know."""
+    physical = topic.name
+    link = engine.vc.link_for(physical) if physical is not None else None
+    if int(topic.error_code) == 0 and link is not None:
+        access = ex.tx.access
+        if access is None or access.permits("topic_id", topic.topic_id, link):
+            return topic
+        # Refused by the VC's ACLs: the authorization stage sets TOPIC_AUTHORIZATION_FAILED on the item.
+        return dataclasses.replace(topic, name=None, partitions=())
+    return dataclasses.replace(topic, error_code=ErrorCode.unknown_topic_id, name=None, partitions=())
 
 
 def _internal_flag(ex: TenantCall, topic: Any) -> Any:
@@ -270,6 +287,8 @@ def replica_id_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
 def find_coordinator_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     key_type = int(getattr(body, "key_type", 0))
     if key_type not in (0, 1):  # 2 = share partition keys: broker-internal (CLUSTER_ACTION)
+        if getattr(body, "coordinator_keys", None) is not None:  # v4+: the error per key, as a broker answers
+            raise LocalAnswer(_refused_coordinators(ex, body.coordinator_keys))
         raise _error_answer(ex, int(ErrorCode.cluster_authorization_failed))
     kind = ex.state["kind"] = "group" if key_type == 0 else "txn"
     changes = {}
@@ -278,6 +297,26 @@ def find_coordinator_request(engine: TenantEngine, ex: TenantCall, body: Any) ->
     if getattr(body, "coordinator_keys", None):
         changes["coordinator_keys"] = tuple(ex.tx.to_physical(kind, k) for k in body.coordinator_keys)
     return dataclasses.replace(body, **changes)
+
+
+def _refused_coordinators(ex: TenantCall, keys: Any) -> Any:
+    """Kafka's answer to a caller without CLUSTER_ACTION asking for share coordinators: each key refused."""
+    cls = _response_cls(ex)
+    item = _item_type(cls, "coordinators")
+    error = ErrorCode.cluster_authorization_failed
+    refused = tuple(
+        codec._empty(
+            item,
+            key=k,
+            node_id=i32(-1),
+            host="",
+            port=i32(-1),
+            error_code=error,
+            error_message=codec.CLUSTER_AUTHORIZATION_MESSAGE,
+        )
+        for k in keys
+    )
+    return codec._empty(cls, coordinators=refused)
 
 
 def find_coordinator_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
@@ -434,6 +473,7 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     or loses a matching topic (or the VC's matching budget let only part of it be computed) the
     proxy re-sends the regex on the member's next heartbeat."""
     group = body.group_id
+    ex.tx.keep_unlearned_ids = True  # the assignment names the group's own topics (translate.Translation)
     ex.tx.to_physical("group", group)  # READ on the group first, as Kafka: before any answer about the regex
     subscriptions = engine.regex_subscriptions
     if int(body.member_epoch) < 0:  # leaving the group
@@ -456,6 +496,13 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     subscriptions.move_to_end(group)
     while len(subscriptions) > MAX_REGEX_GROUPS:
         subscriptions.popitem(last=False)
+    return body
+
+
+def group_assignment_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """ShareGroupHeartbeat, ConsumerGroupDescribe: an assignment names only the group's own topics, so an
+    id the proxy has not learned yet is shown as it is (translate.Translation.keep_unlearned_ids)."""
+    ex.tx.keep_unlearned_ids = True
     return body
 
 
@@ -928,7 +975,9 @@ def describe_cluster_request(engine: TenantEngine, ex: TenantCall, body: Any) ->
 
 
 def describe_cluster_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    ops = TENANT_CLUSTER_OPERATIONS if ex.state.get("ops") else ALL_OPERATIONS_UNSET
+    # A VC without ACLs allows its members everything: all seven, as a broker reports them to such a
+    # caller; with ACLs, the authorization stage recomputes the field from them (one definition for both).
+    ops = ALL_CLUSTER_OPERATIONS if ex.state.get("ops") else ALL_OPERATIONS_UNSET
     return dataclasses.replace(body, cluster_id=engine.vc.cluster_id, cluster_authorized_operations=i32(ops))
 
 
@@ -990,6 +1039,7 @@ HANDLERS: dict[str, Handler] = {
     "sync_group": Handler(request=sync_group_request, response=sync_group_response),
     "describe_groups": Handler(response=describe_groups_response),
     "consumer_group_heartbeat": Handler(request=consumer_group_heartbeat_request),
+    "group_assignment": Handler(request=group_assignment_request),
     "streams_group_heartbeat": Handler(
         request=streams_group_heartbeat_request, response=streams_group_heartbeat_response
     ),

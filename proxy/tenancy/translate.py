@@ -40,6 +40,14 @@ class Translation:
     # Metadata and DescribeTopicPartitions describe Kafka's internal topics as themselves, as a cluster does
     # to a principal with DESCRIBE on them (clients look for `__consumer_offsets`); elsewhere they are unknown.
     describe_internal: bool = False
+    # Topic ids the image has not learned yet (no VC's Metadata has shown them: a topic created by CreateTopics
+    # before v7 has none in the answer). Metadata asks the broker about such an id and keeps the answer only
+    # if it names one of the VC's topics (metadata_response); `probed` are the ids sent so. A consumer group's
+    # assignment (ConsumerGroupHeartbeat) names only the group's topics, so its unlearned ids are shown as they
+    # are, and the client's Metadata by id then resolves them (issue 25: librdkafka's KIP-848 consumer).
+    probe_ids: bool = False
+    probed: set[uuid.UUID] = field(default_factory=set)
+    keep_unlearned_ids: bool = False
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -86,6 +94,9 @@ class Translation:
             link = self.vc.link_for(physical) if physical is not None else None
             if self.access is None or self.access.permits("topic_id", topic_id, link):
                 return topic_id
+        elif self.probe_ids and self.unlearned(topic_id):
+            self.probed.add(topic_id)  # the VC's ACLs are asked once the broker has named it
+            return topic_id
         fake = uuid.uuid4()
         self.fake_ids[fake] = topic_id
         return fake
@@ -122,9 +133,15 @@ class Translation:
     def virtual_topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
         if topic_id in self.fake_ids:
             return self.fake_ids[topic_id]
-        if topic_id == ZERO_UUID or self.owns_id(topic_id):
+        if topic_id == ZERO_UUID or topic_id in self.probed or self.owns_id(topic_id):
+            return topic_id
+        if self.keep_unlearned_ids and self.unlearned(topic_id):
             return topic_id
         return ZERO_UUID
+
+    def unlearned(self, topic_id: uuid.UUID) -> bool:
+        """An id the image knows as no one's topic (not another VC's either)."""
+        return self.image.physical_for_id(topic_id) is None and topic_id not in self.new_ids
 
     def owns_id(self, topic_id: uuid.UUID) -> bool:
         return topic_id in self.new_ids or self.image.owns_topic_id(self.vc, topic_id)
@@ -140,7 +157,7 @@ class Translation:
         if kind == "txn":
             return self.vc.virtual_txn(value) is not None
         if kind == "topic_id":
-            return value == ZERO_UUID or value in self.fake_ids or self.owns_id(value)
+            return value == ZERO_UUID or value in self.fake_ids or value in self.probed or self.owns_id(value)
         return False
 
     # -- free text ------------------------------------------------------------------------------

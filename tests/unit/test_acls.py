@@ -488,3 +488,55 @@ def test_indexed_decisions_equal_kafkas_rules_read_plainly(bindings, removed, rt
     auth = Authorizer(acls, default)
     for who in (CAROL, Subject("User:dave", "10.0.0.8")):
         assert auth.allows(who, op, rtype, name) == _reference(kept, who, op, rtype, name, default)
+
+
+# -- authorized operations on the cluster: as a broker reports them (issue 25, librdkafka's 0081_admin) ----
+
+
+def _describe_cluster_ops(s: ProxySession) -> int:
+    from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+    from kio.schema.describe_cluster.v1.response import DescribeClusterResponse
+
+    request = DescribeClusterRequest(include_cluster_authorized_operations=True, endpoint_type=1)
+    assert _send(s, 60, 1, request).action is Action.FORWARD
+    # The broker's answer is for the proxy's own principal: whatever it says, the VC's answer is computed.
+    reply = codec._empty(DescribeClusterResponse, cluster_id="physical", cluster_authorized_operations=1 << 8)
+    return int(_answer(s, 60, 1, reply).cluster_authorized_operations)
+
+
+KAFKAS_SEVEN = {Op.ALTER, Op.ALTER_CONFIGS, Op.CLUSTER_ACTION, Op.CREATE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS}
+KAFKAS_SEVEN |= {Op.IDEMPOTENT_WRITE}
+
+
+def _bits(ops: set[Operation]) -> int:
+    return sum(1 << op for op in ops)
+
+
+def test_a_member_allowed_everything_sees_the_seven_cluster_operations_a_broker_shows(image):
+    """librdkafka's 0081_admin expects 7 (a broker's ALL on the cluster); the VC said 6, or 4 without ACLs."""
+    from proxy.acl.model import CLUSTER_NAME
+
+    assert _describe_cluster_ops(session(image)) == _bits(KAFKAS_SEVEN)  # an open VC without ACLs
+    grant(image, allow(CLUSTER_NAME, Op.ALL, rtype=R.CLUSTER))
+    assert _describe_cluster_ops(session(image, allow_if_no_acl=False)) == _bits(KAFKAS_SEVEN)
+    only = TenancyImage()
+    for record in (vc_record("team-a"), principal_record("User:carol", "team-a")):
+        only.apply(*record)
+    grant(only, allow(CLUSTER_NAME, Op.DESCRIBE, rtype=R.CLUSTER))
+    assert _describe_cluster_ops(session(only, allow_if_no_acl=False)) == _bits({Op.DESCRIBE})
+
+
+def test_cluster_action_shown_to_an_all_member_is_still_refused_as_a_broker_refuses_it(image):
+    """Reported as a broker reports it, refused where a VC cannot do it (inter-broker APIs): the broker's error
+    for a caller without CLUSTER_ACTION."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
+
+    from proxy.acl.model import CLUSTER_NAME
+
+    grant(image, allow(CLUSTER_NAME, Op.ALL, rtype=R.CLUSTER))
+    s = session(image, allow_if_no_acl=False)
+    share_keys = codec._empty(FindCoordinatorRequest, key_type=2, coordinator_keys=("g:topic-id:0",))
+    reply = _local_reply(s, _send(s, 10, 4, share_keys), 10, 4)
+    assert isinstance(reply, FindCoordinatorResponse)
+    assert {int(c.error_code) for c in reply.coordinators} == {int(ErrorCode.cluster_authorization_failed)}

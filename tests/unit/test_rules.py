@@ -67,11 +67,13 @@ def test_rejected_apis_are_never_advertised():
         if rule.physical == "reject":
             assert key not in advertised, rule.name
     # Inter-broker and controller-only examples from the inventory.
-    for key in (52, 53, 54, 56, 58, 59, 62, 63, 67, 70, 73, 82, 83, 84, 85, 86, 87):
+    for key in (52, 53, 54, 56, 58, 59, 62, 63, 67, 70, 73, 82):
         assert key not in advertised
-    # WriteTxnMarkers is advertised to clients, as brokers do (version-probing tools look for it), and
-    # refused in its own shape (test_session.py).
-    assert 27 in advertised and api_rules()[27].physical == "refuse"
+    # WriteTxnMarkers and the share-state APIs (83-87) are advertised to clients, as brokers do
+    # (version-probing tools look for them), and refused in their own shape (test_session.py,
+    # test_apiversions_broker.py).
+    for key in (27, 83, 84, 85, 86, 87):
+        assert key in advertised and api_rules()[key].physical == "refuse"
 
 
 def _endpoint_fields(cls: type, prefix: str = "") -> list[str]:

@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 ALL_OPERATIONS_UNSET = -2147483648  # an authorized-operations field nobody asked for
 METADATA, DESCRIBE_GROUPS, DESCRIBE_CLUSTER, CONSUMER_GROUP_DESCRIBE = 3, 15, 60, 69
-# What a tenant can do to its VC's cluster through the proxy, whatever its ACLs say (KIP-700's field).
-TENANT_CLUSTER_OPERATIONS = frozenset({5, 7, 8, 10, 11, 12})  # CREATE ALTER DESCRIBE DESCRIBE/ALTER_CONFIGS IDEMPOTENT
 
 
 class AuthorizationStage:
@@ -180,10 +178,9 @@ def type_of(ex: Exchange) -> type:
 def _ops(access: Access, rtype: ResourceType, name: str, current: int) -> i32:
     if int(current) == ALL_OPERATIONS_UNSET:
         return i32(ALL_OPERATIONS_UNSET)
-    bits = access.authorizer.authorized_operations(access.who, rtype, name)
-    if rtype is ResourceType.CLUSTER:
-        bits &= sum(1 << op for op in TENANT_CLUSTER_OPERATIONS)
-    return i32(bits)
+    # As a broker computes it: every operation the resource type supports that the caller's ACLs allow
+    # (for the cluster, the seven of acl.model.ALL_CLUSTER_OPERATIONS).
+    return i32(access.authorizer.authorized_operations(access.who, rtype, name))
 
 
 def _metadata(access: Access, body: Any) -> Any:
