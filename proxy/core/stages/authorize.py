@@ -31,7 +31,7 @@ from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy.fields import identifier_paths
 from ...tenancy.model import KAFKA_CLUSTER
-from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refuse
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refusal, refuse
 from .context import ConnectionState
 from .management import Caller, refuse_all
 
@@ -140,7 +140,17 @@ class AuthorizationStage:
             return close(f"malformed {ex.info.name} request")
         response, records = acl_plane.handle(vc.name, vc.acls, self.subject(vc), ex.api_key, ex.api_version, request)
         ex.writes = records
+        if ex.api_key != acl_plane.DESCRIBE_ACLS:
+            ex.decide = lambda: self._decide_acls(ex, vc.name, request)
         return answer(ex, codec.encode(response))
+
+    def _decide_acls(self, ex: Exchange, name: str, request: Any) -> tuple[bytes, list[Any]]:
+        """CreateAcls/DeleteAcls again, against the log's image: the VC's ACLs and the caller's rights now."""
+        vc = self.image().vcs.get(name)
+        if vc is None:  # deleted meanwhile
+            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+        response, records = acl_plane.handle(vc.name, vc.acls, self.subject(vc), ex.api_key, ex.api_version, request)
+        return codec.encode(response), list(records)
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
         access = ex.access
