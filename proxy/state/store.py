@@ -119,15 +119,39 @@ def decision_of(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[byt
     return txn, count, index
 
 
-class _Group:
-    """The records of one decision seen so far (follow)."""
+class Assembler:
+    """Puts each decision's records back together as the follower reads them (sans-I/O): a record alone
+    is handed on at once, a decision's records when the last of them arrived, in their index order.
+    Offsets say where following resumes with nothing skipped: before the first record of a decision
+    still incomplete (a follower restarted there reads it whole again)."""
 
-    __slots__ = ("count", "first", "records")
+    def __init__(self) -> None:
+        self._groups: dict[bytes, tuple[int, int, dict[int, Record]]] = {}  # id -> (first offset, count, records)
 
-    def __init__(self, first: int, count: int):
-        self.first = first
-        self.count = count
-        self.records: dict[int, Record] = {}
+    def record(self, offset: int, record: Record, headers: Any) -> tuple[list[Record], int]:
+        """(records to apply now, the offset to resume at) for the record at `offset`."""
+        member = decision_of(headers)
+        if member is None:
+            return [record], self.resume_at(offset + 1)
+        txn, count, index = member
+        _, count, records = self._groups.setdefault(txn, (offset, count, {}))  # the first record says how many
+        records[index] = record
+        if len(records) < count:
+            return [], self.resume_at(offset + 1)
+        del self._groups[txn]
+        return [r for _, r in sorted(records.items())], self.resume_at(offset + 1)
+
+    def resume_at(self, offset: int) -> int:
+        return min([offset, *(first for first, _, _ in self._groups.values())])
+
+    def end(self) -> list[Record]:
+        """At the end of the partition: decisions still incomplete lost records to compaction (their
+        newer versions were applied already); what is left of them, oldest first."""
+        left = sorted(self._groups.values(), key=lambda g: g[0])
+        self._groups.clear()
+        if left:
+            log.warning("state topic: %d decision(s) incomplete at the end (compacted): applying the rest", len(left))
+        return [r for _, _, records in left for _, r in sorted(records.items())]
 
 
 class StateStoreError(OSError):
@@ -502,11 +526,7 @@ class StateStore:
         consumer = self._consumer({"fetch.wait.max.ms": 100})
         consumer.assign([TopicPartition(self.topic, 0, start_offset)])
         failing = False
-        groups: dict[bytes, _Group] = {}
-
-        def resume_at(offset: int) -> int:
-            return min([offset, *(g.first for g in groups.values())])
-
+        decisions = Assembler()
         try:
             while not stop.is_set():
                 msg = consumer.poll(poll_interval)
@@ -515,15 +535,7 @@ class StateStore:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        left = sorted(groups.values(), key=lambda g: g.first)
-                        groups.clear()
-                        if left:
-                            log.warning(
-                                "state topic %s: %d decision(s) incomplete at the end (compacted): applying the rest",
-                                self.topic,
-                                len(left),
-                            )
-                        on_batch([r for g in left for _, r in sorted(g.records.items())], msg.offset())
+                        on_batch(decisions.end(), msg.offset())
                         continue
                     # Transport errors, leader changes, a missing topic: librdkafka keeps retrying.
                     if err.fatal():
@@ -543,18 +555,9 @@ class StateStore:
                     record = decode(msg.key(), msg.value())
                 except ValueError as exc:
                     log.error("state topic %s offset %d: skipping bad record: %s", self.topic, msg.offset(), exc)
-                    on_batch([], resume_at(msg.offset() + 1))
+                    on_batch([], decisions.resume_at(msg.offset() + 1))
                     continue
-                member = decision_of(msg.headers())
-                if member is None:
-                    on_batch([record], resume_at(msg.offset() + 1))
-                    continue
-                txn, count, index = member
-                group = groups.setdefault(txn, _Group(msg.offset(), count))
-                group.records[index] = record
-                if len(group.records) >= group.count:
-                    del groups[txn]
-                    on_batch([r for _, r in sorted(group.records.items())], resume_at(msg.offset() + 1))
+                on_batch(*decisions.record(msg.offset(), record, msg.headers()))
         finally:
             consumer.close()
 
