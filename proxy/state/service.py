@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 import uuid
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_RETRY_DELAY = 10.0
-DECIDE_ATTEMPTS = 5  # a decision fenced this often in a row (replicas deciding at once) gives up
+DECIDE_ATTEMPTS = 8  # a decision fenced this often in a row (replicas deciding at once) gives up
+DECIDE_BACKOFF = 0.05  # seconds: the first pause before deciding again is random up to twice this
 
 # A decision: the answer's body and the records it writes, computed against the image when called.
 Decision = Callable[[], tuple[bytes, Sequence[Record]]]
@@ -293,6 +295,11 @@ class TenancyService:
                     if isinstance(exc, Fenced):
                         self.fenced += 1
                     log.info("deciding a state change again (attempt %d): %s", attempt + 1, exc)
+                    # Two replicas fenced by each other's init would take turns failing forever: a random
+                    # pause, longer each time, lets one of them commit first.
+                    await trio.sleep(
+                        min(random.uniform(0, DECIDE_BACKOFF * 2**attempt), deadline - trio.current_time())
+                    )
                     continue
                 return body, records
 

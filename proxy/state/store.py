@@ -96,6 +96,27 @@ _RECONNECT = {
 
 
 DECISION_ID, DECISION_SIZE, DECISION_INDEX = "vcproxy.txn", "vcproxy.n", "vcproxy.i"  # a decision's headers
+
+# Being fenced is how decisions take turns (docs/security.md#the-write-protocol), not a failure: librdkafka's
+# ERROR and CRITICAL lines about it (and its retries while another replica's transaction ends) at DEBUG.
+_TAKING_TURNS = re.compile(
+    r"fenced by a newer instance|operation with an old epoch|another concurrent operation on the same transaction"
+    r"|Producer attempted to update a transaction while another concurrent operation"
+    r"|Failed to acquire transactional PID from broker \S+: Broker: (?:Coordinator load in progress"
+    r"|Coordinator not available|Not coordinator)"
+)
+
+
+class _TurnsAtDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and _TAKING_TURNS.search(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_decider_log = logging.getLogger("proxy.state.librdkafka.decisions")  # the decision producer's own logs
+_decider_log.addFilter(_TurnsAtDebug())
 TRANSACTION_TIMEOUT_MS = 10_000
 
 
@@ -582,6 +603,7 @@ class StateStore:
                         "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     }
                 )
+                | {"logger": _decider_log}
             )
             self._decider_ready = False
         try:
