@@ -297,9 +297,8 @@ class TenancyService:
                     log.info("deciding a state change again (attempt %d): %s", attempt + 1, exc)
                     # Two replicas fenced by each other's init would take turns failing forever: a random
                     # pause, longer each time, lets one of them commit first.
-                    await trio.sleep(
-                        min(random.uniform(0, DECIDE_BACKOFF * 2**attempt), deadline - trio.current_time())
-                    )
+                    pause = random.uniform(0, DECIDE_BACKOFF * 2**attempt)
+                    await trio.sleep(max(0.0, min(pause, deadline - trio.current_time())))
                     continue
                 return body, records
 
