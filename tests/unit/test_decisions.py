@@ -268,3 +268,46 @@ def _alice_scope(img: TenancyImage) -> users.Scope:
 
 
 _RESPONSE = AlterUserScramCredentialsResponse
+
+
+# -- every stage that decides hands the shell its decision, made again against the image at call time ----
+
+
+def test_a_management_change_is_decided_again_against_the_image_of_the_moment():
+    from proxy.core.session import Action
+    from proxy.management import schema as m
+
+    from .test_management_plane import _local_body, _session
+    from .test_management_plane import image as plane_image
+    from .wire import request_frame
+
+    img = plane_image()
+    create = m.CreateVirtualClustersRequest(virtual_clusters=(m.CreatableVirtualCluster(name="team-c"),))
+    session = _session("User:admin", img)
+    decision = session.on_request(memoryview(bytearray(request_frame(m.CREATE_VIRTUAL_CLUSTERS, 0, 4, create))))
+    assert decision.action is Action.LOCAL
+    body, reply = _local_body(session, m.CREATE_VIRTUAL_CLUSTERS)
+    assert int(body.virtual_clusters[0].error_code) == 0 and reply.decide is not None
+    first, records = reply.decide()  # against the same image: the same answer, the same change
+    assert int(codec.decode(m.CreateVirtualClustersResponse, first, 0)[0].virtual_clusters[0].error_code) == 0
+    assert [k for k, _ in records] == [k for k, _ in reply.writes]
+    img.apply(*vc_record("team-c"))  # another replica's decision, applied before this one is made again
+    again, none = reply.decide()
+    assert int(codec.decode(m.CreateVirtualClustersResponse, again, 0)[0].virtual_clusters[0].error_code) != 0
+    assert none == []
+
+    listing = request_frame(m.LIST_VIRTUAL_CLUSTERS, 0, 5, m.ListVirtualClustersRequest())
+    assert session.on_request(memoryview(bytearray(listing))).action is Action.LOCAL
+    _, reply = _local_body(session, m.LIST_VIRTUAL_CLUSTERS)
+    assert reply.decide is None  # a read: answered from the image as it is
+
+
+def test_an_admin_who_lost_the_right_meanwhile_is_refused_when_decided_again():
+    img = image()
+    alice, got = call(session(img, "User:alice"), 51, alter_request(upsert(NEW, "a-pw")), _RESPONSE)
+    assert errors(got) == {NEW: (0, None)} and alice.decide is not None
+    for key, _ in image_records(img):  # alice's admin right (team-a's ACL on kafka-cluster) revoked
+        if key.startswith('["acl"') and "User:alice" in key:
+            img.apply(key, None)
+    body, records = alice.decide()
+    assert errors(_decided(body)) == {NEW: (31, errors(_decided(body))[NEW][1])} and records == []
