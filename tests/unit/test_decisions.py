@@ -311,3 +311,36 @@ def test_an_admin_who_lost_the_right_meanwhile_is_refused_when_decided_again():
             img.apply(key, None)
     body, records = alice.decide()
     assert errors(_decided(body)) == {NEW: (31, errors(_decided(body))[NEW][1])} and records == []
+
+
+def test_a_tenants_delete_that_only_unlinks_is_decided_again():
+    import uuid as uuid_
+
+    from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.delete_topics.v6.response import DeleteTopicsResponse
+
+    from proxy.tenancy.model import gen_record, link_record
+
+    from .test_create_topics_once import _create
+    from .test_tenant_rewrite import answer, forward, make_image, tenant_session
+    from .wire import request_frame
+
+    img, _ = make_image()
+    session = tenant_session(img)
+    created = forward(session, 19, 7, _create("payments")).topics[0].name
+    result = codec._empty(CreatableTopicResult, name=created, topic_id=uuid_.uuid4())
+    _, answered = answer(session, 19, 7, codec._empty(CreateTopicsResponse, topics=(result,)))
+    for record in answered.writes:
+        img.apply(*record)
+    delete = codec._empty(DeleteTopicsRequest, topics=(codec._empty(DeleteTopicState, name="payments"),))
+    session.on_request(memoryview(request_frame(20, 6, 2, delete)))
+    reply = session.next_local_reply()
+    assert reply.decide is not None
+    body, records = reply.decide()  # nothing changed meanwhile: the same unlink
+    assert records == reply.writes == [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
+    for record in records:  # another replica's delete of the same topic, applied first
+        img.apply(*record)
+    body, records = reply.decide()
+    (topic,) = codec.decode(DeleteTopicsResponse, body, 0)[0].responses
+    assert int(topic.error_code) == 3 and records == []  # UNKNOWN_TOPIC_OR_PARTITION, unlinked once
