@@ -62,6 +62,10 @@ class Exchange:
     delay_factor: int = 1  # failed logins: times the failed-authentication delay before the reply
     delay: float = 0.0  # seconds a stage holds the request back before it is acted on (quotas)
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
+    # A state change the proxy decides itself (a local answer): the decision again, run by the shell against
+    # the log's current image, one replica at a time -> (response body, records); `reply` and `writes` are
+    # what this replica's image alone says (used when there is no state topic). docs/security.md.
+    decide: Callable[[], tuple[bytes, list[Any]]] | None = None
     depth: int = 0  # how many stages saw the request: their response sides see the answer
     trace: Any = None  # telemetry's record of the request
     # The proxy's own request on the client's connection (the relayed login's SaslHandshake): its answer is
@@ -189,20 +193,26 @@ def refuse(ex: Exchange, error: int, why: str) -> RequestDecision:
     info = ex.info
     if info is None or not info.min_version <= ex.api_version <= info.max_version:
         return close(f"{why}: version {ex.api_version} cannot be parsed")
-    body = None
-    if ex.header is not None and ex.frame is not None:
-        from .refusals import refusal_body  # APIs with an error per item, in Kafka's shape
-
-        try:
-            body = refusal_body(ex.api_key, ex.api_version, error, ex.frame, ex.header.body_offset)
-        except codec.CodecError:
-            return close(f"{why}: malformed request")
-    if body is None:
-        body = codec.error_response_body(ex.api_key, ex.api_version, error)
+    try:
+        body = refusal(ex, error)
+    except codec.CodecError:
+        return close(f"{why}: malformed request")
     if body is None:
         return close(f"{why}: refused (no error field to answer with)")
     logging.getLogger("proxy.core.session").info("refusing request: %s (error %d)", why, error)
     return answer(ex, body)
+
+
+def refusal(ex: Exchange, error: int) -> bytes | None:
+    """The body refusing the whole request with `error` in the API's own shape (None: it has no place)."""
+    body = None
+    if ex.header is not None and ex.frame is not None:
+        from .refusals import refusal_body  # APIs with an error per item, in Kafka's shape
+
+        body = refusal_body(ex.api_key, ex.api_version, error, ex.frame, ex.header.body_offset)
+    if body is None:
+        body = codec.error_response_body(ex.api_key, ex.api_version, error)
+    return body
 
 
 def close(why: str) -> RequestDecision:

@@ -30,6 +30,7 @@ import trio
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
 from ..observability.local_answers import log_local_answer
+from ..protocol import codec
 from ..protocol.framing import FrameError
 from .frames import FrameReader
 
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 BrokersSeen = Callable[[list[BrokerEndpoint], bool], Awaitable[None]]
 StateWriter = Callable[[list[Any]], Awaitable[None]]
+# TenancyService.decide: a decision run against the log, committed and applied -> (body, records)
+StateDecider = Callable[[Callable[[], tuple[bytes, list[Any]]]], Awaitable[tuple[bytes, list[Any]]]]
 UpstreamConnector = Callable[[bool], Awaitable[trio.abc.Stream]]  # login: with the proxy's own SASL login
 
 # Password checks (PLAIN key derivations) share one worker thread per proxy: a flood of guesses costs at
@@ -89,6 +92,7 @@ class ClientConnection:
         on_brokers: BrokersSeen,
         name: str,
         write_state: StateWriter | None = None,
+        decide_state: StateDecider | None = None,
         tap_dir: Path | None = None,
         telemetry: ConnectionTelemetry | None = None,
     ):
@@ -114,6 +118,7 @@ class ClientConnection:
             )
         self.on_brokers = on_brokers
         self.write_state = write_state
+        self.decide_state = decide_state
         self.name = name
         # Debugging aid (and the leak oracle's input): every byte sent to the client, one file per
         # connection, renamed at close after the virtual cluster the connection was bound to.
@@ -319,7 +324,12 @@ class ClientConnection:
             local = session.next_local_reply()
             if local is not None:
                 assert local.reply is not None
-                await self._persist(local.writes)
+                if local.decide is not None and self.decide_state is not None:
+                    # Decided again against the log, one replica at a time; answered once applied here.
+                    body, local.writes = await self.decide_state(local.decide)
+                    local.reply = codec.response_frame(local.correlation_id, local.response_header_version, body)
+                else:
+                    await self._persist(local.writes)
                 if local.close_after and self.limits.failed_authentication_delay > 0:
                     # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
                     await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)

@@ -452,6 +452,7 @@ class ProxyServer:
             on_brokers=self.on_brokers,
             name=name,
             write_state=self.tenancy.write if self.tenancy is not None else None,
+            decide_state=self.tenancy.decide if self.tenancy is not None else None,
             tap_dir=Path(self.config.debug.tap_dir) if self.config.debug.tap_dir else None,
             telemetry=telemetry,
         )

@@ -1,19 +1,24 @@
 """The Trio side of the state topic: replay at start, follow live, write durably.
 
 `TenancyService.image` is only ever changed on the Trio thread, in log order: the follower thread
-hands each record over with `trio.from_thread.run_sync`, and `write()` returns once the follower
-has applied what it wrote. So every replica applies the same records in the same order, and a
-write is visible locally when `write()` returns.
+hands each record (or each decision's records together) over with `trio.from_thread.run_sync`, and
+`write()` and `decide()` return once the follower has applied what they wrote. So every replica applies
+the same records in the same order, and a change is visible locally when its call returns.
+
+Two kinds of writes (docs/security.md#the-write-protocol): `decide()` for changes the proxy decides
+(management, users, ACLs, quotas, unlinks it answers itself), one replica at a time against the whole
+log; `write()` for facts the broker decided (links and topic ids learned from its answers) and seeds.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +29,7 @@ from ..identity import CLIENT_ID
 from ..tenancy.guard import StateTopicGuard
 from ..tenancy.model import TenancyImage, vc_record
 from .seed import VirtualClusterSeed, seed_records
-from .store import Record, StateStore, StateStoreError
+from .store import Fenced, Record, StateStore, StateStoreError
 
 if TYPE_CHECKING:
     from ..config import ProxyConfig
@@ -32,6 +37,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_RETRY_DELAY = 10.0
+DECIDE_ATTEMPTS = 8  # a decision fenced this often in a row (replicas deciding at once) gives up
+DECIDE_BACKOFF = 0.05  # seconds: the first pause before deciding again is random up to twice this
+
+# A decision: the answer's body and the records it writes, computed against the image when called.
+Decision = Callable[[], tuple[bytes, Sequence[Record]]]
 
 
 def client_config(config: ProxyConfig) -> dict[str, Any]:
@@ -91,6 +101,9 @@ class TenancyService:
         self._repaired: set[tuple[str, str]] = set()
         self.start_error: str | None = None  # why the last attempt to replay failed (while not ready)
         self._changed = trio.Event()  # set (and replaced) whenever a followed record changed the image
+        self._deciding = trio.Lock()  # one decision at a time on this replica (the epoch: across replicas)
+        self.decisions = 0  # committed
+        self.fenced = 0  # decisions made again because another replica decided meanwhile
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> TenancyService:
@@ -256,6 +269,79 @@ class TenancyService:
             f"(follower at offset {self.applied_offset}); it will be applied when the follower catches up"
         )
 
+    async def decide(self, decision: Decision, timeout: float | None = None) -> tuple[bytes, list[Record]]:
+        """Run `decision` against the image once it holds every decision committed so far, commit its
+        records as one transaction, and return (body, records) once they are applied here. Across
+        replicas the decisions' transactional.id serialises them: a replica whose commit succeeds was
+        not fenced since its init, so nobody else decided in between (docs/security.md). StateStoreError
+        when no decision could be made and committed within `timeout` (the client's connection closes,
+        as for a failed write; nothing was written)."""
+        timeout = self.write_timeout if timeout is None else timeout
+        deadline = trio.current_time() + timeout
+        async with self._deciding:
+            attempt = 0
+            while True:
+                attempt += 1
+                problem = self.image.state_problem
+                if problem is not None:
+                    log.warning("not deciding a state change: %s", problem)
+                    raise StateStoreError(problem, retriable=False)
+                try:
+                    body, records = await self._decide_once(decision, deadline)
+                except StateStoreError as exc:
+                    if not exc.retriable or attempt >= DECIDE_ATTEMPTS or trio.current_time() >= deadline:
+                        log.warning("state change not decided after %d attempt(s): %s", attempt, exc)
+                        raise
+                    if isinstance(exc, Fenced):
+                        self.fenced += 1
+                    log.info("deciding a state change again (attempt %d): %s", attempt + 1, exc)
+                    # Two replicas fenced by each other's init would take turns failing forever: a random
+                    # pause, longer each time, lets one of them commit first.
+                    pause = random.uniform(0, DECIDE_BACKOFF * 2**attempt)
+                    await trio.sleep(max(0.0, min(pause, deadline - trio.current_time())))
+                    continue
+                return body, records
+
+    async def _decide_once(self, decision: Decision, deadline: float) -> tuple[bytes, list[Record]]:
+        def left() -> float:
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise StateStoreError(f"no decision within {self.write_timeout} s")
+            return remaining
+
+        if self._thread is None:  # not following (a tool, or before start): this image is all there is
+            body, records = decision()
+            await self.write(list(records), left())
+            return body, list(records)
+        await trio.to_thread.run_sync(self.store.begin_deciding, left())
+        end = await trio.to_thread.run_sync(self.store.committed_end, left())
+        await self._applied(end, left(), "the end of the log")
+        body, records = decision()
+        records = list(records)
+        if not records:
+            return body, records
+        offsets = await trio.to_thread.run_sync(self.store.commit, records, left())
+        target = max(offsets) + 1 if offsets else await trio.to_thread.run_sync(self.store.committed_end, left())
+        await self._applied(target, left(), "a committed decision")
+        self.decisions += 1
+        return body, records
+
+    async def _applied(self, target: int, timeout: float, what: str) -> None:
+        """Return once the follower applied every record before `target`."""
+        if self.applied_offset >= target:
+            return
+        event = trio.Event()
+        waiter = (target, event)
+        self._waiters.append(waiter)
+        with trio.move_on_after(timeout):
+            await event.wait()
+            return
+        self._waiters.remove(waiter)
+        raise StateStoreError(
+            f"{what} of {self.store.topic} (offset {target}) not applied within {timeout:.1f} s "
+            f"(follower at offset {self.applied_offset})"
+        )
+
     # -- applying -------------------------------------------------------------------------------
 
     def _apply(self, key: str, value: dict[str, Any] | None) -> None:
@@ -304,12 +390,17 @@ class TenancyService:
 
     # -- following (runs in its own thread) ------------------------------------------------------
 
-    def _from_log(self, key: str, value: dict[str, Any] | None) -> None:
-        self._apply(key, value)
-        self._changed.set()
-        self._changed = trio.Event()
-        if self.ready.is_set():
-            self._schedule_repairs()
+    def _from_log(self, records: list[Record], next_offset: int) -> None:
+        """Records the follower read (one, or one decision's all), applied in one go on the Trio thread:
+        no task sees half a decision. Then the offset, so that waiters see their records applied."""
+        if records:
+            for key, value in records:
+                self._apply(key, value)
+            self._changed.set()
+            self._changed = trio.Event()
+            if self.ready.is_set():
+                self._schedule_repairs()
+        self._advance(next_offset)
 
     async def wait_for_change(self, seen: int) -> int:
         """The image's version once it is no longer `seen` (live bindings are checked against it)."""
@@ -325,15 +416,12 @@ class TenancyService:
             waiter[1].set()
 
     def _follow(self, token: trio.lowlevel.TrioToken) -> None:
-        def on_record(key: str, value: dict[str, Any] | None) -> None:
-            trio.from_thread.run_sync(self._from_log, key, value, trio_token=token)
-
-        def on_offset(offset: int) -> None:
-            trio.from_thread.run_sync(self._advance, offset, trio_token=token)
+        def on_batch(records: list[Record], next_offset: int) -> None:
+            trio.from_thread.run_sync(self._from_log, records, next_offset, trio_token=token)
 
         while not self._stop.is_set():
             try:
-                self.store.follow(on_record, self._stop, start_offset=self.applied_offset, on_offset=on_offset)
+                self.store.follow(on_batch, self._stop, start_offset=self.applied_offset)
             except trio.RunFinishedError:
                 return
             except Exception:

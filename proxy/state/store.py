@@ -48,6 +48,86 @@ _RECONNECT = {
 }
 
 
+DECISION_ID, DECISION_SIZE, DECISION_INDEX = "vcproxy.txn", "vcproxy.n", "vcproxy.i"  # a decision's headers
+
+# Being fenced is how decisions take turns (docs/security.md#the-write-protocol), not a failure: librdkafka's
+# ERROR and CRITICAL lines about it (and its retries while another replica's transaction ends) at DEBUG.
+_TAKING_TURNS = re.compile(
+    r"fenced by a newer instance|operation with an old epoch|another concurrent operation on the same transaction"
+    r"|Producer attempted to update a transaction while another concurrent operation"
+    r"|Failed to acquire transactional PID from broker \S+: Broker: (?:Coordinator load in progress"
+    r"|Coordinator not available|Not coordinator)"
+)
+
+
+class _TurnsAtDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and _TAKING_TURNS.search(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_decider_log = logging.getLogger("proxy.state.librdkafka.decisions")  # the decision producer's own logs
+_decider_log.addFilter(_TurnsAtDebug())
+TRANSACTION_TIMEOUT_MS = 10_000
+
+
+def decisions_id(topic: str) -> str:
+    """The transactional.id every replica's decisions share: one holder at a time (docs/state.md)."""
+    return f"vcproxy-state-decisions.{topic}"
+
+
+def decision_of(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[bytes, int, int] | None:
+    """(decision id, records in it, this record's index) from a record's headers; None: a record alone
+    (or headers that do not say it consistently: applied alone rather than held back forever)."""
+    if not headers:
+        return None
+    found = {k: v for k, v in headers if k in (DECISION_ID, DECISION_SIZE, DECISION_INDEX)}
+    try:
+        txn, count, index = found[DECISION_ID], int(found[DECISION_SIZE] or b""), int(found[DECISION_INDEX] or b"")
+    except (KeyError, ValueError):
+        return None
+    if not txn or not 0 <= index < count:
+        return None
+    return txn, count, index
+
+
+class Assembler:
+    """Puts each decision's records back together as the follower reads them (sans-I/O): a record alone
+    is handed on at once, a decision's records when the last of them arrived, in their index order.
+    Offsets say where following resumes with nothing skipped: before the first record of a decision
+    still incomplete (a follower restarted there reads it whole again)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[bytes, tuple[int, int, dict[int, Record]]] = {}  # id -> (first offset, count, records)
+
+    def record(self, offset: int, record: Record, headers: Any) -> tuple[list[Record], int]:
+        """(records to apply now, the offset to resume at) for the record at `offset`."""
+        member = decision_of(headers)
+        if member is None:
+            return [record], self.resume_at(offset + 1)
+        txn, count, index = member
+        _, count, records = self._groups.setdefault(txn, (offset, count, {}))  # the first record says how many
+        records[index] = record
+        if len(records) < count:
+            return [], self.resume_at(offset + 1)
+        del self._groups[txn]
+        return [r for _, r in sorted(records.items())], self.resume_at(offset + 1)
+
+    def resume_at(self, offset: int) -> int:
+        return min([offset, *(first for first, _, _ in self._groups.values())])
+
+    def end(self) -> list[Record]:
+        """At the end of the partition: decisions still incomplete lost records to compaction (their
+        newer versions were applied already); what is left of them, oldest first."""
+        left = sorted(self._groups.values(), key=lambda g: g[0])
+        self._groups.clear()
+        if left:
+            log.warning("state topic: %d decision(s) incomplete at the end (compacted): applying the rest", len(left))
+        return [r for _, _, records in left for _, r in sorted(records.items())]
+
+
 class StateStoreError(OSError):
     """The state topic cannot be used; `retriable` is False for misconfiguration (retrying won't help).
 
@@ -57,6 +137,13 @@ class StateStoreError(OSError):
     def __init__(self, message: str, retriable: bool = True):
         super().__init__(message)
         self.retriable = retriable
+
+
+class Fenced(StateStoreError):
+    """Another replica began deciding since this one did: the decision was not committed; decide again."""
+
+
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
 class Applies(Protocol):
@@ -101,6 +188,10 @@ class StateStore:
         self.topic_id: str | None = None  # the state topic's id when it was ensured
         self._producer: Producer | None = None
         self._producer_lock = threading.Lock()
+        self._decider: Producer | None = None  # the transactional producer of decisions (one thread at a time)
+        self._decider_ready = False  # init_transactions succeeded: this replica holds the current epoch
+        self._ends: Consumer | None = None  # asks the partition's last stable offset
+        self._ends_lock = threading.Lock()
 
     # -- clients ---------------------------------------------------------------------------------
 
@@ -122,6 +213,9 @@ class StateStore:
                     "enable.auto.offset.store": False,
                     "auto.offset.reset": "earliest",
                     "enable.partition.eof": True,
+                    # Only committed decisions (and the idempotent producer's records): a decision whose
+                    # transaction was aborted (its writer fenced) never reaches any image.
+                    "isolation.level": "read_committed",
                     **(settings or {}),
                 }
             )
@@ -151,6 +245,11 @@ class StateStore:
             producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(5)
+        self._drop_decider()
+        with self._ends_lock:
+            ends, self._ends = self._ends, None
+        if ends is not None:
+            ends.close()
 
     # -- topic -----------------------------------------------------------------------------------
 
@@ -380,23 +479,28 @@ class StateStore:
 
     def follow(
         self,
-        on_record: Callable[[str, dict[str, Any] | None], None],
+        on_batch: Callable[[list[Record], int], None],
         stop: threading.Event,
         *,
         start_offset: int | None = None,
-        on_offset: Callable[[int], None] | None = None,
         poll_interval: float = 0.2,
     ) -> None:
-        """Call `on_record` for every record from `start_offset` (default: where replay ended) until
-        `stop` is set. `on_offset(next_offset)` follows each record, skipped ones included. Broker
-        failures are logged and retried by the client; an exception from a callback ends the loop."""
+        """Call `on_batch(records, next_offset)` from `start_offset` (default: where replay ended) until
+        `stop` is set: a record alone, or every record of one decision at once (its `vcproxy.txn` headers,
+        docs/state.md), so that no reader ever sees half a change. `next_offset`: where following would
+        resume with nothing skipped (before the first record of a decision still incomplete); records may
+        be empty (a skipped record, the end of the partition). A decision still incomplete at the end of
+        the partition lost records to compaction: what is left is applied then. Broker failures are logged
+        and retried by the client; an exception from the callback ends the loop."""
         if start_offset is None:
             start_offset = self.replayed_offset if self.replayed_offset is not None else OFFSET_BEGINNING
         # fetch.wait.max.ms bounds how long the broker parks an empty fetch; new records are returned
-        # as soon as they are committed (fetch.min.bytes=1), so changes arrive in a few ms.
-        consumer = self._consumer({"fetch.wait.max.ms": 100, "enable.partition.eof": False})
+        # as soon as they are committed (fetch.min.bytes=1), so changes arrive in a few ms. The end of the
+        # partition is reported: its offset is past the transactions' commit markers, which no record shows.
+        consumer = self._consumer({"fetch.wait.max.ms": 100})
         consumer.assign([TopicPartition(self.topic, 0, start_offset)])
         failing = False
+        decisions = Assembler()
         try:
             while not stop.is_set():
                 msg = consumer.poll(poll_interval)
@@ -404,6 +508,9 @@ class StateStore:
                     continue
                 err = msg.error()
                 if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        on_batch(decisions.end(), msg.offset())
+                        continue
                     # Transport errors, leader changes, a missing topic: librdkafka keeps retrying.
                     if err.fatal():
                         raise StateStoreError(f"following {self.topic} failed: {err.str()}")
@@ -419,15 +526,127 @@ class StateStore:
                     log.info("state topic %s: following again at offset %d", self.topic, msg.offset())
                     failing = False
                 try:
-                    key, value = decode(msg.key(), msg.value())
+                    record = decode(msg.key(), msg.value())
                 except ValueError as exc:
                     log.error("state topic %s offset %d: skipping bad record: %s", self.topic, msg.offset(), exc)
-                else:
-                    on_record(key, value)
-                if on_offset is not None:
-                    on_offset(msg.offset() + 1)
+                    on_batch([], decisions.resume_at(msg.offset() + 1))
+                    continue
+                on_batch(*decisions.record(msg.offset(), record, msg.headers()))
         finally:
             consumer.close()
+
+    # -- deciding (docs/security.md#the-write-protocol) -------------------------------------------
+
+    def begin_deciding(self, timeout: float = 30) -> None:
+        """Hold the decisions' epoch: every replica's decision producer shares one transactional.id, so
+        its init_transactions fences the others' and aborts their open transaction. Done once; again
+        only after this replica was fenced (`commit` dropped its producer)."""
+        if self._decider is not None and self._decider_ready:
+            return
+        if self._decider is None:
+            self._decider = Producer(
+                self._conf(
+                    {
+                        "transactional.id": decisions_id(self.topic),
+                        "enable.idempotence": True,
+                        "acks": "all",
+                        "linger.ms": 0,
+                        # A replica that dies mid-decision holds back every reader (the last stable offset)
+                        # until the next replica's init aborts its transaction, or until this.
+                        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    }
+                )
+                | {"logger": _decider_log}
+            )
+            self._decider_ready = False
+        try:
+            self._decider.init_transactions(timeout)
+        except KafkaException as exc:
+            self._drop_decider()
+            raise StateStoreError(f"cannot start deciding on {self.topic}: {exc.args[0].str()}") from None
+        self._decider_ready = True
+
+    def committed_end(self, timeout: float = 30) -> int:
+        """The partition's last stable offset (read_committed): every decision committed before this call
+        lies below it."""
+        with self._ends_lock:
+            if self._ends is None:
+                self._ends = self._consumer()
+            return self._watermarks(self._ends, timeout)[1]
+
+    def commit(self, records: Sequence[Record], timeout: float = 30) -> list[int]:
+        """Write one decision's records in one transaction, each with the decision's headers; their
+        offsets once committed. Fenced (retriable): another replica began deciding since `begin_deciding`,
+        so this decision was made against a log that may have changed; nothing of it was committed."""
+        producer = self._decider
+        if producer is None or not self._decider_ready:
+            raise Fenced(f"not holding the decisions' epoch on {self.topic}")
+        txn = uuid.uuid4().hex.encode()
+        offsets: list[int | None] = [None] * len(records)
+        errors: list[str] = []
+
+        def delivered(index: int) -> Callable[[KafkaError | None, Any], None]:
+            def callback(err: KafkaError | None, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err.str())
+                else:
+                    offsets[index] = msg.offset()
+
+            return callback
+
+        count = str(len(records)).encode()
+        deadline = time.monotonic() + timeout
+        try:
+            producer.begin_transaction()
+            for index, (key, value) in enumerate(records):
+                headers = [(DECISION_ID, txn), (DECISION_SIZE, count), (DECISION_INDEX, str(index).encode())]
+                while True:
+                    try:
+                        producer.produce(
+                            self.topic,
+                            key=key.encode(),
+                            value=encode_value(value),
+                            headers=headers,
+                            on_delivery=delivered(index),
+                        )
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            producer.commit_transaction(max(deadline - time.monotonic(), 0.1))
+            while any(o is None for o in offsets) and not errors and time.monotonic() < deadline:
+                producer.poll(0.05)  # the delivery reports of a committed transaction
+        except KafkaException as exc:
+            err = exc.args[0]
+            self._abandon(producer, err)
+            if err.fatal() or err.code() in _FENCED_CODES:
+                raise Fenced(f"deciding on {self.topic}: fenced ({err.str()})") from None
+            raise StateStoreError(
+                f"writing a decision of {len(records)} record(s) to {self.topic} failed: {err.str()}"
+            ) from None
+        if errors or any(o is None for o in offsets):
+            # Committed (commit_transaction succeeded), but an offset is unknown: the caller waits for the end.
+            log.warning("decision committed to %s without every offset reported: %s", self.topic, errors)
+            return []
+        return [o for o in offsets if o is not None]
+
+    def _abandon(self, producer: Producer, err: KafkaError) -> None:
+        """After a failed transaction: abort it if the producer can, else drop the producer (fenced, fatal)."""
+        if not err.fatal() and err.code() not in _FENCED_CODES:
+            try:
+                producer.abort_transaction(10)
+                return
+            except KafkaException as exc:
+                log.debug("aborting a decision on %s failed: %s", self.topic, exc)
+        self._drop_decider()
+
+    def _drop_decider(self) -> None:
+        producer, self._decider, self._decider_ready = self._decider, None, False
+        if producer is not None:
+            try:
+                producer.purge()
+                producer.flush(0)
+            except KafkaException:
+                pass
 
     # -- writing ---------------------------------------------------------------------------------
 

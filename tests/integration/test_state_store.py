@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 
@@ -17,7 +18,7 @@ from proxy.config import VirtualClusterSeedConfig, parse_config
 from proxy.process import ProxyProcess, proxy_config
 from proxy.state.cli import image_to_dict
 from proxy.state.service import client_config, open_tenancy
-from proxy.state.store import StateStore, StateStoreError, decode
+from proxy.state.store import Fenced, StateStore, StateStoreError, decision_of, decode
 from proxy.tenancy.model import (
     TenancyImage,
     client_record,
@@ -29,6 +30,7 @@ from proxy.tenancy.model import (
     vc_record,
 )
 
+from .polling import until
 from .ports import free_port_block
 
 PROPAGATION_LIMIT = 1.0  # seconds: the "see each other's changes within a second"
@@ -247,6 +249,82 @@ async def test_two_services_see_each_others_writes_within_a_second(kafka_cluster
     async with open_tenancy(_store(kafka_cluster, topic)) as c:
         assert c.replayed_records == 13
         assert image_to_dict(c.image) == image_to_dict(b.image)
+
+
+def test_decisions_take_turns_commit_whole_and_are_followed_as_one(kafka_cluster):
+    topic = _topic()
+    one, two = _store(kafka_cluster, topic), _store(kafka_cluster, topic)
+    one.ensure_topic()
+    one.begin_deciding()
+    two.begin_deciding()  # the shared transactional.id: this init fences the first store
+    with pytest.raises(Fenced):
+        one.commit([vc_record("lost")])
+    decided = [vc_record("won"), principal_record("User:w", "won")]
+    offsets = two.commit(decided)
+    assert len(offsets) == 2
+    # The commit marker follows the records (written by the coordinator once the commit returned): the end
+    # of the partition for read_committed readers is past it, at an offset no reader sees as a record.
+    until(lambda: two.committed_end() == max(offsets) + 2, "the commit marker", 60)
+    one.begin_deciding()  # fenced before: initialises again, fencing the second
+    with pytest.raises(Fenced):
+        two.commit([vc_record("late")])
+    one.commit([client_record("c", "won")])
+
+    image = _replayed(kafka_cluster, topic)  # read_committed: nothing of the fenced decisions
+    assert sorted(image.vcs) == ["won"] and image.principals == {"User:w": "won"} and image.client_ids
+
+    batches: list = []
+    stop = threading.Event()
+    final = one.committed_end()
+
+    def on_batch(records, next_offset) -> None:
+        batches.append((records, next_offset))
+        if next_offset >= final:
+            stop.set()
+
+    follower = _store(kafka_cluster, topic)
+    give_up = threading.Timer(120, stop.set)  # the assertions below then say what did not arrive
+    give_up.start()
+    follower.follow(on_batch, stop, start_offset=0)
+    give_up.cancel()
+    assert (decided, max(offsets) + 1) in batches  # both records of the decision in one batch
+    assert batches[-1][1] == final  # the end of the partition, past the last commit marker
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap, "group.id": "unused"})
+    consumer.assign([TopicPartition(topic, 0, min(offsets))])
+    msg = consumer.poll(30)
+    consumer.close()
+    assert decision_of(msg.headers())[1:] == (2, 0)
+    for store in (one, two, follower):
+        store.close()
+
+
+async def test_two_services_deciding_the_same_change_at_once_commit_it_once(kafka_cluster):
+    topic = _topic()
+    async with open_tenancy(_store(kafka_cluster, topic)) as a, open_tenancy(_store(kafka_cluster, topic)) as b:
+        for round_ in range(5):
+            name = f"once-{round_}"
+
+            def create(service, name=name):
+                def decision():  # what a management plane does: create it unless it exists
+                    if name in service.image.vcs:
+                        return b"exists", []
+                    return b"created", [vc_record(name)]
+
+                return decision
+
+            answers = []
+
+            async def decide(service, create=create, answers=answers) -> None:
+                answers.append((await service.decide(create(service)))[0])
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(decide, a)
+                nursery.start_soon(decide, b)
+            assert sorted(answers) == [b"created", b"exists"]
+            await _until(lambda name=name: name in b.image.vcs and name in a.image.vcs, 120)
+            assert a.image.vcs[name] == b.image.vcs[name]
+        assert a.decisions + b.decisions == 5
+    print(f"decisions fenced and made again: {a.fenced + b.fenced} of 5 races")
 
 
 def _compacted(records: list[tuple[str, dict | None]]) -> TenancyImage:

@@ -271,9 +271,8 @@ async def test_service_write_returns_once_the_follower_applied_it():
             while not service._waiters:
                 await trio.sleep(0.001)
         assert not done.is_set() and "followed" not in service.image.vcs
-        for offset, (key, value) in enumerate(store.written):
-            service._from_log(key, value)
-            service._advance(offset + 1)
+        for offset, record in enumerate(store.written):
+            service._from_log([record], offset + 1)  # applied and advanced in one call, as the follower does
         with trio.fail_after(60):
             await done.wait()
         assert "followed" in service.image.vcs

@@ -32,7 +32,7 @@ from ...protocol.primitives import MALFORMED
 from ...tenancy import limits
 from ...tenancy.fields import identifier_paths
 from ...tenancy.model import KAFKA_CLUSTER
-from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refuse
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refusal, refuse
 from .context import ConnectionState
 from .management import Caller, refuse_all
 
@@ -141,7 +141,17 @@ class AuthorizationStage:
         who = self.subject(vc)
         response, records = acl_plane.handle(vc.name, vc.acls, who, ex.api_key, ex.api_version, request, room)
         ex.writes = records
+        if ex.api_key != acl_plane.DESCRIBE_ACLS:
+            ex.decide = lambda: self._decide_acls(ex, vc.name, request)
         return answer(ex, codec.encode(response))
+
+    def _decide_acls(self, ex: Exchange, name: str, request: Any) -> tuple[bytes, list[Any]]:
+        """CreateAcls/DeleteAcls again, against the log's image: the VC's ACLs and the caller's rights now."""
+        vc = self.image().vcs.get(name)
+        if vc is None:  # deleted meanwhile
+            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+        response, records = acl_plane.handle(vc.name, vc.acls, self.subject(vc), ex.api_key, ex.api_version, request)
+        return codec.encode(response), list(records)
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
         access = ex.access

@@ -25,6 +25,13 @@ from .context import ConnectionState
 
 log = logging.getLogger(__name__)
 
+# Answered from the image as it is: they change nothing (the rest is decided again against the log).
+_READS = (
+    management.ListVirtualClustersRequest,
+    management.DescribeVirtualClustersRequest,
+    management.DescribeVirtualClusterAclsRequest,
+)
+
 
 class Caller:
     """Who is asking, as the plane needs to know: the principal and its rights over the current image."""
@@ -77,6 +84,13 @@ class ManagementStage:
     ) -> RequestDecision:
         response, records = plane.handle(self.image(), self.caller.now(), request, listing, unpurged)
         ex.writes = list(records)
+        if not isinstance(request, _READS):
+
+            def decide() -> tuple[bytes, list[Any]]:  # against the log's image, one replica at a time
+                again, records = plane.handle(self.image(), self.caller.now(), request, listing, unpurged)
+                return codec.encode(again), list(records)
+
+            ex.decide = decide
         return answer(ex, codec.encode(response))
 
     def _listed(self, ex: Exchange, request: Any, listing: Listing) -> RequestDecision:

@@ -196,7 +196,19 @@ class QuotaStage:
                 image.quotas, caller, request, response_cls, lambda vc: replace(room, limits=limits.of(image, vc))
             )
             ex.writes = list(records)
+            ex.decide = lambda: self._decide(request, response_cls)
         return answer(ex, codec.encode(response))
+
+    def _decide(self, request: Any, response_cls: type) -> tuple[bytes, list[Any]]:
+        """AlterClientQuotas again, against the log's image (one replica at a time): rights as they are now."""
+        ctx, image = self.ctx, self.image()
+        caller = rpc.Caller(
+            vc=ctx.vc.name if ctx.vc is not None else None,
+            cluster_operator=self.cluster_operator(ctx.principal),
+            may_manage=may_manage_quotas(image, ctx.principal, ctx.vc, self.super_admins, self.cluster_operator),
+        )
+        response, records = rpc.alter(image.quotas, caller, request, response_cls)
+        return codec.encode(response), list(records)
 
 
 def _charge(meters: Any, limit: Limit, amount: float, now: float) -> float:

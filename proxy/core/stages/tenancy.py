@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 from ...acl import access as acl_access
 from ...protocol import codec
@@ -17,11 +18,13 @@ from ...tenancy import linked
 from ...tenancy.engine import TenantEngine
 from ...tenancy.handlers import registry
 from ...tenancy.model import TenancyError
-from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refuse
+from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refusal, refuse
 from .binding import Tenancy
 from .context import ConnectionState
 
 log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class TenancyStage:
@@ -68,10 +71,24 @@ class TenancyStage:
             except CodecError as exc:  # e.g. a message quoting the client's 32,767-byte name: too long to send
                 return close(f"cannot answer {info.name} v{ex.api_version}: {exc}")
             ex.writes = list(call.writes)
+            if call.writes:  # a change the proxy decides itself (a DeleteTopics that only unlinks)
+                ex.decide = lambda: self._decide(ex, engine)
             return answer(ex, body)
         if rule.action != "pass":
             ex.pieces = out
         return None
+
+    def _decide(self, ex: Exchange, engine: TenantEngine) -> tuple[bytes, list[Any]]:
+        """The request again, against the log's image (one replica at a time). If it is no longer answered
+        here (a link deleted meanwhile), the topics are unknown now: UNKNOWN_TOPIC_OR_PARTITION, as the
+        broker answers for a placeholder; the VC deleted or re-created: CLUSTER_AUTHORIZATION_FAILED."""
+        assert ex.header is not None and ex.frame is not None
+        if self.tenancy.image.vcs.get(engine.vc.name) is not engine.vc:
+            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+        call, out = engine.request(ex.api_key, ex.api_version, ex.frame, ex.header.body_offset, ex.access)
+        if isinstance(out, list):
+            return refusal(ex, UNKNOWN_TOPIC_OR_PARTITION) or b"", []
+        return codec.encode(out), list(call.writes)
 
     def _guard(self, ex: Exchange) -> RequestDecision | None:
         """A principal in no VC: the state topic is hidden, and only its readers may read it; linked

@@ -1,19 +1,22 @@
 """The proxy's users at runtime: AlterUserScramCredentials and DescribeUserScramCredentials from the
 proxy's own principals are answered here (proxy/management/users.py decides; the shell writes the state
-records before the answer leaves). A relayed principal's go to the broker, which owns its users; a VC
+records before the answer leaves: an alteration is decided again against the log, one replica at a time,
+docs/security.md#the-write-protocol). A relayed principal's go to the broker, which owns its users; a VC
 member who may not manage its VC's users is refused by the tenancy stage as before; a member of
 `kafka-cluster` has passed kafka-cluster's ACLs (ALTER or DESCRIBE on the cluster) in the authorization
 stage, as on a broker."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...management import users
 from ...protocol import codec
 from ...protocol.apis import request_type
-from ...protocol.codec import CodecError
+from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy.model import KAFKA_CLUSTER
-from ..exchange import Exchange, RequestDecision, answer, close
+from ..exchange import Exchange, RequestDecision, answer, close, refusal
 from .context import ConnectionState
 from .management import Caller
 
@@ -47,7 +50,17 @@ class UsersStage:
             return answer(ex, codec.encode(users.describe(image, scope, request)))
         response, records = users.alter(image, scope, request)
         ex.writes = list(records)
+        ex.decide = lambda: self._decide(ex, request)
         return answer(ex, codec.encode(response))
+
+    def _decide(self, ex: Exchange, request: Any) -> tuple[bytes, list[Any]]:
+        """The alteration again, against the image the shell brought up to the log's end: who may alter
+        whom, and who exists where, as they stand now."""
+        scope = self._scope()
+        if scope is None:  # the caller lost the right meanwhile
+            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+        response, records = users.alter(self.caller.image(), scope, request)
+        return codec.encode(response), list(records)
 
     def _scope(self) -> users.Scope | None:
         """Cluster-wide for kafka-cluster's members; a VC's users for those who may alter their VC."""
