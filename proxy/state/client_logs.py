@@ -18,6 +18,10 @@ mean something an operator has to act on. The rule of the table below:
 - a producer-id request retried while the transaction coordinator loads: DEBUG (every fresh cluster).
 - anything not in the table keeps librdkafka's own level (a fatal producer error: CRITICAL).
 
+The decision producer (docs/security.md#the-write-protocol) has one more rule, first: being fenced, and
+retrying while another replica's transaction ends, is how replicas take turns deciding, not a failure:
+DEBUG, whatever level librdkafka gives it (ERROR, and CRITICAL for the fenced producer's fatal error).
+
 A rule only ever lowers a level (a connection close librdkafka logs at INFO stays INFO).
 
 The table matches the text, whatever the facility (an error event's text is the FAIL line's text).
@@ -86,9 +90,23 @@ LEVELS: tuple[LevelRule, ...] = (
 )
 
 
-def level_of(message: str, level: int) -> int:
+# Only on the decision producer's logger: another client's fencing would be news.
+DECISION_LEVELS: tuple[LevelRule, ...] = (
+    _rule(
+        "decisions taking turns",
+        r"fenced by a newer instance|operation with an old epoch|another concurrent operation on the same transaction"
+        r"|Producer attempted to update a transaction while another concurrent operation"
+        r"|Failed to acquire transactional PID from broker \S+: Broker: (?:Coordinator load in progress"
+        r"|Coordinator not available|Not coordinator)",
+        logging.DEBUG,
+    ),
+    *LEVELS,
+)
+
+
+def level_of(message: str, level: int, table: tuple[LevelRule, ...] = LEVELS) -> int:
     """The level a client line logged by librdkafka at `level` is logged at."""
-    for rule in LEVELS:
+    for rule in table:
         if rule.pattern.search(message):
             return min(level, rule.level)
     return level
@@ -98,8 +116,12 @@ class ClientLogLevels(logging.Filter):
     """Relevel a record by LEVELS; drop it when its logger is not enabled for the new level (the
     logger checked the old one before the filter ran)."""
 
+    def __init__(self, table: tuple[LevelRule, ...] = LEVELS):
+        super().__init__()
+        self.table = table
+
     def filter(self, record: logging.LogRecord) -> bool:
-        level = level_of(record.getMessage(), record.levelno)
+        level = level_of(record.getMessage(), record.levelno, self.table)
         if level != record.levelno:
             record.levelno, record.levelname = level, logging.getLevelName(level)
             return logging.getLogger(record.name).isEnabledFor(level)
@@ -136,3 +158,8 @@ class Throttle(logging.Filter):
 client_log = logging.getLogger("proxy.state.librdkafka")
 client_log.addFilter(ClientLogLevels())
 client_log.addFilter(Throttle())
+
+# The decision producer's own logger (a child's records skip its parent's filters: it has its own).
+decision_log = logging.getLogger("proxy.state.librdkafka.decisions")
+decision_log.addFilter(ClientLogLevels(DECISION_LEVELS))
+decision_log.addFilter(Throttle())

@@ -27,6 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .client_logs import client_log as _client_log  # the clients' own logs, levelled once there
+from .client_logs import decision_log as _decider_log
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +51,6 @@ _RECONNECT = {
 
 DECISION_ID, DECISION_SIZE, DECISION_INDEX = "vcproxy.txn", "vcproxy.n", "vcproxy.i"  # a decision's headers
 
-# Being fenced is how decisions take turns (docs/security.md#the-write-protocol), not a failure: librdkafka's
-# ERROR and CRITICAL lines about it (and its retries while another replica's transaction ends) at DEBUG.
-_TAKING_TURNS = re.compile(
-    r"fenced by a newer instance|operation with an old epoch|another concurrent operation on the same transaction"
-    r"|Producer attempted to update a transaction while another concurrent operation"
-    r"|Failed to acquire transactional PID from broker \S+: Broker: (?:Coordinator load in progress"
-    r"|Coordinator not available|Not coordinator)"
-)
-
-
-class _TurnsAtDebug(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG and _TAKING_TURNS.search(record.getMessage()):
-            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
-
-
-_decider_log = logging.getLogger("proxy.state.librdkafka.decisions")  # the decision producer's own logs
-_decider_log.addFilter(_TurnsAtDebug())
 TRANSACTION_TIMEOUT_MS = 10_000
 
 

@@ -4,6 +4,7 @@ the plane gives then), each decision's records applied together, answered once a
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -338,7 +339,14 @@ def test_a_tenants_delete_that_only_unlinks_is_decided_again():
     reply = session.next_local_reply()
     assert reply.decide is not None
     body, records = reply.decide()  # nothing changed meanwhile: the same unlink
-    assert records == reply.writes == [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
+    unlink = [gen_record("team-a", "payments", 1), link_record("team-a", "payments", None)]
+    assert records[:2] == reply.writes[:2] == unlink
+    # ...and the physical topic it leaves behind, orphaned by team-a (its time is the decision's own)
+    (key, orphan), (local_key, local_orphan) = records[2], reply.writes[2]
+    assert (
+        key == local_key == json.dumps(["orphan", created], separators=(",", ":"))
+        and orphan["vc"] == local_orphan["vc"] == "team-a"
+    )
     for record in records:  # another replica's delete of the same topic, applied first
         img.apply(*record)
     body, records = reply.decide()

@@ -199,3 +199,31 @@ def test_a_real_client_refused_by_its_broker_warns(records):
 def test_every_rule_only_lowers():
     assert all(rule.level <= logging.ERROR for rule in client_logs.LEVELS)
     assert client_logs.level_of("127.0.0.1:1/1: Receive failed: Disconnected", logging.INFO) == logging.INFO
+
+
+@pytest.mark.parametrize(
+    ("librdkafka_level", "text"),
+    [
+        (
+            logging.CRITICAL,
+            "Fatal error: Broker: Producer attempted an operation with an old epoch: the producer is fenced",
+        ),
+        (logging.ERROR, "Failed to commit transaction: Broker: Producer fenced by a newer instance"),
+        (
+            logging.WARNING,
+            "Failed to acquire transactional PID from broker b:1/1: Broker: Coordinator load in progress: retrying",
+        ),
+    ],
+)
+def test_the_decision_producer_taking_turns_is_debug(caplog, librdkafka_level, text):
+    """Fenced by another replica's decision: how replicas take turns, not an operator's problem. Only on the
+    decision producer's logger: the same line from another client keeps its level (the `fatal` row above)."""
+    name = "proxy.state.librdkafka.decisions"
+    caplog.set_level(logging.DEBUG, logger=name)
+    logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        client_logs.decision_log.log(librdkafka_level, "%s [%s] %s", "TXNERR", NAME, f"[thrd:main]: {text}")
+    finally:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    assert [r for r in caplog.records if r.name == name] == []
+    assert client_logs.level_of(text, librdkafka_level, client_logs.DECISION_LEVELS) == logging.DEBUG
