@@ -21,6 +21,7 @@ import logging
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ ENV = "VCPROXY_KAFKA_TOOL_CDS"
 QUIET = "-Xlog:cds*=off"  # stdout is the tool's: no "[warning][cds] ..." lines in it
 REFUSED = ".refused"  # beside an archive that could not be written: no further attempts for it
 VALIDATE_TIMEOUT = 120.0
+STALE_TMP = 3600.0  # seconds; the JVM creates its file at exit: one this old is left from a killed caller
 
 
 def enabled(env: Mapping[str, str] = os.environ) -> bool:
@@ -122,7 +124,8 @@ def finish(p: Plan | None, returncode: int | None, jvm: Sequence[str], classpath
             return
         os.replace(tmp, p.archive)  # atomic: a racing run's archive, if any, is as good as this one
         log.info("kafka tool: wrote class-data archive %s", p.archive)
-        _prune(p.archive)
+        with contextlib.suppress(OSError):
+            _prune(p.archive)
     except OSError as exc:
         _refuse(p.archive, str(exc), mark=False)
     finally:
@@ -138,8 +141,13 @@ def _refuse(archive: Path, why: str, *, mark: bool = True) -> None:
 
 
 def _prune(archive: Path) -> None:
-    """Remove the same tool's archives for older jars or JVMs (a running JVM keeps its mapping)."""
+    """Remove the same tool's archives for older jars or JVMs (a running JVM keeps its mapping), and
+    temporary files of runs whose caller was killed before it could remove them."""
     main = archive.name.rsplit("-", 1)[0]
+    stale = time.time() - STALE_TMP
     for old in archive.parent.glob(f"{main}-*.jsa*"):
-        if old.name.rsplit("-", 1)[0] == main and old != archive and not old.name.endswith(".tmp"):
+        if old.name.endswith(".tmp"):
+            if old.stat().st_mtime < stale:
+                old.unlink(missing_ok=True)
+        elif old.name.rsplit("-", 1)[0] == main and old != archive:
             old.unlink(missing_ok=True)

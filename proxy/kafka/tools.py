@@ -257,9 +257,12 @@ def tool_command(
     heap = tool.heap or heap
     plan = None
     if not tool.service and (cds.enabled() if use_cds is None else use_cds):
-        java = java_executable()
-        archive = cds.archive_path(cache_root() / version / "cds", main, cds.fingerprint(java, [libs, *extra], main))
-        plan = cds.plan(archive)
+        try:
+            key = cds.fingerprint(java_executable(), [libs, *extra], main)
+        except OSError:  # the jars are being swapped for a newer resolution: this run goes without
+            key = None
+        if key is not None:
+            plan = cds.plan(cds.archive_path(cache_root() / version / "cds", main, key))
     argv = java_tool_argv(
         libs,
         main,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from proxy.kafka import cds, tools
@@ -281,12 +284,16 @@ def test_a_new_archive_replaces_the_tools_older_ones(cds_jvm):
     old = cache / "org.apache.kafka.tools.TopicCommand-0000000000000000.jsa"
     refused = cache / "org.apache.kafka.tools.TopicCommand-1111111111111111.jsa.refused"
     other = cache / "org.apache.kafka.tools.TopicCommandX-0000000000000000.jsa"
-    for f in (old, refused, other):
+    left = cache / "org.apache.kafka.tools.TopicCommand-0000000000000000.jsa.1-00000000.tmp"  # a killed caller's
+    running = cache / "org.apache.kafka.tools.TopicCommand-0000000000000000.jsa.2-00000000.tmp"  # being written
+    for f in (old, refused, other, left, running):
         f.write_bytes(b"x")
+    two_hours_ago = time.time() - 7200
+    os.utime(left, (two_hours_ago, two_hours_ago))
     command = tools.tool_command("kafka-topics", ["--list"])
     command.cds.writing.write_bytes(b"archive")
     command.finish(0)
-    assert sorted(p.name for p in cache.iterdir()) == sorted([command.cds.archive.name, other.name])
+    assert sorted(p.name for p in cache.iterdir()) == sorted([command.cds.archive.name, other.name, running.name])
 
 
 def test_two_first_runs_at_once_each_write_their_own_file_and_one_wins(cds_jvm):
@@ -298,3 +305,10 @@ def test_two_first_runs_at_once_each_write_their_own_file_and_one_wins(cds_jvm):
     a.finish(0)
     assert a.cds.archive.read_bytes() == b"a"  # the last rename wins; either is a whole archive
     assert [p.name for p in a.cds.archive.parent.iterdir()] == [a.cds.archive.name]
+
+
+def test_a_class_path_that_cannot_be_read_runs_without_an_archive(cds_jvm, monkeypatch):
+    gone = str(cds_jvm / "gone" / "java")  # as a jar removed while the dist is swapped for a newer one
+    monkeypatch.setattr(tools, "java_executable", lambda: gone)
+    command = tools.tool_command("kafka-topics", ["--list"])
+    assert command.cds is None and _flags(command.argv) == []
