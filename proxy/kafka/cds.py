@@ -5,12 +5,14 @@ anything; mapped from an archive written by an earlier run of the same tool, the
 
 One dynamic archive per (Kafka version, Java, class path with each jar's size and mtime, main class) in
 ``<cache>/<version>/cds/``: a tool loads its own classes, so it gets its own archive, and any change of
-the jars or the JVM names a new one. The first run of a tool writes it (``-XX:ArchiveClassesAtExit``) to a
-temporary name; after a clean exit a second JVM must map it (``-Xshare:on`` with checksums) before it is
-renamed into place, because a truncated archive crashes a JVM (SIGBUS) where a mismatched one is merely
-ignored. Later runs map it with ``-Xshare:auto``: a JVM that cannot use it runs without. The JVM reports
-both (and the classes it leaves out of an archive it writes) as ``[cds]`` lines on stdout, where the tools
-print their data, so those lines are turned off. ``VCPROXY_KAFKA_TOOL_CDS=0`` turns the archives off.
+the jars or the JVM names a new one. Writing one costs a run about 2.5 s of CPU and each later run saves
+about 1.1 s, so the first run of a tool only leaves a marker and the second writes the archive
+(``-XX:ArchiveClassesAtExit``): a tool run once never pays for it. It goes to a temporary name; after a
+clean exit a second JVM must map it (``-Xshare:on`` with checksums) before it is renamed into place,
+because a truncated archive crashes a JVM (SIGBUS) where a mismatched one is merely ignored. Later runs
+map it with ``-Xshare:auto``: a JVM that cannot use it runs without. The JVM reports both (and the
+classes it leaves out of an archive it writes) as ``[cds]`` lines on stdout, where the tools print their
+data, so those lines are turned off. ``VCPROXY_KAFKA_TOOL_CDS=0`` turns the archives off.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger("proxy.kafka")
 ENV = "VCPROXY_KAFKA_TOOL_CDS"
 QUIET = "-Xlog:cds*=off"  # stdout is the tool's: no "[warning][cds] ..." lines in it
 REFUSED = ".refused"  # beside an archive that could not be written: no further attempts for it
+SEEN = ".seen"  # beside an archive not written yet: the tool has run once
 VALIDATE_TIMEOUT = 120.0
 STALE_TMP = 3600.0  # seconds; the JVM creates its file at exit: one this old is left from a killed caller
 
@@ -70,17 +73,19 @@ class Plan:
 
 
 def plan(archive: Path) -> Plan | None:
-    """Map ``archive`` if it exists, else write it from this run; None when an earlier attempt failed
-    or the cache directory cannot be written."""
+    """Map ``archive`` if it exists, else write it from this run if the tool ran before; None on its
+    first run, when an earlier attempt failed, or when the cache directory cannot be written."""
     if archive.is_file():
         return Plan(archive, (f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", QUIET))
-    refused = archive.with_name(archive.name + REFUSED)
-    if refused.exists():
+    if archive.with_name(archive.name + REFUSED).exists():
         return None
-    try:
-        archive.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _refuse(archive, f"cannot create {archive.parent}: {exc}", mark=False)
+    seen = archive.with_name(archive.name + SEEN)
+    if not seen.exists():
+        try:
+            archive.parent.mkdir(parents=True, exist_ok=True)
+            seen.touch()
+        except OSError as exc:
+            _refuse(archive, f"cannot write to {archive.parent}: {exc}", mark=False)
         return None
     tmp = archive.with_name(f"{archive.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     return Plan(archive, (f"-XX:ArchiveClassesAtExit={tmp}", "-XX:+VerifySharedSpaces", QUIET), tmp)

@@ -257,12 +257,8 @@ def tool_command(
     heap = tool.heap or heap
     plan = None
     if not tool.service and (cds.enabled() if use_cds is None else use_cds):
-        try:
-            key = cds.fingerprint(java_executable(), [libs, *extra], main)
-        except OSError:  # the jars are being swapped for a newer resolution: this run goes without
-            key = None
-        if key is not None:
-            plan = cds.plan(cds.archive_path(cache_root() / version / "cds", main, key))
+        archive = _archive(version, main, [libs, *extra])
+        plan = cds.plan(archive) if archive else None
     argv = java_tool_argv(
         libs,
         main,
@@ -277,6 +273,25 @@ def tool_command(
         return ToolCommand(argv)
     jvm = _jvm(heap, min_heap=tool.min_heap)
     return ToolCommand(argv, plan, tuple(jvm), _classpath(libs, extra))
+
+
+def cds_archive(name: str, args: Sequence[str] = (), version: str = DEFAULT_KAFKA_VERSION) -> Path | None:
+    """Where the class-data archive of tool ``name`` (with these jars and this JDK) is or will be; None
+    for a service, or while the jars cannot be read."""
+    tool = spec(name)
+    if tool.service:
+        return None
+    main, _ = _resolve_main(name.removesuffix(".sh"), tool, args)
+    extra = [ensure_extra_libs(tool.artifacts, version)] if tool.artifacts else []
+    return _archive(version, main, [ensure_dist(version), *extra])
+
+
+def _archive(version: str, main: str, lib_dirs: Sequence[Path]) -> Path | None:
+    try:
+        key = cds.fingerprint(java_executable(), lib_dirs, main)
+    except OSError:  # the jars are being swapped for a newer resolution: this run goes without
+        return None
+    return cds.archive_path(cache_root() / version / "cds", main, key)
 
 
 def tool_argv(name: str, args: Sequence[str], version: str = DEFAULT_KAFKA_VERSION, heap: str = "256m") -> list[str]:

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.kafka import cli
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs
-from proxy.kafka.tools import SPECS, run_tool, tool_command
+from proxy.kafka.tools import SPECS, cds_archive, run_tool, tool_command
 
 
 def _ok(result) -> str:
@@ -127,21 +127,25 @@ def test_kafka_metadata_shell_reads_the_metadata_log(kafka_cluster, topic, tmp_p
     assert topic in out.split()
 
 
-def test_a_second_call_maps_the_tools_class_data_archive_and_prints_the_same(kafka_cluster, topic, tmp_path):
-    """The first call of a tool writes its AppCDS archive; the next maps it (its classes come from the
-    "shared objects file"), and stdout is what the tool prints without one. A JVM that cannot use an
-    archive (another class path) runs without it and says nothing about it where tests read."""
+def test_a_third_call_maps_the_tools_class_data_archive_and_prints_the_same(kafka_cluster, topic, tmp_path):
+    """A tool's first call leaves a marker, its second writes its AppCDS archive, the next maps it (its
+    classes come from the "shared objects file"); stdout is what the tool prints without one. A JVM that
+    cannot use an archive (another class path) runs without it and says nothing about it where tests read."""
     version = kafka_cluster.version or DEFAULT_KAFKA_VERSION
     args = ["--bootstrap-server", kafka_cluster.bootstrap, "--describe", "--topic", topic]
-    archive = tool_command("kafka-topics", args, version=version, use_cds=True).cds.archive
-    for stale in (archive, archive.with_name(archive.name + ".refused")):
+    archive = cds_archive("kafka-topics", args, version)
+    assert archive is not None
+    for stale in (archive, *(archive.with_name(archive.name + m) for m in (".refused", ".seen"))):
         stale.unlink(missing_ok=True)  # another session's run maps its own copy: unlinking is safe
     plain = _ok(run_tool("kafka-topics", args, version=version, use_cds=False))
     assert f"Topic: {topic}\t" in plain and not archive.exists()
 
     first = run_tool("kafka-topics", args, version=version, use_cds=True)
     assert _ok(first) == plain and "[cds" not in first.stderr
-    assert archive.is_file(), "the first clean run wrote no archive"
+    assert not archive.exists(), "a tool's first call wrote its archive"
+    writing = run_tool("kafka-topics", args, version=version, use_cds=True)
+    assert _ok(writing) == plain and "[cds" not in writing.stderr
+    assert archive.is_file(), "the second clean call wrote no archive"
 
     second = tool_command("kafka-topics", args, version=version, use_cds=True)
     assert f"-XX:SharedArchiveFile={archive}" in second.argv

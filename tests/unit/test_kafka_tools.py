@@ -208,10 +208,20 @@ def _flags(argv):
     return [a for a in argv if a.startswith(("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare", "-Xlog"))]
 
 
-def test_a_tools_first_run_writes_its_archive_and_later_runs_map_it(cds_jvm):
+def _writing(name, args):
+    """The command of a tool's second run, the one that writes its archive (the first leaves a marker)."""
+    tools.tool_command(name, args)
+    return tools.tool_command(name, args)
+
+
+def test_a_tools_second_run_writes_its_archive_and_later_runs_map_it(cds_jvm):
     args = ["--bootstrap-server", "b:1", "--list"]
+    once = tools.tool_command("kafka-topics", args)  # a tool run once never pays for writing one
+    assert once.cds is None and _flags(once.argv) == [] and once.argv == tools.tool_argv("kafka-topics", args)
+    once.finish(0)
     first = tools.tool_command("kafka-topics", args)
     archive = first.cds.archive
+    assert archive.with_name(archive.name + ".seen").exists()
     assert archive.parent == cds_jvm / "cache" / "4.2.2" / "cds"
     assert archive.name.startswith("org.apache.kafka.tools.TopicCommand-") and archive.suffix == ".jsa"
     tmp = first.cds.writing
@@ -234,7 +244,7 @@ def test_a_tools_first_run_writes_its_archive_and_later_runs_map_it(cds_jvm):
 
 def test_a_failed_or_killed_run_leaves_no_archive(cds_jvm):
     for returncode in (1, None, -9):
-        command = tools.tool_command("kafka-acls", ["--list"])
+        command = _writing("kafka-acls", ["--list"])
         command.cds.writing.write_bytes(b"partial")
         command.finish(returncode)
         assert not command.cds.writing.exists() and not command.cds.archive.exists()
@@ -244,7 +254,7 @@ def test_a_failed_or_killed_run_leaves_no_archive(cds_jvm):
 def test_an_archive_the_jvm_refuses_is_dropped_with_one_line_and_not_written_again(cds_jvm, caplog, monkeypatch):
     java = _script(cds_jvm / "java-refuses", 1)
     monkeypatch.setattr(tools, "java_executable", lambda: java)
-    command = tools.tool_command("kafka-acls", ["--list"])
+    command = _writing("kafka-acls", ["--list"])
     command.cds.writing.write_bytes(b"truncated")
     with caplog.at_level("WARNING", logger="proxy.kafka"):
         command.finish(0)
@@ -255,7 +265,9 @@ def test_an_archive_the_jvm_refuses_is_dropped_with_one_line_and_not_written_aga
 
 
 def test_archives_off_by_env_for_services_and_for_tool_argv(cds_jvm, monkeypatch):
+    tools.tool_command("kafka-topics", ["--list"])  # the first run: the next ones would write
     assert tools.tool_command("kafka-topics", ["--list"], use_cds=False).cds is None
+    tools.tool_command("kafka-server-start", ["server.properties"])
     assert tools.tool_command("kafka-server-start", ["server.properties"]).cds is None  # a broker runs for long
     assert _flags(tools.tool_argv("kafka-topics", ["--list"])) == []
     for off in ("0", "false", "off", "NO"):
@@ -290,13 +302,14 @@ def test_a_new_archive_replaces_the_tools_older_ones(cds_jvm):
         f.write_bytes(b"x")
     two_hours_ago = time.time() - 7200
     os.utime(left, (two_hours_ago, two_hours_ago))
-    command = tools.tool_command("kafka-topics", ["--list"])
+    command = _writing("kafka-topics", ["--list"])
     command.cds.writing.write_bytes(b"archive")
     command.finish(0)
     assert sorted(p.name for p in cache.iterdir()) == sorted([command.cds.archive.name, other.name, running.name])
 
 
 def test_two_first_runs_at_once_each_write_their_own_file_and_one_wins(cds_jvm):
+    tools.tool_command("kafka-configs", ["--describe"])  # the first run
     a, b = (tools.tool_command("kafka-configs", ["--describe"]) for _ in range(2))
     assert a.cds.archive == b.cds.archive and a.cds.writing != b.cds.writing
     a.cds.writing.write_bytes(b"a")
@@ -304,7 +317,7 @@ def test_two_first_runs_at_once_each_write_their_own_file_and_one_wins(cds_jvm):
     b.finish(0)
     a.finish(0)
     assert a.cds.archive.read_bytes() == b"a"  # the last rename wins; either is a whole archive
-    assert [p.name for p in a.cds.archive.parent.iterdir()] == [a.cds.archive.name]
+    assert sorted(p.name for p in a.cds.archive.parent.iterdir()) == [a.cds.archive.name]
 
 
 def test_a_class_path_that_cannot_be_read_runs_without_an_archive(cds_jvm, monkeypatch):
@@ -312,3 +325,12 @@ def test_a_class_path_that_cannot_be_read_runs_without_an_archive(cds_jvm, monke
     monkeypatch.setattr(tools, "java_executable", lambda: gone)
     command = tools.tool_command("kafka-topics", ["--list"])
     assert command.cds is None and _flags(command.argv) == []
+
+
+def test_cds_archive_names_the_archive_a_tools_runs_use(cds_jvm):
+    archive = tools.cds_archive("kafka-topics")
+    assert archive == _writing("kafka-topics", ["--list"]).cds.archive
+    assert tools.cds_archive("kafka-run-class", ["kafka.tools.DumpLogSegments"]).name.startswith(
+        "kafka.tools.DumpLogSegments-"
+    )
+    assert tools.cds_archive("kafka-server-start") is None
