@@ -7,7 +7,8 @@ offered: it signals every ``kafka.Kafka`` process of the machine; ``vcproxy kafk
 exactly the brokers of one cluster.
 
 ``run_tool`` (and so ``vcproxy kafka tool``) gives each short-lived tool an AppCDS archive of the classes
-it loads (see ``proxy/kafka/cds.py`` and docs/kafka-launcher.md): the first call writes it, later calls map it.
+it loads (see ``proxy/kafka/cds.py`` and docs/kafka-launcher.md): its second call writes it, later calls
+map it.
 """
 
 from __future__ import annotations
@@ -314,7 +315,7 @@ def run_tool(
     """Run a Kafka tool to completion; stdout/stderr are captured as text unless given in ``kw``.
 
     stdin is /dev/null unless ``input`` (or ``stdin``) is given, so tools reading stdin never hang. A
-    short-lived tool maps its class-data archive, or writes it on its first clean run (``use_cds``).
+    short-lived tool maps its class-data archive, or writes it on its second clean run (``use_cds``).
     """
     command = tool_command(name, args, version=version, heap=kw.pop("heap", "256m"), use_cds=use_cds)
     kw.setdefault("stdout", subprocess.PIPE)
