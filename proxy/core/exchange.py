@@ -66,6 +66,7 @@ class Exchange:
     # the log's current image, one replica at a time -> (response body, records); `reply` and `writes` are
     # what this replica's image alone says (used when there is no state topic). docs/security.md.
     decide: Callable[[], tuple[bytes, list[Any]]] | None = None
+    audit: list[Any] = field(default_factory=list)  # the local decision's audit lines, logged if `writes` stand
     depth: int = 0  # how many stages saw the request: their response sides see the answer
     trace: Any = None  # telemetry's record of the request
     # The proxy's own request on the client's connection (the relayed login's SaslHandshake): its answer is

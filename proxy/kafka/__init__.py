@@ -14,7 +14,7 @@ from proxy.kafka.cluster import (
 )
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs, ensure_streams_libs
 from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.tools import TOOLS, run_tool, tool_argv
+from proxy.kafka.tools import TOOLS, run_tool, tool_argv, tool_command
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -35,4 +35,5 @@ __all__ = [
     "stop_broker",
     "stop_cluster",
     "tool_argv",
+    "tool_command",
 ]

@@ -5,6 +5,10 @@ the Maven artifacts it needs beyond the dist (resolved on first use, see ``dist.
 for long-running services, the JVM settings of the script. ``kafka-server-stop`` is the one script not
 offered: it signals every ``kafka.Kafka`` process of the machine; ``vcproxy kafka stop --dir DIR`` stops
 exactly the brokers of one cluster.
+
+``run_tool`` (and so ``vcproxy kafka tool``) gives each short-lived tool an AppCDS archive of the classes
+it loads (see ``proxy/kafka/cds.py`` and docs/kafka-launcher.md): its second call writes it, later calls
+map it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.kafka import cds
 from proxy.kafka.dist import (
     BROKER_LOG4J,
     DEFAULT_KAFKA_VERSION,
     TOOLS_LOG4J,
+    cache_root,
     ensure_dist,
     ensure_extra_libs,
     java_executable,
@@ -188,25 +194,59 @@ def java_tool_argv(
     extra_libs: Sequence[Path] = (),
     service: bool = False,
     min_heap: str | None = None,
+    jvm_flags: Sequence[str] = (),
 ) -> list[str]:
     """``java`` argv for a Kafka JVM. A tool logs WARN and above to stderr so stdout carries only data;
-    a service (broker, Connect worker) logs at INFO on stdout and keeps the full JIT."""
-    classpath = ":".join(f"{p}/*" for p in (libs, *extra_libs))
+    a service (broker, Connect worker) logs at INFO on stdout and keeps the full JIT. ``jvm_flags`` come
+    after the launcher's own (a tool's class-data archive)."""
     return [
-        java_executable(),
-        *([f"-Xms{min_heap}"] if min_heap else []),
-        f"-Xmx{heap}",
-        *(SERVICE_JVM_FLAGS if service else TOOL_JVM_FLAGS),
+        *_jvm(heap, service=service, min_heap=min_heap),
+        *jvm_flags,
         f"-Dlog4j2.configurationFile={BROKER_LOG4J if service else TOOLS_LOG4J}",
         "-cp",
-        classpath,
+        _classpath(libs, extra_libs),
         main,
         *args,
     ]
 
 
-def tool_argv(name: str, args: Sequence[str], version: str = DEFAULT_KAFKA_VERSION, heap: str = "256m") -> list[str]:
-    """The full argv for Kafka tool ``name`` (e.g. ``kafka-topics``), resolving jars if needed."""
+def _jvm(heap: str, *, service: bool = False, min_heap: str | None = None) -> list[str]:
+    return [
+        java_executable(),
+        *([f"-Xms{min_heap}"] if min_heap else []),
+        f"-Xmx{heap}",
+        *(SERVICE_JVM_FLAGS if service else TOOL_JVM_FLAGS),
+    ]
+
+
+def _classpath(libs: Path, extra_libs: Sequence[Path] = ()) -> str:
+    return ":".join(f"{p}/*" for p in (libs, *extra_libs))
+
+
+@dataclass(frozen=True)
+class ToolCommand:
+    """A tool's argv and, for a short-lived tool with archives on, how it uses its class-data archive
+    (``cds.finish`` is called with the run's exit code)."""
+
+    argv: list[str]
+    cds: cds.Plan | None = None
+    jvm: tuple[str, ...] = ()  # java and the JVM flags the archive was written with
+    classpath: str = ""
+
+    def finish(self, returncode: int | None) -> None:
+        cds.finish(self.cds, returncode, self.jvm, self.classpath)
+
+
+def tool_command(
+    name: str,
+    args: Sequence[str],
+    version: str = DEFAULT_KAFKA_VERSION,
+    heap: str = "256m",
+    *,
+    use_cds: bool | None = None,
+) -> ToolCommand:
+    """The command for Kafka tool ``name``, resolving jars if needed. ``use_cds`` (default: unless
+    ``VCPROXY_KAFKA_TOOL_CDS=0``) gives a short-lived tool its class-data archive; services never get one."""
     tool = spec(name)  # before ensure_dist: a typo should not cost a Maven run
     main, rest = _resolve_main(name.removesuffix(".sh"), tool, args)
     if rest and rest[0] == "-daemon" and tool.service:
@@ -215,15 +255,50 @@ def tool_argv(name: str, args: Sequence[str], version: str = DEFAULT_KAFKA_VERSI
         )
     libs = ensure_dist(version)
     extra = [ensure_extra_libs(tool.artifacts, version)] if tool.artifacts else []
-    return java_tool_argv(
+    heap = tool.heap or heap
+    plan = None
+    if not tool.service and (cds.enabled() if use_cds is None else use_cds):
+        archive = _archive(version, main, [libs, *extra])
+        plan = cds.plan(archive) if archive else None
+    argv = java_tool_argv(
         libs,
         main,
         rest,
-        tool.heap or heap,
+        heap,
         extra_libs=extra,
         service=tool.service,
         min_heap=tool.min_heap,
+        jvm_flags=plan.flags if plan else (),
     )
+    if plan is None:
+        return ToolCommand(argv)
+    jvm = _jvm(heap, min_heap=tool.min_heap)
+    return ToolCommand(argv, plan, tuple(jvm), _classpath(libs, extra))
+
+
+def cds_archive(name: str, args: Sequence[str] = (), version: str = DEFAULT_KAFKA_VERSION) -> Path | None:
+    """Where the class-data archive of tool ``name`` (with these jars and this JDK) is or will be; None
+    for a service, or while the jars cannot be read."""
+    tool = spec(name)
+    if tool.service:
+        return None
+    main, _ = _resolve_main(name.removesuffix(".sh"), tool, args)
+    extra = [ensure_extra_libs(tool.artifacts, version)] if tool.artifacts else []
+    return _archive(version, main, [ensure_dist(version), *extra])
+
+
+def _archive(version: str, main: str, lib_dirs: Sequence[Path]) -> Path | None:
+    try:
+        key = cds.fingerprint(java_executable(), lib_dirs, main)
+    except OSError:  # the jars are being swapped for a newer resolution: this run goes without
+        return None
+    return cds.archive_path(cache_root() / version / "cds", main, key)
+
+
+def tool_argv(name: str, args: Sequence[str], version: str = DEFAULT_KAFKA_VERSION, heap: str = "256m") -> list[str]:
+    """The full argv for Kafka tool ``name`` (e.g. ``kafka-topics``), resolving jars if needed; without a
+    class-data archive (``run_tool`` gives one), for callers that run the argv their own way."""
+    return tool_command(name, args, version, heap, use_cds=False).argv
 
 
 def run_tool(
@@ -234,15 +309,25 @@ def run_tool(
     input: str | None = None,
     timeout: float | None = DEFAULT_TOOL_TIMEOUT,
     check: bool = False,
+    use_cds: bool | None = None,
     **kw: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run a Kafka tool to completion; stdout/stderr are captured as text unless given in ``kw``.
 
-    stdin is /dev/null unless ``input`` (or ``stdin``) is given, so tools reading stdin never hang.
+    stdin is /dev/null unless ``input`` (or ``stdin``) is given, so tools reading stdin never hang. A
+    short-lived tool maps its class-data archive, or writes it on its second clean run (``use_cds``).
     """
-    argv = tool_argv(name, args, version=version, heap=kw.pop("heap", "256m"))
+    command = tool_command(name, args, version=version, heap=kw.pop("heap", "256m"), use_cds=use_cds)
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)
     if input is None:
         kw.setdefault("stdin", subprocess.DEVNULL)
-    return subprocess.run(argv, input=input, timeout=timeout, check=check, text=True, **kw)
+    try:
+        result = subprocess.run(command.argv, input=input, timeout=timeout, check=False, text=True, **kw)
+    except BaseException:
+        command.finish(None)
+        raise
+    command.finish(result.returncode)
+    if check:
+        result.check_returncode()
+    return result

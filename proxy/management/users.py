@@ -42,6 +42,7 @@ from ..auth.users import (
     credential_from_salted,
     scram_record,
 )
+from ..observability import audit
 from ..observability.quoting import cut, shown
 from ..tenancy import limits
 from ..tenancy.model import TenancyImage, principal_record
@@ -160,7 +161,7 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
         mechanism = MECHANISMS_BY_TYPE[int(d.mechanism)]
         records.append(scram_record(name, mechanism, None))
         results.append(_altered(name))
-        log.info("%s deleted the %s credential of user %s", caller.principal, mechanism, shown(name))
+        audit.note(log, "%s deleted the %s credential of user %s", caller.principal, mechanism, shown(name))
     users_here, state_records = limits.users_in(image, scope.vc), limits.record_count(image)
     where = f"virtual cluster {scope.vc!r}" if scope.vc is not None else "the users in no virtual cluster"
     for name, u in upsertions.items():
@@ -176,13 +177,13 @@ def alter(image: TenancyImage, scope: Scope, request: Any) -> tuple[Any, list[Re
             limits.records_refusal(image, [*records, *mine], state_records)
         )
         if why:
-            log.info("refusing %s user %s: %s", caller.principal, shown(name), why)
+            audit.note(log, "refusing %s user %s: %s", caller.principal, shown(name), why)
             errors[name] = (ErrorCode.policy_violation, why)
             continue
         users_here += new
         records += mine
         results.append(_altered(name))
-        log.info("%s set the %s credential of user %s", caller.principal, mechanism, shown(name))
+        audit.note(log, "%s set the %s credential of user %s", caller.principal, mechanism, shown(name))
     for name, (code, message) in errors.items():
         results.append(_altered(name, code, message))
     return alter_v0.AlterUserScramCredentialsResponse(throttle_time=_NO_THROTTLE, results=tuple(results)), (records)
@@ -198,7 +199,7 @@ def _authorize(scope: Scope, name: str, image: TenancyImage) -> _Error | None:
     why = _refusal(scope, name, image)
     if why is None:
         return None
-    log.info("refusing %s a change of user %s's credentials: %s", scope.caller.principal, shown(name), cut(why))
+    audit.note(log, "refusing %s a change of user %s's credentials: %s", scope.caller.principal, shown(name), cut(why))
     return ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
 
 

@@ -29,6 +29,7 @@ import trio
 
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
+from ..observability import audit
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
 from ..protocol.framing import FrameError
@@ -330,6 +331,7 @@ class ClientConnection:
                     local.reply = codec.response_frame(local.correlation_id, local.response_header_version, body)
                 else:
                     await self._persist(local.writes)
+                    audit.emit(local.audit)  # the local decision stands (no state topic to decide against)
                 if local.close_after and self.limits.failed_authentication_delay > 0:
                     # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
                     await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)

@@ -26,6 +26,7 @@ import trio
 
 from ..auth.users import seed_user_records
 from ..identity import CLIENT_ID
+from ..observability import audit
 from ..tenancy.guard import StateTopicGuard
 from ..tenancy.model import TenancyImage, vc_record
 from .seed import VirtualClusterSeed, seed_records
@@ -310,20 +311,23 @@ class TenancyService:
             return remaining
 
         if self._thread is None:  # not following (a tool, or before start): this image is all there is
-            body, records = decision()
+            (body, records), lines = audit.collect(decision)
             await self.write(list(records), left())
+            audit.emit(lines)
             return body, list(records)
         await trio.to_thread.run_sync(self.store.begin_deciding, left())
         end = await trio.to_thread.run_sync(self.store.committed_end, left())
         await self._applied(end, left(), "the end of the log")
-        body, records = decision()
+        (body, records), lines = audit.collect(decision)  # logged only for the run whose outcome stands
         records = list(records)
         if not records:
+            audit.emit(lines)
             return body, records
         offsets = await trio.to_thread.run_sync(self.store.commit, records, left())
         target = max(offsets) + 1 if offsets else await trio.to_thread.run_sync(self.store.committed_end, left())
         await self._applied(target, left(), "a committed decision")
         self.decisions += 1
+        audit.emit(lines)
         return body, records
 
     async def _applied(self, target: int, timeout: float, what: str) -> None:

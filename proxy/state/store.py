@@ -26,6 +26,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from ..tenancy.guard import decisions_id
 from .client_logs import client_log as _client_log  # the clients' own logs, levelled once there
 from .client_logs import decision_log as _decider_log
 
@@ -52,11 +53,6 @@ _RECONNECT = {
 DECISION_ID, DECISION_SIZE, DECISION_INDEX = "vcproxy.txn", "vcproxy.n", "vcproxy.i"  # a decision's headers
 
 TRANSACTION_TIMEOUT_MS = 10_000
-
-
-def decisions_id(topic: str) -> str:
-    """The transactional.id every replica's decisions share: one holder at a time (docs/state.md)."""
-    return f"vcproxy-state-decisions.{topic}"
 
 
 def decision_of(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[bytes, int, int] | None:

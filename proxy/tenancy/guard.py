@@ -5,6 +5,9 @@ one link record written there would hand one tenant another's topic. So, through
 
 * nobody may write, delete, truncate, reconfigure or add partitions to it, nor write transactional
   offsets or markers into it (WRITES below): TOPIC_AUTHORIZATION_FAILED in the API's shape;
+* nobody may use the transactional id the replicas decide under (`decisions_id`, docs/state.md): with it a
+  client could fence the replicas' decisions one after another (TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+  as a broker answers an id the principal may not use);
 * only `tenancy.state_topic_readers` may read or describe it (any other request naming it, by name or
   topic id, is refused the same way), and it is left out of everyone else's topic listings (Metadata,
   DescribeTopicPartitions).
@@ -42,6 +45,14 @@ CONFIG_APIS = (32, 33, 44)  # DescribeConfigs, AlterConfigs, IncrementalAlterCon
 # AlterConfigs, AlterReplicaLogDirs, CreatePartitions, IncrementalAlterConfigs, AlterPartitionReassignments.
 WRITES = frozenset({0, 19, 20, 21, 24, 27, 28, 33, 34, 37, 44, 45})
 LISTINGS = (METADATA, DESCRIBE_TOPIC_PARTITIONS)
+# InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit: what uses a transactional id.
+TXN_USES = frozenset({22, 24, 25, 26, 28})
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.transactional_id_authorization_failed)
+
+
+def decisions_id(topic: str) -> str:
+    """The transactional.id every replica's decisions share: one holder at a time (docs/state.md)."""
+    return f"vcproxy-state-decisions.{topic}"
 
 
 @dataclass
@@ -56,6 +67,8 @@ class StateTopicGuard:
         # fastest) spares every other request a decode. Not for Produce: its records are walked over.
         needles = [self.topic.encode()] + ([self.topic_id.bytes] if self.topic_id is not None else [])
         self._needles = [re.compile(re.escape(n)) for n in needles]
+        self.decisions_id = decisions_id(self.topic)
+        self._decisions_needle = re.compile(re.escape(self.decisions_id.encode()))
 
     def mentioned(self, frame: memoryview) -> bool:
         return any(n.search(frame) is not None for n in self._needles)
@@ -97,6 +110,10 @@ def check(
     guard: StateTopicGuard, principal: str | None, api_key: int, version: int, frame: memoryview, body_offset: int
 ) -> Refusal | ListingFilter | None:
     """What to do with one request of a principal bound to no VC: refuse, filter its answer, or pass (None)."""
+    if api_key in TXN_USES and guard._decisions_needle.search(frame) is not None:
+        refused = _uses_decisions_id(guard, principal, api_key, version, frame, body_offset)
+        if refused is not None:
+            return refused
     reader = principal is not None and principal in guard.readers
     if api_key in LISTINGS and not reader:
         if not guard.mentioned(frame) and not _may_list_all(api_key, version, frame, body_offset):
@@ -123,6 +140,28 @@ def check(
     what = "write to" if api_key in WRITES else "read"
     why = f"{principal} may not {what} the state topic {guard.topic} (api {api_key} v{version})"
     return Refusal(_refusal_body(api_key, version, body), why, int(getattr(body, "acks", -1)))
+
+
+def _uses_decisions_id(
+    guard: StateTopicGuard, principal: str | None, api_key: int, version: int, frame: memoryview, body_offset: int
+) -> Refusal | None:
+    body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+    found = False
+
+    def see(value: Any) -> Any:
+        nonlocal found
+        found = found or value == guard.decisions_id
+        return value
+
+    for path, kind in identifier_paths(request_type(api_key, version)):
+        if kind == "txn":
+            apply_path(body, path, see)
+    if not found:
+        return None
+    cls = response_type(api_key, version)
+    why = f"{principal} may not use the replicas' transactional id {guard.decisions_id} (api {api_key} v{version})"
+    error = ErrorCode.transactional_id_authorization_failed
+    return Refusal(codec._empty(cls, error_code=error) if "error_code" in _fields(cls) else None, why)
 
 
 def _may_list_all(api_key: int, version: int, frame: memoryview, body_offset: int) -> bool:

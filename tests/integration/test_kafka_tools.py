@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 import uuid
 import zipfile
@@ -15,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.kafka import cli
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs
-from proxy.kafka.tools import SPECS, run_tool
+from proxy.kafka.tools import SPECS, cds_archive, run_tool, tool_command
 
 
 def _ok(result) -> str:
@@ -124,3 +125,45 @@ def test_kafka_metadata_shell_reads_the_metadata_log(kafka_cluster, topic, tmp_p
         if topic in out.split() or time.monotonic() > deadline:
             break
     assert topic in out.split()
+
+
+def test_a_third_call_maps_the_tools_class_data_archive_and_prints_the_same(kafka_cluster, topic, tmp_path):
+    """A tool's first call leaves a marker, its second writes its AppCDS archive, the next maps it (its
+    classes come from the "shared objects file"); stdout is what the tool prints without one. A JVM that
+    cannot use an archive (another class path) runs without it and says nothing about it where tests read."""
+    version = kafka_cluster.version or DEFAULT_KAFKA_VERSION
+    args = ["--bootstrap-server", kafka_cluster.bootstrap, "--describe", "--topic", topic]
+    archive = cds_archive("kafka-topics", args, version)
+    assert archive is not None
+    for stale in (archive, *(archive.with_name(archive.name + m) for m in (".refused", ".seen"))):
+        stale.unlink(missing_ok=True)  # another session's run maps its own copy: unlinking is safe
+    plain = _ok(run_tool("kafka-topics", args, version=version, use_cds=False))
+    assert f"Topic: {topic}\t" in plain and not archive.exists()
+
+    first = run_tool("kafka-topics", args, version=version, use_cds=True)
+    assert _ok(first) == plain and "[cds" not in first.stderr
+    assert not archive.exists(), "a tool's first call wrote its archive"
+    writing = run_tool("kafka-topics", args, version=version, use_cds=True)
+    assert _ok(writing) == plain and "[cds" not in writing.stderr
+    assert archive.is_file(), "the second clean call wrote no archive"
+
+    second = tool_command("kafka-topics", args, version=version, use_cds=True)
+    assert f"-XX:SharedArchiveFile={archive}" in second.argv
+    loads = tmp_path / "class-load.log"
+    mapped = _with_jvm_flag(second.argv, f"-Xlog:class+load=info:file={loads}")
+    result = subprocess.run(mapped, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert _ok(result) == plain and "[cds" not in result.stderr
+    lines = loads.read_text().splitlines()
+    assert any("org.apache.kafka.tools.TopicCommand source: shared objects file" in ln for ln in lines)
+    assert any("org.apache.kafka.clients.admin.KafkaAdminClient source: shared objects file" in ln for ln in lines)
+
+    # The same archive with a class path it was not written for: refused, silently.
+    other = list(second.argv)
+    cp = other.index("-cp") + 1
+    other[cp] = f"{tmp_path}:{other[cp]}"
+    refused = subprocess.run(other, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert _ok(refused) == plain and "[cds" not in refused.stderr and "shared archive" not in refused.stderr
+
+
+def _with_jvm_flag(argv: list[str], flag: str) -> list[str]:
+    return [argv[0], flag, *argv[1:]]

@@ -5,6 +5,7 @@ the plane gives then), each decision's records applied together, answered once a
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -167,7 +168,8 @@ def _decided(body: bytes) -> AlterUserScramCredentialsResponse:
     return codec.decode(AlterUserScramCredentialsResponse, body, 0)[0]
 
 
-async def test_two_admins_on_two_replicas_one_fenced_decides_again_and_gets_the_planes_refusal():
+async def test_two_admins_on_two_replicas_one_fenced_decides_again_and_gets_the_planes_refusal(caplog):
+    caplog.set_level(logging.INFO, logger="proxy.management.users")
     log = FakeLog(image_records(image()))
     async with trio.open_nursery() as nursery:
         one, two = await _replicas(log, nursery)
@@ -208,6 +210,10 @@ async def test_two_admins_on_two_replicas_one_fenced_decides_again_and_gets_the_
     for replica in (one, two):
         assert replica.image.principals[f"User:{NEW}"] == "team-b" and _password_of(replica.image, NEW, "b-pw")
         assert not _password_of(replica.image, NEW, "a-pw")
+    # The audit log says what was committed: bob's credential once; alice's run that was fenced says nothing.
+    audit = [r.getMessage() for r in caplog.records if r.name == "proxy.management.users" and NEW in r.getMessage()]
+    assert [m for m in audit if "set the" in m] == [f"User:bob set the SCRAM-SHA-512 credential of user '{NEW}'"]
+    assert not any("User:alice set" in m for m in audit)
     expected, _ = users.alter(one.image, _alice_scope(one.image), alter_request(upsert(NEW, "a-pw")))
     assert errors(_decided(alice_body)) == errors(expected) == {NEW: (31, errors(expected)[NEW][1])}
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
-from proxy.kafka import tools
+from proxy.kafka import cds, tools
 from proxy.kafka.dist import BROKER_LOG4J, TOOLS_LOG4J, render_extras_pom
 from proxy.kafka.errors import KafkaLauncherError
 from proxy.kafka.tools import ALIASES, NOT_OFFERED, SPECS, TOOLS, main_class, spec, tool_names
@@ -174,3 +177,160 @@ def test_extras_pom_leaves_clients_and_logging_to_the_dist():
     assert "<artifactId>kafka-shell</artifactId><version>4.2.0</version>" in pom
     for excluded in ("<artifactId>kafka-clients</artifactId>", "<groupId>org.slf4j</groupId>"):
         assert pom.count(excluded) == 2
+
+
+# -- class-data archives (proxy/kafka/cds.py) --------------------------------------------------------
+
+
+def _script(path, code: int):
+    """A stand-in for `java` that exits with ``code`` (what cds.finish's check of an archive sees)."""
+    path.write_text(f"#!/bin/sh\nexit {code}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def cds_jvm(monkeypatch, tmp_path):
+    """tool_command with a stand-in java (exit 0), a dist of one jar and the cache in tmp_path."""
+    java = _script(tmp_path / "java", 0)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "kafka-tools-4.2.2.jar").write_bytes(b"jar")
+    monkeypatch.setattr(tools, "java_executable", lambda: java)
+    monkeypatch.setattr(tools, "ensure_dist", lambda version: dist)
+    monkeypatch.setattr(tools, "ensure_extra_libs", lambda artifacts, version: tmp_path / "extra")
+    monkeypatch.setenv("VCPROXY_KAFKA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(cds.ENV, raising=False)
+    return tmp_path
+
+
+def _flags(argv):
+    return [a for a in argv if a.startswith(("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare", "-Xlog"))]
+
+
+def _writing(name, args):
+    """The command of a tool's second run, the one that writes its archive (the first leaves a marker)."""
+    tools.tool_command(name, args)
+    return tools.tool_command(name, args)
+
+
+def test_a_tools_second_run_writes_its_archive_and_later_runs_map_it(cds_jvm):
+    args = ["--bootstrap-server", "b:1", "--list"]
+    once = tools.tool_command("kafka-topics", args)  # a tool run once never pays for writing one
+    assert once.cds is None and _flags(once.argv) == [] and once.argv == tools.tool_argv("kafka-topics", args)
+    once.finish(0)
+    first = tools.tool_command("kafka-topics", args)
+    archive = first.cds.archive
+    assert archive.with_name(archive.name + ".seen").exists()
+    assert archive.parent == cds_jvm / "cache" / "4.2.2" / "cds"
+    assert archive.name.startswith("org.apache.kafka.tools.TopicCommand-") and archive.suffix == ".jsa"
+    tmp = first.cds.writing
+    assert tmp.parent == archive.parent and tmp.name.endswith(".tmp")
+    assert _flags(first.argv) == [f"-XX:ArchiveClassesAtExit={tmp}", cds.QUIET]
+    # The JVM flags come before the class path and the main class; the tool's arguments are untouched.
+    assert first.argv.index(cds.QUIET) < first.argv.index("-cp")
+    assert first.argv[-4:] == ["org.apache.kafka.tools.TopicCommand", *args]
+
+    tmp.write_bytes(b"archive")  # what the JVM writes at exit
+    first.finish(0)  # the stand-in java maps it: renamed into place
+    assert archive.read_bytes() == b"archive" and not tmp.exists()
+
+    second = tools.tool_command("kafka-topics", args)
+    assert second.cds.writing is None
+    assert _flags(second.argv) == [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", cds.QUIET]
+    # Without the archive flags, the same command line.
+    assert [a for a in second.argv if a not in _flags(second.argv)] == tools.tool_argv("kafka-topics", args)
+
+
+def test_a_failed_or_killed_run_leaves_no_archive(cds_jvm):
+    for returncode in (1, None, -9):
+        command = _writing("kafka-acls", ["--list"])
+        command.cds.writing.write_bytes(b"partial")
+        command.finish(returncode)
+        assert not command.cds.writing.exists() and not command.cds.archive.exists()
+    assert tools.tool_command("kafka-acls", ["--list"]).cds.writing is not None  # the next run tries again
+
+
+def test_an_archive_the_jvm_refuses_is_dropped_with_one_line_and_not_written_again(cds_jvm, caplog, monkeypatch):
+    java = _script(cds_jvm / "java-refuses", 1)
+    monkeypatch.setattr(tools, "java_executable", lambda: java)
+    command = _writing("kafka-acls", ["--list"])
+    command.cds.writing.write_bytes(b"truncated")
+    with caplog.at_level("WARNING", logger="proxy.kafka"):
+        command.finish(0)
+    assert not command.cds.archive.exists() and not command.cds.writing.exists()
+    assert len(caplog.records) == 1 and "a JVM refused it" in caplog.records[0].getMessage()
+    again = tools.tool_command("kafka-acls", ["--list"])
+    assert again.cds is None and _flags(again.argv) == []
+
+
+def test_archives_off_by_env_for_services_and_for_tool_argv(cds_jvm, monkeypatch):
+    tools.tool_command("kafka-topics", ["--list"])  # the first run: the next ones would write
+    assert tools.tool_command("kafka-topics", ["--list"], use_cds=False).cds is None
+    tools.tool_command("kafka-server-start", ["server.properties"])
+    assert tools.tool_command("kafka-server-start", ["server.properties"]).cds is None  # a broker runs for long
+    assert _flags(tools.tool_argv("kafka-topics", ["--list"])) == []
+    for off in ("0", "false", "off", "NO"):
+        monkeypatch.setenv(cds.ENV, off)
+        assert tools.tool_command("kafka-topics", ["--list"]).cds is None
+    monkeypatch.setenv(cds.ENV, "1")
+    assert tools.tool_command("kafka-topics", ["--list"]).cds is not None
+
+
+def test_an_archive_is_named_for_the_jars_the_java_and_the_main_class(cds_jvm):
+    dist, java = cds_jvm / "dist", str(cds_jvm / "java")
+    key = cds.fingerprint(java, [dist], "org.apache.kafka.tools.TopicCommand")
+    assert key == cds.fingerprint(java, [dist], "org.apache.kafka.tools.TopicCommand")
+    assert key != cds.fingerprint(java, [dist], "org.apache.kafka.tools.AclCommand")
+    (dist / "kafka-tools-4.2.2.jar").write_bytes(b"a rebuilt jar")
+    assert key != (rebuilt := cds.fingerprint(java, [dist], "org.apache.kafka.tools.TopicCommand"))
+    (dist / "extra-1.0.jar").write_bytes(b"jar")
+    assert rebuilt != cds.fingerprint(java, [dist], "org.apache.kafka.tools.TopicCommand")
+    other_java = _script(cds_jvm / "java2", 0)
+    assert rebuilt != cds.fingerprint(other_java, [dist], "org.apache.kafka.tools.TopicCommand")
+
+
+def test_a_new_archive_replaces_the_tools_older_ones(cds_jvm):
+    cache = cds_jvm / "cache" / "4.2.2" / "cds"
+    cache.mkdir(parents=True)
+    old = cache / "org.apache.kafka.tools.TopicCommand-0000000000000000.jsa"
+    refused = cache / "org.apache.kafka.tools.TopicCommand-1111111111111111.jsa.refused"
+    other = cache / "org.apache.kafka.tools.TopicCommandX-0000000000000000.jsa"
+    left = cache / "org.apache.kafka.tools.TopicCommand-0000000000000000.jsa.1-00000000.tmp"  # a killed caller's
+    running = cache / "org.apache.kafka.tools.TopicCommand-0000000000000000.jsa.2-00000000.tmp"  # being written
+    for f in (old, refused, other, left, running):
+        f.write_bytes(b"x")
+    two_hours_ago = time.time() - 7200
+    os.utime(left, (two_hours_ago, two_hours_ago))
+    command = _writing("kafka-topics", ["--list"])
+    command.cds.writing.write_bytes(b"archive")
+    command.finish(0)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([command.cds.archive.name, other.name, running.name])
+
+
+def test_two_first_runs_at_once_each_write_their_own_file_and_one_wins(cds_jvm):
+    tools.tool_command("kafka-configs", ["--describe"])  # the first run
+    a, b = (tools.tool_command("kafka-configs", ["--describe"]) for _ in range(2))
+    assert a.cds.archive == b.cds.archive and a.cds.writing != b.cds.writing
+    a.cds.writing.write_bytes(b"a")
+    b.cds.writing.write_bytes(b"b")
+    b.finish(0)
+    a.finish(0)
+    assert a.cds.archive.read_bytes() == b"a"  # the last rename wins; either is a whole archive
+    assert sorted(p.name for p in a.cds.archive.parent.iterdir()) == [a.cds.archive.name]
+
+
+def test_a_class_path_that_cannot_be_read_runs_without_an_archive(cds_jvm, monkeypatch):
+    gone = str(cds_jvm / "gone" / "java")  # as a jar removed while the dist is swapped for a newer one
+    monkeypatch.setattr(tools, "java_executable", lambda: gone)
+    command = tools.tool_command("kafka-topics", ["--list"])
+    assert command.cds is None and _flags(command.argv) == []
+
+
+def test_cds_archive_names_the_archive_a_tools_runs_use(cds_jvm):
+    archive = tools.cds_archive("kafka-topics")
+    assert archive == _writing("kafka-topics", ["--list"]).cds.archive
+    assert tools.cds_archive("kafka-run-class", ["kafka.tools.DumpLogSegments"]).name.startswith(
+        "kafka.tools.DumpLogSegments-"
+    )
+    assert tools.cds_archive("kafka-server-start") is None

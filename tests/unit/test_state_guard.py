@@ -161,3 +161,26 @@ def test_listings_hide_it_from_all_but_readers():
     all_topics = request_frame(3, 12, 3, codec._empty(MetadataRequest, topics=None))
     decision = session_for("User:ops").on_request(memoryview(all_topics))
     assert decision.action is Action.FORWARD and decision.pending.exchange is None  # readers: untouched
+
+
+@pytest.mark.parametrize("principal", ["User:admin", "User:ops"])
+def test_nobody_may_use_the_replicas_decision_transactional_id(principal):
+    """With the replicas' transactional id a super-admin (or a state reader) could fence every decision the
+    proxies try to commit (docs/state.md): refused as a broker refuses an id the principal may not use."""
+    from kio.schema.add_offsets_to_txn.v4.request import AddOffsetsToTxnRequest
+    from kio.schema.end_txn.v5.request import EndTxnRequest
+    from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
+
+    from proxy.tenancy.guard import decisions_id
+
+    session = session_for(principal)
+    ours = decisions_id(STATE)
+    init = codec._empty(InitProducerIdRequest, transactional_id=ours, transaction_timeout_ms=10_000)
+    assert refused(session, 22, 5, init).error_code == ErrorCode.transactional_id_authorization_failed
+    offsets = codec._empty(AddOffsetsToTxnRequest, transactional_id=ours, group_id="g")
+    assert refused(session, 25, 4, offsets).error_code == ErrorCode.transactional_id_authorization_failed
+    end = codec._empty(EndTxnRequest, transactional_id=ours, committed=True)
+    assert refused(session, 26, 5, end).error_code == ErrorCode.transactional_id_authorization_failed
+    # Any other transactional id, even one that names the state topic, is the broker's to judge.
+    forwarded(session_for(principal), 22, 5, codec._empty(InitProducerIdRequest, transactional_id=f"my.{STATE}"))
+    forwarded(session_for(principal), 22, 5, codec._empty(InitProducerIdRequest, transactional_id=ours + "x"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...management import users
+from ...observability import audit
 from ...protocol import codec
 from ...protocol.apis import request_type
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
@@ -48,7 +49,7 @@ class UsersStage:
         image = self.caller.image()
         if ex.api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
             return answer(ex, codec.encode(users.describe(image, scope, request)))
-        response, records = users.alter(image, scope, request)
+        (response, records), ex.audit = audit.collect(lambda: users.alter(image, scope, request))
         ex.writes = list(records)
         ex.decide = lambda: self._decide(ex, request)
         return answer(ex, codec.encode(response))
