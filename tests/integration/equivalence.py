@@ -142,9 +142,9 @@ def rule_refusal_message(message: str | None) -> str:
 # librdkafka's 0118 test took 312 s through a VC and 10 s directly (30x, +302 s) while the VC answered
 # its Metadata requests with an error and the client retried. Noise on a loaded 2-core machine stays far
 # below both: the scenarios' waits poll a condition every 0.1-0.5 s (their 90 s deadlines only bound a
-# failure), so a busy proxy process costs ratios of about 2x, and the largest single delay a scenario can
-# meet by bad luck is a group member missing its heartbeats and the 6 s session timeout running out once
-# or twice on one side.
+# failure), so the proxy's extra hop costs well under 2x (figures in docs/compatibility.md), and the
+# largest single delay a scenario can meet by bad luck is a group member missing its heartbeats and the
+# 6 s session timeout running out once or twice on one side.
 SLOWDOWN_FACTOR = 4.0  # the VC side fails above this multiple of the direct side's time ...
 SLOWDOWN_SLACK = 15.0  # ... and above the direct side's time plus this many seconds: short scenarios
 # (a second or two) reach 4x from one missed heartbeat; a seconds-long wait is noise, a minute is a tell.
