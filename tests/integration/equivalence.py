@@ -135,6 +135,39 @@ def rule_refusal_message(message: str | None) -> str:
     return "<message>" if message else "<none>"
 
 
+# -- timing: how long a scenario took is a result too ------------------------------------------------------
+# The two sides run at the same time (test_equivalence.py), so each pays the same machine load and its
+# own cold start; what is compared is the wall time of each side's client work, scenario call to return.
+# A VC side slower than both bounds below is a difference to explain. The tell that taught it:
+# librdkafka's 0118 test took 312 s through a VC and 10 s directly (30x, +302 s) while the VC answered
+# its Metadata requests with an error and the client retried. Noise on a loaded 2-core machine stays far
+# below both: the scenarios' waits poll a condition every 0.1-0.5 s (their 90 s deadlines only bound a
+# failure), so the proxy's extra hop costs well under 2x (figures in docs/compatibility.md), and the
+# largest single delay a scenario can meet by bad luck is a group member missing its heartbeats and the
+# 6 s session timeout running out once or twice on one side.
+SLOWDOWN_FACTOR = 4.0  # the VC side fails above this multiple of the direct side's time ...
+SLOWDOWN_SLACK = 15.0  # ... and above the direct side's time plus this many seconds: short scenarios
+# (a second or two) reach 4x from one missed heartbeat; a seconds-long wait is noise, a minute is a tell.
+
+
+def timing_verdict(direct_s: float, vc_s: float) -> str | None:
+    """None when the VC side's time is within the bounds, else the difference as a message with both times."""
+    if vc_s > direct_s * SLOWDOWN_FACTOR and vc_s > direct_s + SLOWDOWN_SLACK:
+        return (
+            f"timing: the VC side took {vc_s:.1f} s, the direct side {direct_s:.1f} s "
+            f"({vc_s / max(direct_s, 1e-3):.1f}x, +{vc_s - direct_s:.1f} s; the bound is "
+            f"{SLOWDOWN_FACTOR:g}x and +{SLOWDOWN_SLACK:g} s)"
+        )
+    return None
+
+
+def timed(scenario: Callable[..., dict[str, Any]], side: Side, *args: Any) -> tuple[dict[str, Any], float]:
+    """The scenario's result on `side` and its wall time in seconds."""
+    started = time.monotonic()
+    result = scenario(side, *args)
+    return result, time.monotonic() - started
+
+
 # -- helpers -------------------------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """Equivalence: each scenario of equivalence.py run directly against Kafka and through a virtual cluster
-of the real proxy, at the same time; the two results must be equal, field by field.
+of the real proxy, at the same time; the two results must be equal, field by field, and the VC side may
+not take many times longer than the direct side (eq.timing_verdict).
 
 The direct side is the session cluster's PLAINTEXT listener (User:ANONYMOUS, a super user there); the VC
 side logs in to a SASL proxy as the VC's admin (the VC's super user). For refusals the unprivileged
@@ -96,14 +97,24 @@ def differences(direct: Any, vc: Any, path: str = "") -> list[str]:
 KNOWN: dict[str, dict[str, tuple[Any, Any]]] = {}
 
 
-def run_both(sides: tuple[eq.Side, eq.Side], scenario: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """The scenario on both sides at once; fails with every difference and both results."""
+def compare(
+    sides: tuple[eq.Side, eq.Side],
+    scenario: Callable[..., dict[str, Any]],
+    *args: Any,
+    record: Callable[[str, object], None],
+) -> dict[str, Any]:
+    """The scenario on both sides at once; fails with every difference (its time included) and both results."""
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(scenario, side, *args) for side in sides]
-        direct, vc = (f.result() for f in futures)
+        futures = [pool.submit(eq.timed, scenario, side, *args) for side in sides]
+        (direct, direct_s), (vc, vc_s) = (f.result() for f in futures)
+    record("direct_s", round(direct_s, 2))
+    record("vc_s", round(vc_s, 2))
+    print(f"timing {scenario.__name__}{list(args) or ''}: direct {direct_s:.1f} s, vc {vc_s:.1f} s")
     known = {f"{path}: direct={d!r} vc={v!r}" for path, (d, v) in KNOWN.get(scenario.__name__, {}).items()}
     found = [d for d in differences(direct, vc) if d not in known]
     found += [f"known difference gone (remove it from KNOWN): {k}" for k in known - set(differences(direct, vc))]
+    if slow := eq.timing_verdict(direct_s, vc_s):
+        found.append(slow)
     assert not found, (
         f"{len(found)} difference(s):\n  "
         + "\n  ".join(found)
@@ -113,29 +124,38 @@ def run_both(sides: tuple[eq.Side, eq.Side], scenario: Callable[..., dict[str, A
     return direct
 
 
-def test_produce_consume_every_compression_with_and_without_idempotence(sides):
-    result = run_both(sides, eq.produce_consume)
+@pytest.fixture
+def run_both(sides, request) -> Callable[..., dict[str, Any]]:
+    """compare() on the module's sides; each side's time goes to the test's report (user properties
+    direct_s and vc_s, which --junitxml writes; not record_property, which warns under xunit2) and to a
+    `timing` line of the test's output (pytest -s or -rA shows it)."""
+    record = lambda name, value: request.node.user_properties.append((name, value))  # noqa: E731
+    return lambda scenario, *args: compare(sides, scenario, *args, record=record)
+
+
+def test_produce_consume_every_compression_with_and_without_idempotence(run_both):
+    result = run_both(eq.produce_consume)
     for codec in eq.COMPRESSIONS:  # the scenario did what it says: 2 x 32 records per codec, all read
         assert len(result[codec]["delivered"]) == len(result[codec]["read"]) == 64
 
 
 @pytest.mark.parametrize("variant", list(eq.GROUP_VARIANTS))
-def test_consumer_group_through_a_rebalance(sides, variant):
-    result = run_both(sides, eq.consumer_group, variant)
+def test_consumer_group_through_a_rebalance(run_both, variant):
+    result = run_both(eq.consumer_group, variant)
     # The scenario did what it says: two members sharing the partitions, every record committed.
     assert sorted(m["assignment"] for m in result["two"]["members"]) in ([[0, 1], [2, 3]], [[0, 2], [1, 3]], [2, 2])
     assert [o[2] for o in result["committed"]["offsets"]] == [2, 3, 4, 5]
 
 
-def test_transactions_with_aborts(sides):
-    result = run_both(sides, eq.transactions)
+def test_transactions_with_aborts(run_both):
+    result = run_both(eq.transactions)
     assert [r[2] for r in result["read_committed"]] == [b"a1", b"a3", b"e1", b"a2", b"c1", b"e2"]
 
 
-def test_share_group(sides):
-    result = run_both(sides, eq.share_group)
+def test_share_group(run_both):
+    result = run_both(eq.share_group)
     assert len(result["deliveries"]) == 7  # offset 1 twice
 
 
-def test_admin_calls(sides):
-    run_both(sides, eq.admin_calls)
+def test_admin_calls(run_both):
+    run_both(eq.admin_calls)
