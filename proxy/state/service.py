@@ -258,17 +258,7 @@ class TenancyService:
             return
         # Wait for the follower rather than apply here: applying out of log order could make this
         # replica disagree with the others (e.g. which of two concurrent vc records came first).
-        event = trio.Event()
-        waiter = (target, event)
-        self._waiters.append(waiter)
-        with trio.move_on_after(timeout):
-            await event.wait()
-            return
-        self._waiters.remove(waiter)
-        raise StateStoreError(
-            f"written to {self.store.topic} up to offset {target - 1}, but not applied back within {timeout} s "
-            f"(follower at offset {self.applied_offset}); it will be applied when the follower catches up"
-        )
+        await self._applied(target, timeout, "written, but not applied back")  # the follower will, later
 
     async def decide(self, decision: Decision, timeout: float | None = None) -> tuple[bytes, list[Record]]:
         """Run `decision` against the image once it holds every decision committed so far, commit its
@@ -317,7 +307,7 @@ class TenancyService:
             return body, list(records)
         await trio.to_thread.run_sync(self.store.begin_deciding, left())
         end = await trio.to_thread.run_sync(self.store.committed_end, left())
-        await self._applied(end, left(), "the end of the log")
+        await self._applied(end, left(), "the end of the log not applied")
         (body, records), lines = audit.collect(decision)  # logged only for the run whose outcome stands
         records = list(records)
         if not records:
@@ -325,13 +315,13 @@ class TenancyService:
             return body, records
         offsets = await trio.to_thread.run_sync(self.store.commit, records, left())
         target = max(offsets) + 1 if offsets else await trio.to_thread.run_sync(self.store.committed_end, left())
-        await self._applied(target, left(), "a committed decision")
+        await self._applied(target, left(), "a committed decision not applied")
         self.decisions += 1
         audit.emit(lines)
         return body, records
 
     async def _applied(self, target: int, timeout: float, what: str) -> None:
-        """Return once the follower applied every record before `target`."""
+        """Return once the follower applied every record before `target`; StateStoreError after `timeout`."""
         if self.applied_offset >= target:
             return
         event = trio.Event()
@@ -342,8 +332,8 @@ class TenancyService:
             return
         self._waiters.remove(waiter)
         raise StateStoreError(
-            f"{what} of {self.store.topic} (offset {target}) not applied within {timeout:.1f} s "
-            f"(follower at offset {self.applied_offset})"
+            f"{what} within {timeout:g} s: {self.store.topic} up to offset {target - 1}, "
+            f"the follower at offset {self.applied_offset}"
         )
 
     # -- applying -------------------------------------------------------------------------------

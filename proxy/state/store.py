@@ -559,17 +559,8 @@ class StateStore:
         if producer is None or not self._decider_ready:
             raise Fenced(f"not holding the decisions' epoch on {self.topic}")
         txn = uuid.uuid4().hex.encode()
-        offsets: list[int | None] = [None] * len(records)
-        errors: list[str] = []
-
-        def delivered(index: int) -> Callable[[KafkaError | None, Any], None]:
-            def callback(err: KafkaError | None, msg: Any) -> None:
-                if err is not None:
-                    errors.append(err.str())
-                else:
-                    offsets[index] = msg.offset()
-
-            return callback
+        deliveries = _Deliveries(len(records))
+        offsets, errors, delivered = deliveries.offsets, deliveries.errors, deliveries.callback
 
         count = str(len(records)).encode()
         deadline = time.monotonic() + timeout
@@ -633,17 +624,8 @@ class StateStore:
         if not records:
             return []
         producer = self._get_producer()
-        offsets: list[int | None] = [None] * len(records)
-        errors: list[str] = []
-
-        def delivered(index: int) -> Callable[[KafkaError | None, Any], None]:
-            def callback(err: KafkaError | None, msg: Any) -> None:
-                if err is not None:
-                    errors.append(err.str())
-                else:
-                    offsets[index] = msg.offset()
-
-            return callback
+        deliveries = _Deliveries(len(records))
+        offsets, errors, delivered = deliveries.offsets, deliveries.errors, deliveries.callback
 
         try:
             for index, (key, value) in enumerate(records):
@@ -665,6 +647,23 @@ class StateStore:
             self._drop_producer(producer)
             raise StateStoreError(f"writing {len(records)} record(s) to {self.topic} failed: {reason}")
         return [o for o in offsets if o is not None]
+
+
+class _Deliveries:
+    """Where a batch of produced records landed: each record's offset, or the errors librdkafka reported."""
+
+    def __init__(self, count: int):
+        self.offsets: list[int | None] = [None] * count
+        self.errors: list[str] = []
+
+    def callback(self, index: int) -> Callable[[KafkaError | None, Any], None]:
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(err.str())
+            else:
+                self.offsets[index] = msg.offset()
+
+        return delivered
 
 
 def _apply(image: Applies, msg: Any) -> bool:
