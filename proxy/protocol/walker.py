@@ -378,8 +378,9 @@ def entity_validator(cls: type) -> tuple[Check, int]:
             if offset + size > end:
                 raise MalformedError("tagged field past end of frame")
             check = tagged.get(tag)
-            if check is not None:
-                check(buf, offset, offset + size)
+            if check is None:  # a field the broker may know and read, unseen by the proxy: never forwarded unread
+                raise MalformedError(f"unknown tagged field {tag} in {cls.__qualname__}")
+            check(buf, offset, offset + size)
             offset += size
         return offset
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import codec, splice
+from ..protocol import codec, splice, walker
 from ..protocol.apis import request_type, response_type
 from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
@@ -151,6 +151,9 @@ class TenantEngine:
         cls = request_type(api_key, version)
         paths = identifier_paths(cls) + tuple((p, k) for p, k in rule.request if _has_path(cls, p))
         if "request" in rule.splice:
+            # Spliced, not decoded: validated first, so a tagged field the proxy's schema does not name (which a
+            # newer broker might read as a name to translate) is refused, as a decode refuses it (docs/security.md).
+            walker.validate(cls, frame, body_offset)
             return ex, splice.rewrite_fields(cls, frame, body_offset, frozenset(paths), self._to_physical(ex))
         body, _ = codec.decode(cls, frame, body_offset)
         hook = self.registry.handlers[rule.handler].request if rule.handler else None

@@ -567,6 +567,32 @@ def test_produce_is_spliced_records_untouched():
     assert body.topic_data[0].partition_data[0].records == records
 
 
+@pytest.mark.parametrize("where", ["top level", "a topic"])
+def test_a_spliced_request_with_a_tagged_field_the_proxy_does_not_know_closes_the_connection(where):
+    """A newer broker might read a tagged field the proxy's schema does not name (a name to translate): a
+    spliced request is validated first and such a field refused, as a decoded one is (docs/security.md)."""
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+    from proxy.core.exchange import Action
+
+    image, _ = make_image()
+    topic = TopicProduceData(name="orders", partition_data=(PartitionProduceData(index=0, records=b"r" * 70),))
+    request = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=(topic,))
+    frame = bytearray(request_frame(0, 9, 1, request))
+    unknown = b"\x01\x63\x01\x00"  # one tagged field: tag 99, one byte
+    if where == "top level":  # the body's last byte is its (empty) tag section
+        frame[-1:] = unknown
+    else:  # the topic's tag section follows its partitions' (each entity ends with an empty one)
+        at = len(frame) - 2
+        assert frame[at:] == b"\x00\x00"
+        frame[at : at + 1] = unknown
+    frame[:4] = (len(frame) - 4).to_bytes(4, "big")
+    decision = tenant_session(image).on_request(memoryview(bytes(frame)))
+    assert decision.action is Action.CLOSE and "unknown tagged field 99" in decision.reason
+    # ...and the same request without it is forwarded
+    assert tenant_session(image).on_request(memoryview(request_frame(0, 9, 1, request))).action is Action.FORWARD
+
+
 @pytest.mark.parametrize("policy", [False, True])
 def test_metadata_auto_creation_policy(policy):
     from kio.schema.errors import ErrorCode
