@@ -52,6 +52,7 @@ from scramp.utils import ScramException
 from ..core.admission import LoginGuard
 from ..core.exchange import PasswordCheck, ProtocolViolation
 from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslReply
+from ..observability.quoting import bare, shown
 from ..protocol import codec
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader
@@ -146,7 +147,7 @@ class SaslServer:
             self._fail("SaslHandshake v0 is not supported (clients must use v1 with SaslAuthenticate)")
             return SaslReply(_handshake_body(version, ErrorCode.unsupported_version, offered), close=True)
         if mechanism not in offered:
-            self._fail(f"mechanism {mechanism!r} is not enabled (enabled: {', '.join(offered)})")
+            self._fail(f"mechanism {shown(mechanism)} is not enabled (enabled: {', '.join(offered)})")
             body = _handshake_body(version, ErrorCode.unsupported_sasl_mechanism, offered)
             return SaslReply(body, close=True)
         self.mechanism = mechanism
@@ -200,7 +201,7 @@ class SaslServer:
             if self.upstream_user is not None and name == self.upstream_user:
                 return "the proxy's own upstream user is never relayed"
             if name in self.store.users:
-                return f"{name!r} is a user of the proxy: it logs in at the proxy, never relayed"
+                return f"{shown(name)} is a user of the proxy: it logs in at the proxy, never relayed"
         return None
 
     @property
@@ -217,7 +218,7 @@ class SaslServer:
         self.relayed = True
         self._state = _State.RELAY
         self._relayed_user, self._relayed_names = login.name, login.every_name
-        log.info("%s: relaying the %s login of user %r to the broker", self.name, self.mechanism, login.name)
+        log.info("%s: relaying the %s login of user %s to the broker", self.name, self.mechanism, shown(login.name))
         return SaslReply(b"", relay=self.mechanism)
 
     def on_relayed_request(
@@ -250,9 +251,9 @@ class SaslServer:
             return None
         self._state = _State.FAILED
         log.warning(
-            "%s: authentication failed for user %r with %s: %s",
+            "%s: authentication failed for user %s with %s: %s",
             self.name,
-            self._relayed_user,
+            shown(self._relayed_user),
             self.mechanism,
             why,
         )
@@ -267,12 +268,12 @@ class SaslServer:
         except Refused as exc:
             return f"re-authentication: {exc}"
         if login.name != self._relayed_user:
-            return f"re-authentication as another user ({login.name!r})"
+            return f"re-authentication as another user ({shown(login.name)})"
         why = self._never_relayed(login)
         if why is None and may_relay is not None:
             claimed = [name for name in login.every_name if not may_relay(USER_PREFIX + name)]
             if claimed:
-                why = f"the proxy places or empowers {USER_PREFIX + claimed[0]!r} now: it is no longer relayed"
+                why = f"the proxy places or empowers {shown(USER_PREFIX + claimed[0])} now: it is no longer relayed"
         return why
 
     def relay_answered(self, error: int, message: str | None, token: bytes) -> tuple[bool, bool]:
@@ -281,7 +282,10 @@ class SaslServer:
         if self._state is _State.COMPLETE:  # KIP-368 re-authentication: the broker closes after a failure too
             if error:
                 log.warning(
-                    "%s: re-authentication of %s refused by the broker: %s", self.name, self.principal, _err(error)
+                    "%s: re-authentication of %s refused by the broker: %s",
+                    self.name,
+                    bare(self.principal),
+                    _err(error),
                 )
             return bool(error), False
         if self._state is not _State.RELAY:
@@ -299,7 +303,7 @@ class SaslServer:
             log.warning(
                 "%s: authentication failed for %s with %s: refused by the broker: %s%s",
                 self.name,
-                "unknown user" if user is None else f"user {user!r}",
+                "unknown user" if user is None else f"user {shown(user)}",
                 self.mechanism,
                 _err(error),
                 f": {message}" if message else "",
@@ -313,7 +317,7 @@ class SaslServer:
         log.info(
             "%s: authenticated %s with %s (relayed: the broker authenticated it)",
             self.name,
-            self.principal,
+            bare(self.principal),
             self.mechanism,
         )
         return False, False
@@ -397,7 +401,7 @@ class SaslServer:
         self._scram = None
         self.principal = USER_PREFIX + username
         self._user, self.credential = username, credential
-        log.info("%s: authenticated %s with %s", self.name, self.principal, self.mechanism)
+        log.info("%s: authenticated %s with %s", self.name, bare(self.principal), self.mechanism)
         return SaslReply(_authenticate_body(version, ErrorCode.none, None, token))
 
     def stale_login(self) -> str | None:
@@ -421,7 +425,7 @@ class SaslServer:
             slow = self.guard.by_address.exhausted(self.address, now)
             if count:
                 self.guard.by_address.record(self.address, now)
-        who = "unknown user" if username is None else f"user {username!r}"
+        who = "unknown user" if username is None else f"user {shown(username)}"
         # The client gets Kafka's generic message; the log keeps the reason (scramp's, if any) for operators.
         log.log(
             logging.WARNING if count else logging.INFO,

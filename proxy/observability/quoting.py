@@ -21,6 +21,13 @@ def shown(name: object, limit: int = LIMIT) -> str:
     return f"{text[:limit]!r}…({len(text) - limit} more)"
 
 
+def bare(name: object, limit: int = LIMIT) -> str:
+    """A principal as log lines have always shown it (`User:alice`, unquoted) when it is printable and short;
+    else quoted and cut as `shown` does, so that no name forges a line or makes a long one."""
+    text = "None" if name is None else str(name)
+    return text if len(text) <= limit and text.isprintable() else shown(text, limit)
+
+
 def cut(text: object, limit: int = 2 * LIMIT) -> str:
     """A message that may quote client-supplied names (a refusal's), at most `limit` characters of it."""
     text = str(text)

@@ -324,3 +324,24 @@ def test_api_versions_before_login_comes_from_the_brokers_last_answer():
     now[0] = 31  # expired: the next stranger's request refreshes it from the broker
     third = ProxySession(ListenerLayout("127.0.0.1", 9192, 9193), SaslServer(STORE), upstream_versions=cache)
     assert third.on_request(memoryview(request_frame(18, 3, 1, request))).action is Action.FORWARD
+
+
+def test_a_login_with_a_huge_or_forging_name_makes_one_short_log_line(caplog):
+    """Issue 23 (bounded logs): a 30,000-character or multi-line user name is quoted and cut, never a log
+    line as long as the name nor a second, forged line."""
+    for name in ("m" * 30_000, "mallory\n2026-11-27 INFO forged: authenticated User:admin"):
+        caplog.clear()
+        server = SaslServer(STORE, name="t")
+        _handshake(server, "PLAIN")
+        reply, close = _authenticate(server, f"\0{name}\0guess".encode())
+        assert reply.error_code == ErrorCode.sasl_authentication_failed and close
+        [line] = [r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()]
+        assert len(line) < 600 and "\n" not in line
+
+
+def test_principals_are_logged_as_ever_unless_they_could_forge_or_flood_a_line():
+    from proxy.observability.quoting import bare
+
+    assert bare("User:alice") == "User:alice"
+    assert bare("User:a\nb") == repr("User:a\nb")
+    assert bare("User:" + "x" * 300).endswith("…(105 more)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from ...observability.quoting import bare, shown
 from ...tenancy.model import KAFKA_CLUSTER
 from ...tenancy.rights import Rights
 from ..exchange import Exchange, RequestDecision, close
@@ -83,17 +84,23 @@ class BindingStage:
             return close(why)
         place = self.rights().placement(ctx.principal, self._client_id)
         if place is None:
-            return close(f"{ctx.principal} (client id {self._client_id!r}) is in no virtual cluster: refused")
+            return close(
+                f"{bare(ctx.principal)} (client id {shown(self._client_id)}) is in no virtual cluster: refused"
+            )
         ctx.place = place
         if place == KAFKA_CLUSTER:
-            log.info("%s (client id %r) is in kafka-cluster (the physical cluster)", ctx.principal, self._client_id)
+            log.info(
+                "%s (client id %s) is in kafka-cluster (the physical cluster)",
+                bare(ctx.principal),
+                shown(self._client_id),
+            )
             return None
         ctx.vc = image.vcs[place]
         ctx.engine = self.make_engine(ctx.vc)
         log.info(
-            "%s (client id %r) is in virtual cluster %s (cluster id %s)",
-            ctx.principal,
-            self._client_id,
+            "%s (client id %s) is in virtual cluster %s (cluster id %s)",
+            bare(ctx.principal),
+            shown(self._client_id),
             ctx.vc.name,
             ctx.vc.cluster_id,
         )
