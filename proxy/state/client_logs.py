@@ -21,6 +21,7 @@ mean something an operator has to act on. The rule of the table below:
 The decision producer (docs/security.md#the-write-protocol) has one more rule, first: being fenced, and
 retrying while another replica's transaction ends, is how replicas take turns deciding, not a failure:
 DEBUG, whatever level librdkafka gives it (ERROR, and CRITICAL for the fenced producer's fatal error).
+A commit answered with another error is a WARNING: the service decides again against the log.
 
 A rule only ever lowers a level (a connection close librdkafka logs at INFO stays INFO).
 
@@ -99,6 +100,14 @@ DECISION_LEVELS: tuple[LevelRule, ...] = (
         r"|Failed to acquire transactional PID from broker \S+: Broker: (?:Coordinator load in progress"
         r"|Coordinator not available|Not coordinator)",
         logging.DEBUG,
+    ),
+    _rule(
+        # A commit whose answer is an error (e.g. Kafka 4.2's UNKNOWN_SERVER_ERROR when another replica's
+        # InitProducerId fences the transaction mid-EndTxn): the service decides again against the log,
+        # and logs a WARNING of its own if it gives up, so the client line is no more than a warning.
+        "decision commit answered with an error",
+        r"Current transaction failed in state \S+: Failed to end transaction: ",
+        logging.WARNING,
     ),
     *LEVELS,
 )

@@ -227,3 +227,15 @@ def test_the_decision_producer_taking_turns_is_debug(caplog, librdkafka_level, t
         logging.getLogger(name).setLevel(logging.NOTSET)
     assert [r for r in caplog.records if r.name == name] == []
     assert client_logs.level_of(text, librdkafka_level, client_logs.DECISION_LEVELS) == logging.DEBUG
+
+
+def test_a_decision_commit_answered_with_an_error_is_a_warning():
+    """Kafka 4.2.2 answers an EndTxn racing another replica's fencing InitProducerId with UNKNOWN_SERVER_ERROR
+    (an IllegalStateException in its coordinator, seen in CI): the service decides again against the log, so
+    the client's line is a warning, not an operator's ERROR; from another client it keeps its level."""
+    text = (
+        "[thrd:main]: Current transaction failed in state CommittingTransaction: "
+        "Failed to end transaction: Unknown broker error (UNKNOWN)"
+    )
+    assert client_logs.level_of(text, logging.ERROR, client_logs.DECISION_LEVELS) == logging.WARNING
+    assert client_logs.level_of(text, logging.ERROR) == logging.ERROR
