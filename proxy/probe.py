@@ -12,7 +12,7 @@ import sys
 import urllib.error
 import urllib.request
 
-API_VERSIONS = 18
+from .protocol.apikey import ApiKey
 
 
 def api_versions(host: str, port: int, timeout: float, tls: ssl.SSLContext | None, server_name: str | None) -> int:
@@ -22,7 +22,7 @@ def api_versions(host: str, port: int, timeout: float, tls: ssl.SSLContext | Non
         sock: socket.socket = raw
         if tls is not None:
             sock = tls.wrap_socket(raw, server_hostname=server_name or host)
-        header = struct.pack(">hhih", API_VERSIONS, 0, 1, -1)  # key, version, correlation id, null client id
+        header = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, 1, -1)  # key, version, correlation id, null client id
         sock.sendall(struct.pack(">i", len(header)) + header)
         size = struct.unpack(">i", _read(sock, 4))[0]
         if not 10 <= size <= 1 << 20:

@@ -21,12 +21,12 @@ from kio.static.primitive import i8
 
 from ..management import schema as m
 from ..management.client import ConfigProblem, ConnectError, Connection, login_from
+from ..protocol.apikey import ApiKey
 from . import migrate as migrate_model
 from .model import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 CLUSTER_AUTHORIZATION_FAILED = 31
-DESCRIBE_ACLS, DELETE_ACLS = 29, 31  # Kafka's, for the broker's own ACLs (migration from kafka-cluster)
 Op = Operation
 
 EPILOG = """\
@@ -284,7 +284,7 @@ class Refused(Exception):
 
 
 def describe_vc(conn: Connection, f: AclFilter, vc: dict[str, Any]) -> list[tuple[str, AclBinding]]:
-    response = conn.request(m.DESCRIBE_VIRTUAL_CLUSTER_ACLS, 0, describe_request(f, vc))
+    response = conn.request(ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS, 0, describe_request(f, vc))
     if int(response.error_code):
         raise Refused(int(response.error_code), response.error_message)
     return described(response)
@@ -302,7 +302,7 @@ def describe_broker(conn: Connection, principal: str) -> tuple[list[AclBinding],
         operation=i8(Op.ANY),
         permission_type=i8(Permission.ANY),
     )
-    response = conn.request(DESCRIBE_ACLS, 3, request)
+    response = conn.request(ApiKey.DESCRIBE_ACLS, 3, request)
     if int(response.error_code):
         raise Refused(int(response.error_code), response.error_message)
     out, unreadable = [], []
@@ -330,17 +330,17 @@ def delete_broker(conn: Connection, items: list[AclBinding]) -> list[tuple[AclBi
     request = DeleteAclsRequest(
         filters=tuple(DeleteAclsFilter(**_filter_fields(exact(b))) for b in items)  # kio's field names are Kafka's
     )
-    response = conn.request(DELETE_ACLS, 3, request)
+    response = conn.request(ApiKey.DELETE_ACLS, 3, request)
     return [(b, int(r.error_code), r.error_message) for b, r in zip(items, response.filter_results, strict=True)]
 
 
 def offered(conn: Connection, keys: Iterable[int]) -> list[str]:
     """The names of the APIs among `keys` this connection may not use."""
-    names = {**m.NAMES, DESCRIBE_ACLS: "DescribeAcls v3", DELETE_ACLS: "DeleteAcls v3"}
+    names = {**m.NAMES, ApiKey.DESCRIBE_ACLS: "DescribeAcls v3", ApiKey.DELETE_ACLS: "DeleteAcls v3"}
     missing = []
     for key in keys:
         low, high = conn.versions.get(key, (0, -1))
-        version = 3 if key in (DESCRIBE_ACLS, DELETE_ACLS) else 0
+        version = 3 if key in (ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS) else 0
         if not low <= version <= high:
             missing.append(names[key])
     return missing
@@ -377,9 +377,9 @@ def _run(args: argparse.Namespace) -> int:
     except (Usage, ConfigProblem) as exc:
         print(f"vcproxy acls: {exc}", file=sys.stderr)
         return USAGE
-    key = m.CREATE_VIRTUAL_CLUSTER_ACLS if args.add else m.DELETE_VIRTUAL_CLUSTER_ACLS
+    key = ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS if args.add else ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS
     if args.list:
-        key = m.DESCRIBE_VIRTUAL_CLUSTER_ACLS
+        key = ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS
     try:
         with Connection(args.bootstrap_server, login, apis=[(key, 0)]) as conn:
             if offered(conn, [key]):
@@ -519,12 +519,14 @@ def migrate(args: argparse.Namespace, login: Any, principal: str) -> int:
         print(f"vcproxy virtual-clusters: {target!r} is the virtual cluster the ACLs go to", file=sys.stderr)
         return USAGE
     literal = {"virtual_cluster": target, "virtual_cluster_pattern_type": i8(m.VirtualClusterPatternType.LITERAL)}
-    needed = [m.DESCRIBE_VIRTUAL_CLUSTERS, m.ALTER_VIRTUAL_CLUSTERS, m.DESCRIBE_VIRTUAL_CLUSTER_ACLS]
-    needed += [m.CREATE_VIRTUAL_CLUSTER_ACLS] if copy_from else []
+    needed = [ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, ApiKey.ALTER_VIRTUAL_CLUSTERS, ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS]
+    needed += [ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS] if copy_from else []
     if migrate_model.KAFKA_CLUSTER in (copy_from, remove_from):
-        needed.append(DESCRIBE_ACLS)
+        needed.append(ApiKey.DESCRIBE_ACLS)
     if remove_from is not None:
-        needed.append(DELETE_ACLS if remove_from == migrate_model.KAFKA_CLUSTER else m.DELETE_VIRTUAL_CLUSTER_ACLS)
+        needed.append(
+            ApiKey.DELETE_ACLS if remove_from == migrate_model.KAFKA_CLUSTER else ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS
+        )
     report: dict[str, Any] = {
         "virtual_cluster": target,
         "user": principal,
@@ -549,7 +551,7 @@ def migrate(args: argparse.Namespace, login: Any, principal: str) -> int:
             args.bootstrap_server,
             login,
             timeout=max(args.timeout_ms / 1000, 1) + 5,
-            apis=[(k, 3 if k in (DESCRIBE_ACLS, DELETE_ACLS) else 0) for k in dict.fromkeys(needed)],
+            apis=[(k, 3 if k in (ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS) else 0) for k in dict.fromkeys(needed)],
         ) as conn:
             missing = offered(conn, dict.fromkeys(needed))
             if missing:
@@ -560,7 +562,7 @@ def migrate(args: argparse.Namespace, login: Any, principal: str) -> int:
                 )
                 return UNAUTHORIZED
             vc = conn.request(
-                m.DESCRIBE_VIRTUAL_CLUSTERS,
+                ApiKey.DESCRIBE_VIRTUAL_CLUSTERS,
                 0,
                 m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=target),)),
             ).virtual_clusters[0]
@@ -586,7 +588,7 @@ def migrate(args: argparse.Namespace, login: Any, principal: str) -> int:
                 wanted = plan.targets
                 results = [(b, 0, None) for b in wanted]
                 if wanted and not args.validate_only:
-                    response = conn.request(m.CREATE_VIRTUAL_CLUSTER_ACLS, 0, create_request(wanted, literal))
+                    response = conn.request(ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS, 0, create_request(wanted, literal))
                     results = [
                         (b, int(r.error_code), r.error_message) for b, r in zip(wanted, response.results, strict=True)
                     ]
@@ -630,7 +632,7 @@ def _bind(
         virtual_cluster=(m.VirtualClusterData(name=args.virtual_cluster, resources=(resource,)),),
         validate_only=bool(args.validate_only),
     )
-    result = conn.request(m.ALTER_VIRTUAL_CLUSTERS, 0, request).virtual_cluster[0].resources[0]
+    result = conn.request(ApiKey.ALTER_VIRTUAL_CLUSTERS, 0, request).virtual_cluster[0].resources[0]
     if int(result.error_code):
         report["user_added"] = False
         error(f"add user {principal}", int(result.error_code), result.error_message)
@@ -667,7 +669,9 @@ def _remove_old(
         results = delete_broker(conn, removable)
     else:
         where = {"virtual_cluster": source, "virtual_cluster_pattern_type": i8(m.VirtualClusterPatternType.LITERAL)}
-        response = conn.request(m.DELETE_VIRTUAL_CLUSTER_ACLS, 0, delete_request([exact(b) for b in removable], where))
+        response = conn.request(
+            ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS, 0, delete_request([exact(b) for b in removable], where)
+        )
         results = [
             (b, int(r.error_code), r.error_message) for b, r in zip(removable, response.filter_results, strict=True)
         ]

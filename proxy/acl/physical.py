@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import codec, splice
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type
 from ..rules import api_rules
 from ..tenancy.fields import apply_path, identifier_paths
@@ -38,8 +39,6 @@ from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
 Op = Operation
 CLUSTER_AUTHORIZATION_FAILED = 31
 TOPIC_AUTHORIZATION_FAILED = 29
-PRODUCE, METADATA, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 3, 19, 22
-DESCRIBE_TOPIC_PARTITIONS = 75
 CONFIG_RESOURCE = {2: ResourceType.TOPIC, 32: ResourceType.GROUP}  # any other resource type: the cluster
 MAX_LEARNED_IDS = 200_000  # topic ids a connection remembers (a cluster's topics, with room)
 
@@ -135,7 +134,7 @@ class PhysicalAuthorizer:
 
         paths = frozenset(identifier_paths(cls))
         body = None
-        if api_key == PRODUCE:  # record batches are walked over, never decoded
+        if api_key == ApiKey.PRODUCE:  # record batches are walked over, never decoded
             pieces = splice.rewrite_fields(cls, frame, body_offset, paths, see)
         else:
             body, _ = codec.decode(cls, frame, body_offset)
@@ -152,7 +151,7 @@ class PhysicalAuthorizer:
                 head = frame[4:body_offset]
                 pieces = [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
             verdict.pieces = pieces
-        if api_key == CREATE_TOPICS and body is not None:
+        if api_key == ApiKey.CREATE_TOPICS and body is not None:
             for topic in body.topics:
                 if not (
                     self.allows(Op.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -160,13 +159,18 @@ class PhysicalAuthorizer:
                 ):
                     verdict.error, verdict.why = ERROR_OF_KIND["topic"], f"CREATE on topic {topic.name!r}"
                     return verdict
-        if api_key == INIT_PRODUCER_ID and body is not None and not body.transactional_id and not self._idempotent():
+        if (
+            api_key == ApiKey.INIT_PRODUCER_ID
+            and body is not None
+            and not body.transactional_id
+            and not self._idempotent()
+        ):
             verdict.error, verdict.why = CLUSTER_AUTHORIZATION_FAILED, "IDEMPOTENT_WRITE on the cluster"
             return verdict
-        if api_key in (METADATA, DESCRIBE_TOPIC_PARTITIONS):
+        if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS):
             verdict.filter_topics = True
             topics = getattr(body, "topics", None)
-            verdict.all_topics = topics is None or (not topics and (api_key != METADATA or version == 0))
+            verdict.all_topics = topics is None or (not topics and (api_key != ApiKey.METADATA or version == 0))
         return verdict
 
     def _idempotent(self) -> bool:

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import response_type
 from ..tenancy.limits import MAX_ACLS, Room, count_refusal, record_size_refusal
 from .model import (
@@ -35,8 +36,7 @@ from .model import (
     acl_record,
 )
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-KEYS = frozenset({DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS})
+KEYS = frozenset({ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS})
 NONE, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, POLICY_VIOLATION = 0, 31, 42, 44
 Record = tuple[str, dict[str, Any] | None]
 
@@ -51,9 +51,9 @@ def handle(
 ) -> tuple[Any, list[Record]]:
     """`room`: the VC's state limits (proxy/tenancy/limits.py); None: the defaults, on an empty state."""
     cls = response_type(api_key, version)
-    if api_key == DESCRIBE_ACLS:
+    if api_key == ApiKey.DESCRIBE_ACLS:
         return _describe(acls, who, cls, request), []
-    if api_key == CREATE_ACLS:
+    if api_key == ApiKey.CREATE_ACLS:
         return _create(vc_name, acls, who, cls, request, room or Room())
     return _delete(vc_name, acls, who, cls, request)
 

@@ -17,9 +17,14 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
+from ..protocol.apikey import ApiKey
+
 PHYSICAL_VC = "(physical)"  # the VC of kafka-cluster's members (the physical cluster)
-PRODUCE_KEY = 0
-FETCH_KEYS = (1, 78)  # Fetch, ShareFetch: the APIs whose topic bytes count as fetched
+PRODUCE_KEY = int(ApiKey.PRODUCE)  # plain ints: Spark columns compare with them
+FETCH_KEYS = (
+    int(ApiKey.FETCH),
+    int(ApiKey.SHARE_FETCH),
+)  # Fetch, ShareFetch: the APIs whose topic bytes count as fetched
 EXCERPT_CHARS = 160
 
 _DECIMAL = re.compile(r"[+-]?[0-9]+")

@@ -51,9 +51,10 @@ from scramp.utils import ScramException
 
 from ..core.admission import LoginGuard
 from ..core.exchange import PasswordCheck, ProtocolViolation
-from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslReply
+from ..core.stages.authenticate import SaslReply
 from ..observability.quoting import bare, shown
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader
 from . import SASL_MECHANISMS, SCRAM_MECHANISMS
@@ -129,7 +130,7 @@ class SaslServer:
 
     def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply:
         request = _decode(api_key, version, frame, header)
-        if api_key == SASL_HANDSHAKE_KEY:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             return self._handshake(version, request.mechanism)
         return self._authenticate(version, bytes(request.auth_bytes))
 
@@ -233,7 +234,7 @@ class SaslServer:
         (the connection then closes). The broker keeps a re-authentication's principal unchanged; the proxy
         reads the first message itself anyway, so it never depends on the two readings agreeing."""
         request = _decode(api_key, version, frame, header)
-        if api_key == SASL_HANDSHAKE_KEY:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             if self._state is _State.COMPLETE:
                 self._reauth = request.mechanism
             return None
@@ -490,7 +491,7 @@ class Preauthenticated:
 
     def on_sasl_request(self, api_key: int, version: int, frame: memoryview, header: RequestHeader) -> SaslReply:
         _decode(api_key, version, frame, header)
-        if api_key == SASL_HANDSHAKE_KEY:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             return SaslReply(_handshake_body(version, ErrorCode.illegal_sasl_state, ()))
         message = "SASL is not enabled on this listener"
         return SaslReply(_authenticate_body(version, ErrorCode.illegal_sasl_state, message))
@@ -526,7 +527,7 @@ def _invalid_credentials(mechanism: str | None) -> str:
 
 
 def _decode(api_key: int, version: int, frame: memoryview, header: RequestHeader) -> Any:
-    if api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+    if api_key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
         raise ProtocolViolation(f"API {api_key} is not a SASL API")
     try:
         request, _ = codec.decode(request_type(api_key, version), frame, header.body_offset)
@@ -536,12 +537,12 @@ def _decode(api_key: int, version: int, frame: memoryview, header: RequestHeader
 
 
 def _handshake_body(version: int, error: ErrorCode, mechanisms: Sequence[str]) -> bytes:
-    cls = response_type(SASL_HANDSHAKE_KEY, version)
+    cls = response_type(ApiKey.SASL_HANDSHAKE, version)
     return codec.encode(cls(error_code=error, mechanisms=tuple(mechanisms)))
 
 
 def _authenticate_body(version: int, error: ErrorCode, message: str | None, token: bytes = b"") -> bytes:
-    cls = response_type(SASL_AUTHENTICATE_KEY, version)
+    cls = response_type(ApiKey.SASL_AUTHENTICATE, version)
     fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": token}
     if version >= 1:
         fields["session_lifetime"] = datetime.timedelta(0)  # no expiry: clients never re-authenticate

@@ -15,10 +15,10 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 from scramp.utils import ScramException
 
-from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from ..identity import CLIENT_ID
 from ..net.frames import FrameReader
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset, response_correlation_id
@@ -31,7 +31,7 @@ HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 2
 # (request, response) header versions, fixed here rather than looked up: building the full API table
 # imports every kio schema, which must not eat into the connect timeout of the first upstream login.
-_HEADERS = {SASL_HANDSHAKE_KEY: (1, 0), SASL_AUTHENTICATE_KEY: (2, 1)}  # v2 is flexible, v1 is not
+_HEADERS = {ApiKey.SASL_HANDSHAKE: (1, 0), ApiKey.SASL_AUTHENTICATE: (2, 1)}  # v2 is flexible, v1 is not
 _correlation = itertools.count(1)
 
 
@@ -62,7 +62,7 @@ class SaslClient:
         self._rounds = 0
 
     def start(self) -> bytes:
-        return self._request(SASL_HANDSHAKE_KEY, HANDSHAKE_VERSION, mechanism=self.login.mechanism)
+        return self._request(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION, mechanism=self.login.mechanism)
 
     def receive(self, response_frame: bytes | memoryview) -> bytes | None:
         if self._expect is None:
@@ -77,7 +77,7 @@ class SaslClient:
         except codec.CodecError as exc:
             raise UpstreamAuthError(f"malformed SASL response from the broker: {exc}") from exc
         error = ErrorCode(response.error_code)
-        if api_key == SASL_HANDSHAKE_KEY:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             if error is not ErrorCode.none:
                 offered = ", ".join(response.mechanisms) or "none"
                 raise UpstreamAuthError(
@@ -118,7 +118,7 @@ class SaslClient:
         return None
 
     def _authenticate(self, token: bytes) -> bytes:
-        return self._request(SASL_AUTHENTICATE_KEY, AUTHENTICATE_VERSION, auth_bytes=token)
+        return self._request(ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSION, auth_bytes=token)
 
     def _request(self, api_key: int, version: int, **fields: Any) -> bytes:
         correlation_id = next(_correlation)

@@ -12,9 +12,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
 from ..protocol.codec import UNSUPPORTED_VERSION
-from ..protocol.headers import API_VERSIONS_KEY
 from ..rules import api_rules, tenant_rules
 from . import refusals
 
@@ -74,7 +74,7 @@ def decode_response(version: int, body: memoryview | bytes) -> Any:
     error = int.from_bytes(body[:2], "big", signed=True)
     if error == UNSUPPORTED_VERSION:
         version = 0
-    entity, _ = codec.decode(response_type(API_VERSIONS_KEY, version), body)
+    entity, _ = codec.decode(response_type(ApiKey.API_VERSIONS, version), body)
     return entity
 
 
@@ -93,7 +93,7 @@ def with_table(response: Any, table: VersionTable) -> Any:
 
 def unsupported_version_body(table: VersionTable) -> bytes:
     """The v0 response a broker sends for an ApiVersions version it does not know."""
-    cls = response_type(API_VERSIONS_KEY, 0)
+    cls = response_type(ApiKey.API_VERSIONS, 0)
     body = codec._empty(cls, error_code=ErrorCode(UNSUPPORTED_VERSION))
     return codec.encode(with_table(body, table))
 

@@ -15,13 +15,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from ..protocol.codec import CLUSTER_AUTHORIZATION_MESSAGE
-
-WRITE_TXN_MARKERS, ALTER_REPLICA_LOG_DIRS = 27, 34
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
-CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, CREATE_ACLS, DELETE_ACLS = 19, 20, 21, 30, 31
-DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
 
 Build = Callable[[Any, type, ErrorCode], Any]  # (request, response class, error) -> response
 
@@ -175,7 +171,13 @@ def _create_partitions(request: Any, cls: type, error: ErrorCode) -> Any:
     return codec._empty(cls, results=tuple(_with(item, name=t.name, error_code=error) for t in request.topics))
 
 
-SHARE_STATE_KEYS = (83, 84, 85, 86, 87)  # Initialize/Read/Write/Delete ShareGroupState, ReadShareGroupStateSummary
+SHARE_STATE_KEYS = (
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+    ApiKey.READ_SHARE_GROUP_STATE,
+    ApiKey.WRITE_SHARE_GROUP_STATE,
+    ApiKey.DELETE_SHARE_GROUP_STATE,
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY,
+)
 
 
 def _share_state(request: Any, cls: type, error: ErrorCode) -> Any:
@@ -202,19 +204,19 @@ def _share_state(request: Any, cls: type, error: ErrorCode) -> Any:
 
 PER_ITEM: dict[int, Build] = {
     **dict.fromkeys(SHARE_STATE_KEYS, _share_state),
-    CREATE_TOPICS: _create_topics,
-    DELETE_TOPICS: _delete_topics,
-    DELETE_RECORDS: _delete_records,
-    CREATE_ACLS: _create_acls,
-    DELETE_ACLS: _delete_acls,
-    DESCRIBE_CONFIGS: _configs,
-    ALTER_CONFIGS: _configs,
-    CREATE_PARTITIONS: _create_partitions,
-    INCREMENTAL_ALTER_CONFIGS: _configs,
-    WRITE_TXN_MARKERS: _write_txn_markers,
-    ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
-    DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_user_scram_credentials,
-    ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
+    ApiKey.CREATE_TOPICS: _create_topics,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.DELETE_RECORDS: _delete_records,
+    ApiKey.CREATE_ACLS: _create_acls,
+    ApiKey.DELETE_ACLS: _delete_acls,
+    ApiKey.DESCRIBE_CONFIGS: _configs,
+    ApiKey.ALTER_CONFIGS: _configs,
+    ApiKey.CREATE_PARTITIONS: _create_partitions,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs,
+    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
 }
 
 

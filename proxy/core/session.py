@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..protocol import kip1313
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
 from ..protocol.headers import parse_request_header, peek_request, response_correlation_id
@@ -43,8 +44,6 @@ from .exchange import (
     close,
 )
 from .stages.authenticate import (
-    SASL_AUTHENTICATE_KEY,
-    SASL_HANDSHAKE_KEY,
     AuthenticationStage,
     Authenticator,
     SaslReply,
@@ -61,8 +60,6 @@ from .stages.users import UsersStage
 from .stages.versions import VersionStage
 
 __all__ = [
-    "SASL_AUTHENTICATE_KEY",
-    "SASL_HANDSHAKE_KEY",
     "Action",
     "Authenticator",
     "Exchange",
@@ -77,8 +74,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-PRODUCE_KEY = 0
 
 
 class ProxySession:
@@ -263,7 +258,7 @@ class ProxySession:
             decision.frame = ex.frame
         if decision.pieces is None and ex.pieces is not None:
             decision.pieces = ex.pieces
-        if ex.api_key == PRODUCE_KEY and _produce_acks(ex) == 0:
+        if ex.api_key == ApiKey.PRODUCE and _produce_acks(ex) == 0:
             decision.pending = None  # no answer will come
             return decision
         decision.pending = ex

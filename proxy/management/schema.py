@@ -23,39 +23,26 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32
 
-CREATE_VIRTUAL_CLUSTERS = 1134
-ALTER_VIRTUAL_CLUSTERS = 1135
-DELETE_VIRTUAL_CLUSTERS = 1136
-LIST_VIRTUAL_CLUSTERS = 1137
-DESCRIBE_VIRTUAL_CLUSTERS = 1138
-# vcproxy's own: Kafka's DescribeAcls/CreateAcls/DeleteAcls v3 naming a VC, for operators bound to none.
-DESCRIBE_VIRTUAL_CLUSTER_ACLS = 1139
-CREATE_VIRTUAL_CLUSTER_ACLS = 1140
-DELETE_VIRTUAL_CLUSTER_ACLS = 1141
+from ..protocol.apikey import ApiKey
+
 KEYS = (
-    CREATE_VIRTUAL_CLUSTERS,
-    ALTER_VIRTUAL_CLUSTERS,
-    DELETE_VIRTUAL_CLUSTERS,
-    LIST_VIRTUAL_CLUSTERS,
-    DESCRIBE_VIRTUAL_CLUSTERS,
-    DESCRIBE_VIRTUAL_CLUSTER_ACLS,
-    CREATE_VIRTUAL_CLUSTER_ACLS,
-    DELETE_VIRTUAL_CLUSTER_ACLS,
+    ApiKey.CREATE_VIRTUAL_CLUSTERS,
+    ApiKey.ALTER_VIRTUAL_CLUSTERS,
+    ApiKey.DELETE_VIRTUAL_CLUSTERS,
+    ApiKey.LIST_VIRTUAL_CLUSTERS,
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTERS,
+    # vcproxy's own: Kafka's DescribeAcls/CreateAcls/DeleteAcls v3 naming a VC, for operators bound to none.
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS,
+    ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS,
+    ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS,
 )
-ACL_KEYS = (DESCRIBE_VIRTUAL_CLUSTER_ACLS, CREATE_VIRTUAL_CLUSTER_ACLS, DELETE_VIRTUAL_CLUSTER_ACLS)
-NAMES = {
-    CREATE_VIRTUAL_CLUSTERS: "CreateVirtualClusters",
-    ALTER_VIRTUAL_CLUSTERS: "AlterVirtualClusters",
-    DELETE_VIRTUAL_CLUSTERS: "DeleteVirtualClusters",
-    LIST_VIRTUAL_CLUSTERS: "ListVirtualClusters",
-    DESCRIBE_VIRTUAL_CLUSTERS: "DescribeVirtualClusters",
-    DESCRIBE_VIRTUAL_CLUSTER_ACLS: "DescribeVirtualClusterAcls",
-    CREATE_VIRTUAL_CLUSTER_ACLS: "CreateVirtualClusterAcls",
-    DELETE_VIRTUAL_CLUSTER_ACLS: "DeleteVirtualClusterAcls",
-}
-SNAKE_NAMES = {
-    key: "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_") for key, name in NAMES.items()
-}
+ACL_KEYS = (
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS,
+    ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS,
+    ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS,
+)
+NAMES = {key: key.title for key in KEYS}
+SNAKE_NAMES = {key: key.name.lower() for key in KEYS}
 
 
 class ResourceType(enum.IntEnum):
@@ -117,14 +104,14 @@ class _Nested:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreatableVirtualCluster(_Nested):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     name: str = field(metadata=_meta("string"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateVirtualClustersRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTERS)
     virtual_clusters: tuple[CreatableVirtualCluster, ...] = field(default=())
     timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
     validate_only: bool = field(metadata=_meta("bool"), default=False)
@@ -132,7 +119,7 @@ class CreateVirtualClustersRequest(_Request):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreatableVirtualClustersResult(_Nested):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
@@ -141,7 +128,7 @@ class CreatableVirtualClustersResult(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateVirtualClustersResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTERS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     virtual_clusters: tuple[CreatableVirtualClustersResult, ...] = field(default=())
 
@@ -151,7 +138,7 @@ class CreateVirtualClustersResponse(_Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterResource(_Nested):
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     resource_type: i8 = field(metadata=_meta("int8"))
     resource_name: str = field(metadata=_meta("string"))
@@ -163,7 +150,7 @@ class VirtualClusterResource(_Nested):
 class VirtualClusterConfig(_Nested):
     """One of a VC's settings (proxy/tenancy/settings.py) to set or delete."""
 
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     name: str = field(metadata=_meta("string"))
     config_operation: i8 = field(metadata=_meta("int8"), default=i8(ConfigOperation.SET))
@@ -172,7 +159,7 @@ class VirtualClusterConfig(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterData(_Nested):
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     name: str = field(metadata=_meta("string"))
     resources: tuple[VirtualClusterResource, ...] = field(default=())
@@ -182,7 +169,7 @@ class VirtualClusterData(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterVirtualClustersRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     virtual_cluster: tuple[VirtualClusterData, ...] = field(default=())
     timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
     validate_only: bool = field(metadata=_meta("bool"), default=False)
@@ -190,7 +177,7 @@ class AlterVirtualClustersRequest(_Request):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterResourceResult(_Nested):
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     resource_type: i8 = field(metadata=_meta("int8"))
     resource_name: str = field(metadata=_meta("string"))
@@ -202,7 +189,7 @@ class VirtualClusterResourceResult(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterDataResult(_Nested):
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
     resources: tuple[VirtualClusterResourceResult, ...] = field(default=())
@@ -212,7 +199,7 @@ class VirtualClusterDataResult(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterVirtualClustersResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(ALTER_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.ALTER_VIRTUAL_CLUSTERS)
     virtual_cluster: tuple[VirtualClusterDataResult, ...] = field(default=())
     throttle_time_ms: i32 = field(metadata=_meta("int32", 0), default=i32(0))
 
@@ -222,14 +209,14 @@ class AlterVirtualClustersResponse(_Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeletableVirtualCluster(_Nested):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     name: str = field(metadata=_meta("string"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClustersRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTERS)
     virtual_clusters: tuple[DeletableVirtualCluster, ...] = field(default=())
     timeout_ms: i32 = field(metadata=_meta("int32"), default=i32(60000))
     validate_only: bool = field(metadata=_meta("bool"), default=False)
@@ -240,7 +227,7 @@ class DeleteVirtualClustersRequest(_Request):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeletableVirtualClusterResult(_Nested):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
@@ -249,7 +236,7 @@ class DeletableVirtualClusterResult(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClustersResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTERS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     responses: tuple[DeletableVirtualClusterResult, ...] = field(default=())
 
@@ -259,19 +246,19 @@ class DeleteVirtualClustersResponse(_Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListVirtualClustersRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(LIST_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.LIST_VIRTUAL_CLUSTERS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListedVirtualCluster(_Nested):
-    __api_key__: ClassVar[i16] = i16(LIST_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.LIST_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListVirtualClustersResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(LIST_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.LIST_VIRTUAL_CLUSTERS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
     virtual_clusters: tuple[ListedVirtualCluster, ...] = field(default=())
@@ -282,20 +269,20 @@ class ListVirtualClustersResponse(_Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribedVirtualClusterName(_Nested):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     name: str = field(metadata=_meta("string"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeVirtualClustersRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
     virtual_clusters: tuple[DescribedVirtualClusterName, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicLink(_Nested):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     link_name: str = field(metadata=_meta("string"))
     physical_name: str = field(metadata=_meta("string"))
@@ -303,7 +290,7 @@ class TopicLink(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribedVirtualClusterConfig(_Nested):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
     value: str = field(metadata=_meta("string"))
@@ -311,7 +298,7 @@ class DescribedVirtualClusterConfig(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterResults(_Nested):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     name: str = field(metadata=_meta("string"))
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
@@ -328,7 +315,7 @@ class VirtualClusterResults(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeVirtualClustersResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTERS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     virtual_clusters: tuple[VirtualClusterResults, ...] = field(default=())
 
@@ -341,7 +328,7 @@ class DescribeVirtualClustersResponse(_Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeVirtualClusterAclsRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS)
     resource_type_filter: i8 = field(metadata=_meta("int8"))
     resource_name_filter: str | None = field(metadata=_meta("string"), default=None)
     pattern_type_filter: i8 = field(metadata=_meta("int8"), default=i8(3))
@@ -355,7 +342,7 @@ class DescribeVirtualClusterAclsRequest(_Request):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterAclDescription(_Nested):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     principal: str = field(metadata=_meta("string"))
     host: str = field(metadata=_meta("string"))
@@ -365,7 +352,7 @@ class VirtualClusterAclDescription(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeVirtualClusterAclsResource(_Nested):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     resource_type: i8 = field(metadata=_meta("int8"))
     resource_name: str = field(metadata=_meta("string"))
@@ -376,7 +363,7 @@ class DescribeVirtualClusterAclsResource(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeVirtualClusterAclsResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(DESCRIBE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
     error_message: str | None = field(metadata=_meta("string"), default=None)
@@ -385,7 +372,7 @@ class DescribeVirtualClusterAclsResponse(_Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterAclCreation(_Nested):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     resource_type: i8 = field(metadata=_meta("int8"))
     resource_name: str = field(metadata=_meta("string"))
@@ -400,13 +387,13 @@ class VirtualClusterAclCreation(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateVirtualClusterAclsRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS)
     creations: tuple[VirtualClusterAclCreation, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualClusterAclCreationResult(_Nested):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
     error_message: str | None = field(metadata=_meta("string"), default=None)
@@ -414,14 +401,14 @@ class VirtualClusterAclCreationResult(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateVirtualClusterAclsResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(CREATE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     results: tuple[VirtualClusterAclCreationResult, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClusterAclsFilter(_Nested):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     resource_type_filter: i8 = field(metadata=_meta("int8"))
     resource_name_filter: str | None = field(metadata=_meta("string"), default=None)
@@ -436,13 +423,13 @@ class DeleteVirtualClusterAclsFilter(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClusterAclsRequest(_Request):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS)
     filters: tuple[DeleteVirtualClusterAclsFilter, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClusterAclsMatchingAcl(_Nested):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
     error_message: str | None = field(metadata=_meta("string"), default=None)
@@ -458,7 +445,7 @@ class DeleteVirtualClusterAclsMatchingAcl(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClusterAclsFilterResult(_Nested):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
     error_code: i16 = field(metadata=_meta("int16"), default=i16(0))
     error_message: str | None = field(metadata=_meta("string"), default=None)
@@ -467,28 +454,28 @@ class DeleteVirtualClusterAclsFilterResult(_Nested):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteVirtualClusterAclsResponse(_Response):
-    __api_key__: ClassVar[i16] = i16(DELETE_VIRTUAL_CLUSTER_ACLS)
+    __api_key__: ClassVar[i16] = i16(ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS)
     throttle_time_ms: i32 = field(metadata=_meta("int32"), default=i32(0))
     filter_results: tuple[DeleteVirtualClusterAclsFilterResult, ...] = field(default=())
 
 
 REQUESTS: dict[int, type] = {
-    CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersRequest,
-    ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersRequest,
-    DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersRequest,
-    LIST_VIRTUAL_CLUSTERS: ListVirtualClustersRequest,
-    DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersRequest,
-    DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsRequest,
-    CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsRequest,
-    DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsRequest,
+    ApiKey.CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersRequest,
+    ApiKey.ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersRequest,
+    ApiKey.DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersRequest,
+    ApiKey.LIST_VIRTUAL_CLUSTERS: ListVirtualClustersRequest,
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersRequest,
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsRequest,
+    ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsRequest,
+    ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsRequest,
 }
 RESPONSES: dict[int, type] = {
-    CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersResponse,
-    ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersResponse,
-    DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersResponse,
-    LIST_VIRTUAL_CLUSTERS: ListVirtualClustersResponse,
-    DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersResponse,
-    DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsResponse,
-    CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsResponse,
-    DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsResponse,
+    ApiKey.CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersResponse,
+    ApiKey.ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersResponse,
+    ApiKey.DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersResponse,
+    ApiKey.LIST_VIRTUAL_CLUSTERS: ListVirtualClustersResponse,
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersResponse,
+    ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsResponse,
+    ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsResponse,
+    ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsResponse,
 }

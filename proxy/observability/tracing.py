@@ -29,16 +29,14 @@ import trio
 
 from .. import __version__
 from ..core.exchange import Action, Exchange, RequestDecision
-from ..core.stages.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
-from ..protocol.headers import API_VERSIONS_KEY, peek_request, response_body_offset
+from ..protocol.headers import peek_request, response_body_offset
 from ..protocol.primitives import read_nullable_string
 from ..rules import api_rules
 from .local_answers import error_label
 from .metrics import PHYSICAL_VC, Metrics
 from .scan import Facts, TopicKey, scan, top_error
-
-PRODUCE_KEY = 0
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -50,14 +48,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "vcproxy"
-FETCH_KEY = 1
-SHARE_FETCH_KEY = 78
-SHARE_ACKNOWLEDGE_KEY = 79
-SASL_KEYS = frozenset((SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY))
-UNBOUND_APIS = SASL_KEYS | {API_VERSIONS_KEY}  # what a connection asks before it is bound to a VC
+SASL_KEYS = frozenset((ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE))
+UNBOUND_APIS = SASL_KEYS | {ApiKey.API_VERSIONS}  # what a connection asks before it is bound to a VC
 # Bodies handled by splice (never decoded): their error codes are the broker's, read from its frame.
-SPLICED = frozenset((PRODUCE_KEY, FETCH_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY))
-RECORDS_IN_RESPONSE = frozenset((FETCH_KEY, SHARE_FETCH_KEY))
+SPLICED = frozenset((ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE))
+RECORDS_IN_RESPONSE = frozenset((ApiKey.FETCH, ApiKey.SHARE_FETCH))
 SHUTDOWN_TIMEOUT = 10.0
 MAX_LEARNED_TOPIC_IDS = 100_000
 _ID_LIMIT = (1 << 64) - 1
@@ -353,7 +348,7 @@ class ConnectionTelemetry:
         trace.delay = decision.delay
         if trace_id and api_key not in RECORDS_IN_RESPONSE:
             state = self.state
-            if api_key == PRODUCE_KEY or state is None or state.engine is None:
+            if api_key == ApiKey.PRODUCE or state is None or state.engine is None:
                 trace.request_topics = self._scan_request(wire_frame, api_key, wire_version)
         if pending is not None:
             pending.trace = trace
@@ -526,7 +521,7 @@ class ConnectionTelemetry:
         api_key = trace.api_key
         exchange = trace.pending.exchange if trace.pending is not None else None
         from_upstream = False
-        if api_key == PRODUCE_KEY:
+        if api_key == ApiKey.PRODUCE:
             found = trace.request_topics  # the client's frame: the client's names
         elif api_key in RECORDS_IN_RESPONSE:
             found, from_upstream = (facts.topics if facts is not None else None), True
@@ -536,7 +531,7 @@ class ConnectionTelemetry:
             found = trace.request_topics
         if not found:
             return [], None
-        with_bytes = api_key == PRODUCE_KEY or api_key in RECORDS_IN_RESPONSE
+        with_bytes = api_key == ApiKey.PRODUCE or api_key in RECORDS_IN_RESPONSE
         names: dict[str, int] = {}
         for key, size in found.items():
             name = self._topic_name(key, vc, exchange, from_upstream)
@@ -571,7 +566,7 @@ class ConnectionTelemetry:
             self._auth_started = trace.started
         pending = trace.pending
         failed = pending is not None and pending.close_after
-        if failed or (trace.api_key == SASL_AUTHENTICATE_KEY and auth.complete):
+        if failed or (trace.api_key == ApiKey.SASL_AUTHENTICATE and auth.complete):
             self._auth_done = True
             mechanism = auth.mechanism or "none"
             if failed and self.metrics is not None:

@@ -15,7 +15,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 
 from ..management import schema as management
-from .headers import API_VERSIONS_KEY
+from .apikey import ApiKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class ApiInfo:
         return 2 if self.first_flexible is not None and version >= self.first_flexible else 1
 
     def response_header_version(self, version: int) -> int:
-        if self.key == API_VERSIONS_KEY:
+        if self.key == ApiKey.API_VERSIONS:
             return 0
         return 1 if self.first_flexible is not None and version >= self.first_flexible else 0
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from .primitives import INT16, INT32, read_int16, read_int32, read_nullable_string, skip_tagged_fields
 
-API_VERSIONS_KEY = 18
-
 
 @dataclass(slots=True)
 class RequestHeader:

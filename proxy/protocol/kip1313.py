@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from .apikey import ApiKey
 from .apis import ApiInfo
 from .headers import encode_request_header
 from .primitives import (
@@ -34,25 +35,30 @@ from .primitives import (
     skip_tagged_fields,
 )
 
-SASL_HANDSHAKE_KEY = 17  # never bumped: clients negotiated its versions wrongly in the past
-OFFSET_DELETE_KEY = 47
-GET_TELEMETRY_SUBSCRIPTIONS_KEY = 71
-PUSH_TELEMETRY_KEY = 72
-CONVERTED_RESPONSES = frozenset({OFFSET_DELETE_KEY, GET_TELEMETRY_SUBSCRIPTIONS_KEY})
+CONVERTED_RESPONSES = frozenset({ApiKey.OFFSET_DELETE, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS})
 # Kafka after 4.2 already uses the version after the proxy's newest for real (different bodies,
 # header v2) on these APIs, and clients send them (franz-go 1.22: ApiVersions v5, TxnOffsetCommit
 # v6, DeleteGroups v3, StreamsGroupHeartbeat/Describe v1). Offering header v3 there would misread
 # those clients, so these APIs get no header-v3 version.
-TAKEN_BY_NEWER_KAFKA = frozenset({18, 28, 42, 88, 89})
+TAKEN_BY_NEWER_KAFKA = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.STREAMS_GROUP_HEARTBEAT,
+        ApiKey.STREAMS_GROUP_DESCRIBE,
+    }
+)
 # franz-go 1.22 sends SaslAuthenticate at the broker's advertised maximum, not clamped to its own.
-CLIENTS_USE_ADVERTISED = frozenset({36})
+CLIENTS_USE_ADVERTISED = frozenset({ApiKey.SASL_AUTHENTICATE})
 ZERO = bytes(16)
 
 
 def header_v3_version(info: ApiInfo) -> int | None:
     """The version of this API that carries request header v3, or None (SaslHandshake, and APIs
     whose next version newer Kafka already uses)."""
-    if info.key == SASL_HANDSHAKE_KEY or info.key in TAKEN_BY_NEWER_KAFKA or info.key in CLIENTS_USE_ADVERTISED:
+    # SaslHandshake is never bumped: clients negotiated its versions wrongly in the past.
+    if info.key == ApiKey.SASL_HANDSHAKE or info.key in TAKEN_BY_NEWER_KAFKA or info.key in CLIENTS_USE_ADVERTISED:
         return None
     return info.max_version + 1
 
@@ -131,9 +137,9 @@ def downgrade(frame: memoryview | bytes, info: ApiInfo, header: HeaderV3, client
 def upgrade_response(api_key: int, frame: bytes | memoryview) -> bytes:
     """A response of the previous version as the header-v3 version's response (same correlation id)."""
     correlation_id = frame[4:8]
-    if api_key == OFFSET_DELETE_KEY:  # response header v0 -> v1, body -> flexible
+    if api_key == ApiKey.OFFSET_DELETE:  # response header v0 -> v1, body -> flexible
         return _framed(bytes(correlation_id) + b"\x00" + _offset_delete_response_flexible(frame, 8))
-    if api_key == GET_TELEMETRY_SUBSCRIPTIONS_KEY:  # header v1 (empty tags) kept; drop ClientInstanceId
+    if api_key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS:  # header v1 (empty tags) kept; drop ClientInstanceId
         offset = skip_tagged_fields(frame, 8)
         body = bytes(frame[offset:])
         if len(body) < 22:
@@ -176,9 +182,9 @@ def _offset_delete_request(body: memoryview | bytes, _instance_id: bytes) -> byt
 
 
 _REQUEST_BODIES = {
-    OFFSET_DELETE_KEY: _offset_delete_request,
-    GET_TELEMETRY_SUBSCRIPTIONS_KEY: _telemetry_request,
-    PUSH_TELEMETRY_KEY: _telemetry_request,
+    ApiKey.OFFSET_DELETE: _offset_delete_request,
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: _telemetry_request,
+    ApiKey.PUSH_TELEMETRY: _telemetry_request,
 }
 
 

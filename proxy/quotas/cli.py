@@ -16,12 +16,12 @@ from kio.schema.describe_client_quotas.v1.request import ComponentData, Describe
 from kio.static.primitive import i8
 
 from ..management.client import ConfigProblem, ConnectError, Connection, login_from
+from ..protocol.apikey import ApiKey
 from .model import CLIENT_ID, KEYS, PHYSICAL, USER, VIRTUAL_CLUSTER
 from .rpc import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 CLUSTER_AUTHORIZATION_FAILED = 31
-DESCRIBE, ALTER = 48, 49
 
 EPILOG = f"""\
 entities: --virtual-cluster NAME alone is the VC's cap (all its clients together), --virtual-cluster-default
@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigProblem) as exc:
         print(f"vcproxy quotas: {exc}", file=sys.stderr)
         return USAGE
-    key = DESCRIBE if args.quota_command == "describe" else ALTER
+    key = ApiKey.DESCRIBE_CLIENT_QUOTAS if args.quota_command == "describe" else ApiKey.ALTER_CLIENT_QUOTAS
     try:
         with Connection(args.bootstrap_server, login, timeout=35, apis=[(key, 1)]) as conn:
             if key not in conn.versions:
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ConnectError, OSError) as exc:
         print(f"vcproxy quotas: {exc}", file=sys.stderr)
         return UNREACHABLE
-    if key == DESCRIBE:
+    if key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
         code = int(response.error_code)
         out: dict[str, Any] = {"error_code": code, "error_message": response.error_message, "entries": []}
         for entry in response.entries or ():
@@ -177,7 +177,7 @@ def _name(entity: dict[str, str | None]) -> str:
 
 
 def _text(key: int, out: dict[str, Any]) -> str:
-    if key == DESCRIBE:
+    if key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
         if out["error_code"]:
             return f"Error {out['error_code']}: {out['error_message']}"
         lines = []

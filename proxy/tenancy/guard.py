@@ -32,6 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from ..core import refusals
 from ..protocol import codec, splice
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from .fields import apply_path, identifier_paths
 
@@ -39,14 +40,35 @@ log = logging.getLogger(__name__)
 
 TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed)
 TOPIC_RESOURCE = 2
-PRODUCE, METADATA, DESCRIBE_TOPIC_PARTITIONS = 0, 3, 75
-CONFIG_APIS = (32, 33, 44)  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs: resources[].resource_name
-# Produce, CreateTopics, DeleteTopics, DeleteRecords, AddPartitionsToTxn, WriteTxnMarkers, TxnOffsetCommit,
-# AlterConfigs, AlterReplicaLogDirs, CreatePartitions, IncrementalAlterConfigs, AlterPartitionReassignments.
-WRITES = frozenset({0, 19, 20, 21, 24, 27, 28, 33, 34, 37, 44, 45})
-LISTINGS = (METADATA, DESCRIBE_TOPIC_PARTITIONS)
-# InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit: what uses a transactional id.
-TXN_USES = frozenset({22, 24, 25, 26, 28})
+# resources[].resource_name
+CONFIG_APIS = (ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
+WRITES = frozenset(
+    {
+        ApiKey.PRODUCE,
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.DELETE_RECORDS,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        ApiKey.WRITE_TXN_MARKERS,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.ALTER_REPLICA_LOG_DIRS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    }
+)
+LISTINGS = (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS)
+# What uses a transactional id.
+TXN_USES = frozenset(
+    {
+        ApiKey.INIT_PRODUCER_ID,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        ApiKey.END_TXN,
+        ApiKey.TXN_OFFSET_COMMIT,
+    }
+)
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.transactional_id_authorization_failed)
 
 
@@ -121,15 +143,15 @@ def check(
         body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
         if not _names_state_topic(guard, api_key, version, body, None):
             topics = getattr(body, "topics", None)
-            everything = topics is None or (api_key == METADATA and version == 0 and not topics)
+            everything = topics is None or (api_key == ApiKey.METADATA and version == 0 and not topics)
             return ListingFilter(guard, api_key, version, all_topics=everything)
         # Named explicitly: the broker's answer shows it with TOPIC_AUTHORIZATION_FAILED (filter_response).
         return ListingFilter(guard, api_key, version, all_topics=False)
     if reader and api_key not in WRITES:
         return None
-    if not _paths(api_key, version) or (api_key != PRODUCE and not guard.mentioned(frame)):
+    if not _paths(api_key, version) or (api_key != ApiKey.PRODUCE and not guard.mentioned(frame)):
         return None
-    if api_key == PRODUCE:  # record batches are walked over, never decoded
+    if api_key == ApiKey.PRODUCE:  # record batches are walked over, never decoded
         if not _names_state_topic(guard, api_key, version, None, (frame, body_offset)):
             return None
         body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
@@ -169,7 +191,9 @@ def _may_list_all(api_key: int, version: int, frame: memoryview, body_offset: in
     needs filtering): decoded, as these requests are small."""
     body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
     topics = getattr(body, "topics", None)
-    return topics is None or (api_key == DESCRIBE_TOPIC_PARTITIONS and not topics) or (version == 0 and not topics)
+    return (
+        topics is None or (api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS and not topics) or (version == 0 and not topics)
+    )
 
 
 @functools.cache
@@ -234,7 +258,7 @@ def _refusal_body(api_key: int, version: int, request: Any) -> Any:
     place for it. Every item is refused: a request that touches the state topic is refused whole."""
     cls = response_type(api_key, version)
     error = ErrorCode.topic_authorization_failed
-    if api_key == PRODUCE:
+    if api_key == ApiKey.PRODUCE:
         topic_cls = _item(cls, "responses")
         part_cls = _item(topic_cls, "partition_responses")
         topics = tuple(

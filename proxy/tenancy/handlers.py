@@ -23,6 +23,7 @@ from kio.static.primitive import i8, i32
 from ..acl.model import ALL_CLUSTER_OPERATIONS
 from ..observability.quoting import cut, shown
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..rules import tenant_rules
 from . import names
 from .engine import Handler, LocalAnswer, Registry, TenantCall, TenantEngine
@@ -785,20 +786,19 @@ def delete_topics_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any
 # -- Configs --------------------------------------------------------------------------------------------
 
 
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 def configs_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on the VC's topics and groups, each
-    resource checked as Kafka does before the broker sees it: the ACL first (DESCRIBE_CONFIGS or
-    ALTER_CONFIGS on the topic or group: TOPIC_/GROUP_AUTHORIZATION_FAILED), then for changes to a
+    resource checked as Kafka does before the broker sees it: the ACL first (ApiKey.DESCRIBE_CONFIGS or
+    ApiKey.ALTER_CONFIGS on the topic or group: TOPIC_/GROUP_AUTHORIZATION_FAILED), then for changes to a
     topic its ownership (only the VC that owns a shared topic may reconfigure it) and the VC's topic
     policy (POLICY_VIOLATION naming the key, as Kafka's AlterConfigPolicy). A refused resource goes to
     the broker as a topic that exists nowhere, so the answer keeps the API's shape; its error is set
     on the way back (configs_response)."""
     refused: dict[str, tuple[int, str, int, str | None]] = {}  # placeholder -> (type, name, error, message)
-    alter = ex.api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
+    alter = ex.api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
     # Kafka's internal topics are described with their configs (kafka-topics --describe asks for every
     # listed topic's), never reconfigured: an alter names a topic that exists nowhere.
     ex.tx.describe_internal = not alter
@@ -836,7 +836,7 @@ def _config_refusal(
         return None  # unknown: the broker answers UNKNOWN_TOPIC_OR_PARTITION for the placeholder
     if not engine.image.owns(engine.vc, physical):
         return int(ErrorCode.topic_authorization_failed), _NOT_OWNER.format(name=name)
-    if ex.api_key == INCREMENTAL_ALTER_CONFIGS:
+    if ex.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
         ops = (OP_SET, OP_APPEND)  # a value to check; DELETE and SUBTRACT need the key settable only
         changes = [(c.name, c.value if int(c.config_operation) in ops else None) for c in resource.configs]
     else:

@@ -24,10 +24,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type
 from .model import TenancyImage
 
-DELETE_TOPICS = 20
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -55,7 +55,7 @@ def check(
 ) -> tuple[bytes, LinkedDeletes] | None:
     """None: nothing linked, send the request as it is. Else the request's new body, linked topics
     swapped for placeholders, and what to set back in the answer."""
-    body, _ = codec.decode(request_type(DELETE_TOPICS, version), request, body_offset)
+    body, _ = codec.decode(request_type(ApiKey.DELETE_TOPICS, version), request, body_offset)
     out = LinkedDeletes()
 
     def name(physical: str) -> str:

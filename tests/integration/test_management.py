@@ -33,6 +33,7 @@ from proxy.kafka.tools import run_tool
 from proxy.management import schema
 from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
+from proxy.protocol.apikey import ApiKey
 
 from .hardening_attacks import login
 from .polling import seconds_until
@@ -141,7 +142,7 @@ def describe(proxy: ProxyProcess, user: str, vc: str) -> Any:
     """DescribeVirtualClusters over a raw connection (no process start: for timing)."""
     with login(proxy.bootstrap, user, USERS[user]) as client:
         request = schema.DescribeVirtualClustersRequest(virtual_clusters=(schema.DescribedVirtualClusterName(name=vc),))
-        _, body = client.request(schema.DESCRIBE_VIRTUAL_CLUSTERS, 0, 9, request)
+        _, body = client.request(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, 0, 9, request)
     return body.virtual_clusters[0]
 
 
@@ -343,11 +344,11 @@ def test_authorization_matrix(replicas, logins):
     )
     for user in ("dave", "alice"):
         with login(proxy.bootstrap, user, USERS[user]) as raw:
-            _, created = raw.request(schema.CREATE_VIRTUAL_CLUSTERS, 0, 3, create)
+            _, created = raw.request(ApiKey.CREATE_VIRTUAL_CLUSTERS, 0, 3, create)
             assert int(created.virtual_clusters[0].error_code) == 31, user
-            _, listed = raw.request(schema.LIST_VIRTUAL_CLUSTERS, 0, 4, schema.ListVirtualClustersRequest())
+            _, listed = raw.request(ApiKey.LIST_VIRTUAL_CLUSTERS, 0, 4, schema.ListVirtualClustersRequest())
             assert int(listed.error_code) == (0 if user == "dave" else 31), user
-            _, described = raw.request(schema.DESCRIBE_VIRTUAL_CLUSTERS, 0, 5, describe_a)
+            _, described = raw.request(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, 0, 5, describe_a)
             assert int(described.virtual_clusters[0].error_code) == (0 if user == "dave" else 31), user
     assert "sneaky" not in ok(proxy, logins["admin"], "list")["virtual_clusters"]
     ok(proxy, logins["admin"], "delete", "--virtual-cluster", "team-z")

@@ -18,6 +18,7 @@ from proxy.core.session import Action, ProxySession
 from proxy.management import schema as m
 from proxy.management.plane import Caller, advertised, handle
 from proxy.protocol import codec
+from proxy.protocol.apikey import ApiKey
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.model import TenancyImage, admin_record, link_record, principal_record, vc_record
@@ -215,7 +216,7 @@ def _session(principal: str, img: TenancyImage) -> ProxySession:
 def test_session_answers_and_writes_or_refuses_per_item(principal: str, code: int, writes: int):
     session = _session(principal, image())
     request = create((read("User:carol"), "team-a", LITERAL), (read("User:bob"), "team-a", LITERAL))
-    frame = request_frame(m.CREATE_VIRTUAL_CLUSTER_ACLS, 0, 7, request)
+    frame = request_frame(ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS, 0, 7, request)
     assert session.on_request(memoryview(bytearray(frame))).action is Action.LOCAL
     reply = session.next_local_reply()
     assert reply is not None and reply.reply is not None
@@ -228,7 +229,7 @@ def test_session_answers_and_writes_or_refuses_per_item(principal: str, code: in
 def test_a_malformed_request_closes_the_connection(principal: str):
     session = _session(principal, image())
     good = codec.encode(describe("team-a"))
-    frame = request_frame(m.DESCRIBE_VIRTUAL_CLUSTER_ACLS, 0, 8, good[:-3])  # cut short
+    frame = request_frame(ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS, 0, 8, good[:-3])  # cut short
     assert session.on_request(memoryview(bytearray(frame))).action is Action.CLOSE
 
 
@@ -438,7 +439,9 @@ def test_migration_from_another_vc_copies_binds_and_removes(monkeypatch, capsys,
     out = json.loads(capsys.readouterr().out)
     assert len(out["copied"]) == 2 and len(out["removed"]) == 2 and out["user_added"] is True
     if validate_only:  # read and reported; nothing changed
-        assert m.CREATE_VIRTUAL_CLUSTER_ACLS not in fake.sent and m.DELETE_VIRTUAL_CLUSTER_ACLS not in fake.sent
+        assert (
+            ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS not in fake.sent and ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS not in fake.sent
+        )
         assert not len(img.vcs["team-a"].acls) and len(img.vcs["team-b"].acls) == 3
         assert "User:kim" not in img.principals
     else:

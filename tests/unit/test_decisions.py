@@ -17,6 +17,7 @@ from proxy.auth.credentials import CredentialError
 from proxy.auth.users import credential_from_salted
 from proxy.management import users
 from proxy.protocol import codec
+from proxy.protocol.apikey import ApiKey
 from proxy.state.backup import image_records
 from proxy.state.service import TenancyService
 from proxy.state.store import DECISION_ID, DECISION_INDEX, DECISION_SIZE, Assembler, Fenced, decision_of
@@ -291,9 +292,9 @@ def test_a_management_change_is_decided_again_against_the_image_of_the_moment():
     img = plane_image()
     create = m.CreateVirtualClustersRequest(virtual_clusters=(m.CreatableVirtualCluster(name="team-c"),))
     session = _session("User:admin", img)
-    decision = session.on_request(memoryview(bytearray(request_frame(m.CREATE_VIRTUAL_CLUSTERS, 0, 4, create))))
+    decision = session.on_request(memoryview(bytearray(request_frame(ApiKey.CREATE_VIRTUAL_CLUSTERS, 0, 4, create))))
     assert decision.action is Action.LOCAL
-    body, reply = _local_body(session, m.CREATE_VIRTUAL_CLUSTERS)
+    body, reply = _local_body(session, ApiKey.CREATE_VIRTUAL_CLUSTERS)
     assert int(body.virtual_clusters[0].error_code) == 0 and reply.decide is not None
     first, records = reply.decide()  # against the same image: the same answer, the same change
     assert int(codec.decode(m.CreateVirtualClustersResponse, first, 0)[0].virtual_clusters[0].error_code) == 0
@@ -303,9 +304,9 @@ def test_a_management_change_is_decided_again_against_the_image_of_the_moment():
     assert int(codec.decode(m.CreateVirtualClustersResponse, again, 0)[0].virtual_clusters[0].error_code) != 0
     assert none == []
 
-    listing = request_frame(m.LIST_VIRTUAL_CLUSTERS, 0, 5, m.ListVirtualClustersRequest())
+    listing = request_frame(ApiKey.LIST_VIRTUAL_CLUSTERS, 0, 5, m.ListVirtualClustersRequest())
     assert session.on_request(memoryview(bytearray(listing))).action is Action.LOCAL
-    _, reply = _local_body(session, m.LIST_VIRTUAL_CLUSTERS)
+    _, reply = _local_body(session, ApiKey.LIST_VIRTUAL_CLUSTERS)
     assert reply.decide is None  # a read: answered from the image as it is
 
 

@@ -13,6 +13,7 @@ from proxy.core.session import Action, ProxySession
 from proxy.management import schema as m
 from proxy.management.plane import Caller, advertised, handle
 from proxy.protocol import codec
+from proxy.protocol.apikey import ApiKey
 from proxy.protocol.apis import request_type
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy
@@ -206,13 +207,13 @@ def _local_body(session: ProxySession, api_key: int):
 def test_session_answers_management_requests_itself(principal: str, code: int | None):
     img = image()
     session = _session(principal, img)
-    frame = request_frame(m.LIST_VIRTUAL_CLUSTERS, 0, 3, m.ListVirtualClustersRequest())
+    frame = request_frame(ApiKey.LIST_VIRTUAL_CLUSTERS, 0, 3, m.ListVirtualClustersRequest())
     decision = session.on_request(memoryview(bytearray(frame)))
     if code is None:  # in no VC: refused before anything is answered
         assert decision.action is Action.CLOSE and "in no virtual cluster" in decision.reason
         return
     assert decision.action is Action.LOCAL
-    body, _ = _local_body(session, m.LIST_VIRTUAL_CLUSTERS)
+    body, _ = _local_body(session, ApiKey.LIST_VIRTUAL_CLUSTERS)
     assert int(body.error_code) == code
 
 
@@ -220,9 +221,9 @@ def test_session_hands_the_records_of_a_change_to_the_shell():
     img = image()
     session = _session("User:admin", img)
     request = m.CreateVirtualClustersRequest(virtual_clusters=(m.CreatableVirtualCluster(name="team-c"),))
-    decision = session.on_request(memoryview(bytearray(request_frame(m.CREATE_VIRTUAL_CLUSTERS, 0, 4, request))))
+    decision = session.on_request(memoryview(bytearray(request_frame(ApiKey.CREATE_VIRTUAL_CLUSTERS, 0, 4, request))))
     assert decision.action is Action.LOCAL
-    body, reply = _local_body(session, m.CREATE_VIRTUAL_CLUSTERS)
+    body, reply = _local_body(session, ApiKey.CREATE_VIRTUAL_CLUSTERS)
     assert int(body.virtual_clusters[0].error_code) == 0 and len(reply.writes) == 1
 
 

@@ -26,6 +26,7 @@ from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession, RequestDecision
 from proxy.management import schema as m
 from proxy.protocol import codec
+from proxy.protocol.apikey import ApiKey
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header, response_body_offset
 from proxy.tenancy.engine import Policy
@@ -431,11 +432,11 @@ def test_a_relayed_principal_is_in_no_vc_and_cannot_manage_vcs():
     assert session.vc is None and session.engine is None
     session.on_response(memoryview(bytearray(_metadata_response_frame(3))))
     decision = session.on_request(
-        memoryview(bytearray(request_frame(m.LIST_VIRTUAL_CLUSTERS, 0, 4, m.ListVirtualClustersRequest())))
+        memoryview(bytearray(request_frame(ApiKey.LIST_VIRTUAL_CLUSTERS, 0, 4, m.ListVirtualClustersRequest())))
     )
     assert decision.action is Action.LOCAL
     reply = session.next_local_reply()
-    body, _ = codec.decode(m.RESPONSES[m.LIST_VIRTUAL_CLUSTERS], reply.reply, response_body_offset(reply.reply, 1))
+    body, _ = codec.decode(m.RESPONSES[ApiKey.LIST_VIRTUAL_CLUSTERS], reply.reply, response_body_offset(reply.reply, 1))
     assert int(body.error_code) == CLUSTER_AUTHORIZATION_FAILED
     # ApiVersions after login: the broker's table, without the proxy's management APIs.
     request = request_type(API_VERSIONS, 3)(client_software_name="t", client_software_version="1")

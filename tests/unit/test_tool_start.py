@@ -28,14 +28,15 @@ _TOOL_START = textwrap.dedent(
     _without_test_tools()
     build_parser().parse_args(["virtual-clusters", "list", "--bootstrap-server", "h:1"])
     from proxy.management import schema as m
+    from proxy.protocol.apikey import ApiKey
     from proxy.management.client import Login, prepare
     from proxy.protocol import codec
     from proxy.protocol.apis import api_info
     from proxy.protocol.headers import encode_request_header
-    prepare(Login("SASL_SSL", "SCRAM-SHA-512", "u", "p"), [(m.DESCRIBE_VIRTUAL_CLUSTERS, 0)])
+    prepare(Login("SASL_SSL", "SCRAM-SHA-512", "u", "p"), [(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, 0)])
     request = m.DescribeVirtualClustersRequest(virtual_clusters=())
-    info = api_info(m.DESCRIBE_VIRTUAL_CLUSTERS)
-    encode_request_header(m.DESCRIBE_VIRTUAL_CLUSTERS, 0, 1, "t", info.request_header_version(0))
+    info = api_info(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS)
+    encode_request_header(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, 0, 1, "t", info.request_header_version(0))
     codec.encode(request)
     schemas = [name for name in sys.modules if name.startswith("kio.schema")]
     print(json.dumps({"schemas": len(schemas), "hypothesis": sys.modules.get("hypothesis") is not None}))

@@ -14,6 +14,7 @@ from proxy.management import schema as m
 from proxy.management.inventory import Listing
 from proxy.management.plane import groups_to_purge, handle
 from proxy.protocol import codec
+from proxy.protocol.apikey import ApiKey
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.model import group_record, link_record
@@ -148,11 +149,11 @@ def session_for(img, broker: FakeBroker, principal: str = "User:admin") -> Proxy
 def test_the_session_asks_the_broker_then_answers():
     img = emptied()
     broker = FakeBroker(listing(img))
-    body, _ = _run(session_for(img, broker), m.DESCRIBE_VIRTUAL_CLUSTERS, describe("team-a"))
+    body, _ = _run(session_for(img, broker), ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, describe("team-a"))
     assert body.virtual_clusters[0].consumer_groups == ("billing", "orders-app")
-    body, writes = _run(session_for(img, broker), m.DELETE_VIRTUAL_CLUSTERS, delete("team-a"))
+    body, writes = _run(session_for(img, broker), ApiKey.DELETE_VIRTUAL_CLUSTERS, delete("team-a"))
     assert int(body.responses[0].error_code) == POLICY_VIOLATION and not writes and not broker.deleted
-    body, writes = _run(session_for(img, broker), m.DELETE_VIRTUAL_CLUSTERS, delete("team-a", force=True))
+    body, writes = _run(session_for(img, broker), ApiKey.DELETE_VIRTUAL_CLUSTERS, delete("team-a", force=True))
     assert int(body.responses[0].error_code) == 0 and writes
     assert sorted(broker.deleted) == sorted(img.vcs["team-a"].prefix + g for g in ("billing", "orders-app"))
 
@@ -161,7 +162,7 @@ def test_a_group_the_broker_keeps_refuses_the_forced_delete():
     img = emptied()
     stuck = img.vcs["team-a"].prefix + "orders-app"
     broker = FakeBroker(listing(img), frozenset({stuck}))
-    body, writes = _run(session_for(img, broker), m.DELETE_VIRTUAL_CLUSTERS, delete("team-a", force=True))
+    body, writes = _run(session_for(img, broker), ApiKey.DELETE_VIRTUAL_CLUSTERS, delete("team-a", force=True))
     [result] = body.responses
     assert int(result.error_code) == POLICY_VIOLATION and not writes
     assert "orders-app: NON_EMPTY_GROUP" in result.error_message
@@ -173,6 +174,6 @@ def test_a_caller_without_the_right_never_makes_the_broker_work():
     img.principals["User:dave"] = "team-a"
     session = session_for(img, broker, "User:dave")
     decision = session.on_request(
-        memoryview(bytearray(request_frame(m.DELETE_VIRTUAL_CLUSTERS, 0, 7, delete("team-b", force=True))))
+        memoryview(bytearray(request_frame(ApiKey.DELETE_VIRTUAL_CLUSTERS, 0, 7, delete("team-b", force=True))))
     )
     assert decision.action is not Action.CHECK and not broker.deleted

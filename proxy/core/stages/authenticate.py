@@ -20,9 +20,10 @@ from kio.schema.errors import ErrorCode
 
 from ...identity import CLIENT_ID
 from ...protocol import codec
+from ...protocol.apikey import ApiKey
 from ...protocol.apis import api_info, request_type, response_type
 from ...protocol.framing import frame as framed
-from ...protocol.headers import API_VERSIONS_KEY, RequestHeader, encode_request_header, response_body_offset
+from ...protocol.headers import RequestHeader, encode_request_header, response_body_offset
 from ...protocol.primitives import MALFORMED
 from ..admission import SLOW_DOWN
 from ..exchange import (
@@ -40,8 +41,6 @@ from .context import ConnectionState
 
 log = logging.getLogger(__name__)
 
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
 RELAY_HANDSHAKE_VERSION = 1
 _internal_correlation = itertools.count(0x7F000000)  # the proxy's own requests on relayed connections
 
@@ -99,9 +98,9 @@ class AuthenticationStage:
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         auth = self.authenticator
-        if auth is None or ex.api_key == API_VERSIONS_KEY:
+        if auth is None or ex.api_key == ApiKey.API_VERSIONS:
             return None
-        if ex.api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+        if ex.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             if self.ctx.relayed:  # the broker's exchange now (and its re-authentications): unchanged
                 return self._relayed_sasl(ex, auth)
             return self._sasl(ex, auth)
@@ -192,18 +191,18 @@ class AuthenticationStage:
         """The first relayed request: the proxy's SaslHandshake goes first, on a connection of its own."""
         self.ctx.relayed = True
         correlation_id = next(_internal_correlation) & 0x7FFFFFFF
-        info = api_info(SASL_HANDSHAKE_KEY)
+        info = api_info(ApiKey.SASL_HANDSHAKE)
         assert info is not None
         header = encode_request_header(
-            SASL_HANDSHAKE_KEY,
+            ApiKey.SASL_HANDSHAKE,
             RELAY_HANDSHAKE_VERSION,
             correlation_id,
             CLIENT_ID,
             info.request_header_version(RELAY_HANDSHAKE_VERSION),
         )
-        body = codec.encode(request_type(SASL_HANDSHAKE_KEY, RELAY_HANDSHAKE_VERSION)(mechanism=mechanism))
+        body = codec.encode(request_type(ApiKey.SASL_HANDSHAKE, RELAY_HANDSHAKE_VERSION)(mechanism=mechanism))
         handshake = Exchange(
-            SASL_HANDSHAKE_KEY,
+            ApiKey.SASL_HANDSHAKE,
             RELAY_HANDSHAKE_VERSION,
             correlation_id,
             info.response_header_version(RELAY_HANDSHAKE_VERSION),
@@ -214,7 +213,7 @@ class AuthenticationStage:
         return RequestDecision(Action.FORWARD, ex, before=[handshake], relay=True)
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
-        if ex.api_key != SASL_AUTHENTICATE_KEY or not self.ctx.relayed:
+        if ex.api_key != ApiKey.SASL_AUTHENTICATE or not self.ctx.relayed:
             return
         auth = self.authenticator
         assert auth is not None
@@ -236,7 +235,7 @@ def _handshake_refusal(frame: memoryview, mechanism: str) -> str | None:
     """The broker's answer to the proxy's SaslHandshake for a relayed login: None if it takes the mechanism."""
     try:
         offset = response_body_offset(frame, 0)
-        response, _ = codec.decode(response_type(SASL_HANDSHAKE_KEY, RELAY_HANDSHAKE_VERSION), frame, offset)
+        response, _ = codec.decode(response_type(ApiKey.SASL_HANDSHAKE, RELAY_HANDSHAKE_VERSION), frame, offset)
     except (codec.CodecError, *MALFORMED) as exc:
         return f"relayed login: malformed SaslHandshake response from the broker: {exc}"
     error = int(response.error_code)

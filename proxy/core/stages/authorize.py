@@ -19,7 +19,6 @@ from typing import Any
 
 from kio.static.primitive import i32
 
-from ...acl import physical
 from ...acl import plane as acl_plane
 from ...acl.access import LISTINGS, NEEDS, Access
 from ...acl.model import CLUSTER_NAME, AclSet, Authorizer, ResourceType, Subject
@@ -27,6 +26,7 @@ from ...acl.physical import PhysicalAuthorizer
 from ...management import plane
 from ...management import schema as management
 from ...protocol import codec
+from ...protocol.apikey import ApiKey
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy import limits
@@ -39,7 +39,6 @@ from .management import Caller, refuse_all
 log = logging.getLogger(__name__)
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 ALL_OPERATIONS_UNSET = -2147483648  # an authorized-operations field nobody asked for
-METADATA, DESCRIBE_GROUPS, DESCRIBE_CLUSTER, CONSUMER_GROUP_DESCRIBE = 3, 15, 60, 69
 
 
 class AuthorizationStage:
@@ -126,7 +125,7 @@ class AuthorizationStage:
             verdict.fixes_response
             or verdict.filter_topics
             or ex.api_key in LISTINGS
-            or ex.api_key == physical.CREATE_TOPICS
+            or ex.api_key == ApiKey.CREATE_TOPICS
         ):
             ex.access = (auth, verdict)
         return None
@@ -141,7 +140,7 @@ class AuthorizationStage:
         who = self.subject(vc)
         response, records = acl_plane.handle(vc.name, vc.acls, who, ex.api_key, ex.api_version, request, room)
         ex.writes = records
-        if ex.api_key != acl_plane.DESCRIBE_ACLS:
+        if ex.api_key != ApiKey.DESCRIBE_ACLS:
             ex.decide = lambda: self._decide_acls(ex, vc.name, request)
         return answer(ex, codec.encode(response))
 
@@ -164,7 +163,7 @@ class AuthorizationStage:
                 body = verdict.fix_response(body, identifier_paths(type(body)))
             if ex.api_key in LISTINGS:
                 body = auth.filter_listing(ex.api_key, body)
-            elif ex.api_key == physical.CREATE_TOPICS:
+            elif ex.api_key == ApiKey.CREATE_TOPICS:
                 auth.learn(body.topics)
             elif verdict.filter_topics:
                 body = auth.filter_topics(body, verdict.all_topics)
@@ -231,8 +230,8 @@ def _groups(access: Access, body: Any) -> Any:
 
 
 _OPERATIONS: dict[int, Callable[[Access, Any], Any]] = {
-    METADATA: _metadata,
-    DESCRIBE_CLUSTER: _describe_cluster,
-    DESCRIBE_GROUPS: _groups,
-    CONSUMER_GROUP_DESCRIBE: _groups,
+    ApiKey.METADATA: _metadata,
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
+    ApiKey.DESCRIBE_GROUPS: _groups,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _groups,
 }

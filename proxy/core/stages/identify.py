@@ -11,13 +11,14 @@ from __future__ import annotations
 import uuid
 
 from ...protocol import kip1313
+from ...protocol.apikey import ApiKey
 from ...protocol.codec import INVALID_REQUEST
 from ...protocol.headers import parse_request_header, response_body_offset
 from ...protocol.primitives import MALFORMED
 from ..exchange import Exchange, ProtocolViolation, RequestDecision, ResponseMessage, refuse
 from .context import ConnectionState
 
-TELEMETRY_KEYS = (kip1313.GET_TELEMETRY_SUBSCRIPTIONS_KEY, kip1313.PUSH_TELEMETRY_KEY)
+TELEMETRY_KEYS = (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY)
 
 
 class IdentifyStage:
@@ -103,7 +104,7 @@ class IdentifyStage:
             ex.reply = kip1313.upgrade_response(ex.api_key, ex.reply)
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
-        if ex.api_key == kip1313.GET_TELEMETRY_SUBSCRIPTIONS_KEY and ex.api_version == 0:
+        if ex.api_key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS and ex.api_version == 0:
             self._learn(_telemetry_assigned_id(msg.frame))  # the broker's, if the client sent zero
         if ex.client_version >= 0 and ex.api_key in kip1313.CONVERTED_RESPONSES:
             try:

@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...protocol import codec
+from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type, response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
@@ -44,12 +45,10 @@ from ...tenancy import limits
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
-PRODUCE_KEY, FETCH_KEY = 0, 1
-SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 78, 79
-_CONSUMER_BYTES = frozenset((FETCH_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY))  # responses metered as fetch bytes
-CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
-DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY = 48, 49
-_MUTATIONS = (CREATE_TOPICS_KEY, DELETE_TOPICS_KEY, CREATE_PARTITIONS_KEY)
+_CONSUMER_BYTES = frozenset(
+    (ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
+)  # responses metered as fetch bytes
+_MUTATIONS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS)
 _NO_LIMITS = Resolved({}, {})
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class QuotaStage:
         limits = self._current()
         if limits:
             self._on_request(ex, limits)
-        if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY or ex.api_key == ALTER_CLIENT_QUOTAS_KEY:
+        if ex.api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS or ex.api_key == ApiKey.ALTER_CLIENT_QUOTAS:
             return self._quota_rpc(ex)
         return None
 
@@ -129,7 +128,7 @@ class QuotaStage:
         # future would age the others' windows early. The throttle counts from now and includes this
         # request, so the mute it sets (now + throttle) covers the earlier one's too.
         throttle = self._measure(limits, REQUEST, 1.0, now)
-        if ex.api_key == PRODUCE_KEY and ex.frame is not None:
+        if ex.api_key == ApiKey.PRODUCE and ex.frame is not None:
             throttle = max(throttle, self._measure(limits, PRODUCE, float(len(ex.frame)), now))
         if throttle > 0:
             self.mute_until = max(self.mute_until, now + throttle)
@@ -173,7 +172,9 @@ class QuotaStage:
         try:
             request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
         except (CodecError, *MALFORMED):
-            return close(f"malformed {'Describe' if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY else 'Alter'}ClientQuotas")
+            return close(
+                f"malformed {'Describe' if ex.api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS else 'Alter'}ClientQuotas"
+            )
         ctx = self.ctx
         if ctx.vc is None and not rpc.names_virtual_clusters(request):
             return None  # the physical cluster's quotas: the broker's business
@@ -188,7 +189,7 @@ class QuotaStage:
             name = ex.info.name if ex.info is not None else str(ex.api_key)
             where = f"virtual cluster {caller.vc}" if caller.vc is not None else "the physical cluster"
             log.info("refusing request: %s in %s (error %d)", name, where, rpc.CLUSTER_AUTHORIZATION_FAILED)
-        if ex.api_key == DESCRIBE_CLIENT_QUOTAS_KEY:
+        if ex.api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
             response = rpc.describe(image.quotas, caller, request, response_cls)
         else:
             room = limits.room(image, None)  # the state's count, once
@@ -218,9 +219,9 @@ def _charge(meters: Any, limit: Limit, amount: float, now: float) -> float:
 def _mutations(api_key: int, response: Any) -> int:
     """Partitions created (CreateTopics v5+ says how many; else one per topic), topics deleted, or topics
     given partitions, counting only the items the broker accepted."""
-    if api_key == CREATE_TOPICS_KEY:
+    if api_key == ApiKey.CREATE_TOPICS:
         items = response.topics
-    elif api_key == DELETE_TOPICS_KEY:
+    elif api_key == ApiKey.DELETE_TOPICS:
         items = response.responses
     else:
         items = response.results

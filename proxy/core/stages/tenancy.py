@@ -9,6 +9,7 @@ from typing import Any
 
 from ...acl import access as acl_access
 from ...protocol import codec
+from ...protocol.apikey import ApiKey
 from ...protocol.apis import known_apis
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
@@ -117,7 +118,7 @@ class TenancyStage:
 
     def _linked(self, ex: Exchange) -> RequestDecision | None:
         """DeleteTopics from kafka-cluster: topics a VC links are refused (proxy/tenancy/linked.py)."""
-        if ex.api_key != linked.DELETE_TOPICS:
+        if ex.api_key != ApiKey.DELETE_TOPICS:
             return None
         assert ex.info is not None and ex.header is not None and ex.frame is not None
         # The request as the stages before left it (kafka-cluster's ACLs may have swapped refused topics).

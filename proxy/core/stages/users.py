@@ -13,6 +13,7 @@ from typing import Any
 from ...management import users
 from ...observability import audit
 from ...protocol import codec
+from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
 from ...protocol.primitives import MALFORMED
@@ -21,10 +22,9 @@ from ..exchange import Exchange, RequestDecision, answer, close, refusal
 from .context import ConnectionState
 from .management import Caller
 
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 _NAMES = {
-    DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
-    ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
 }
 
 
@@ -47,7 +47,7 @@ class UsersStage:
         except (CodecError, *MALFORMED):
             return close(f"malformed {_NAMES[ex.api_key]} request")
         image = self.caller.image()
-        if ex.api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
+        if ex.api_key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
             return answer(ex, codec.encode(users.describe(image, scope, request)))
         (response, records), ex.audit = audit.collect(lambda: users.alter(image, scope, request))
         ex.writes = list(records)

@@ -8,9 +8,9 @@ from typing import Any
 
 from ...management import schema as management
 from ...protocol import codec, kip1313
+from ...protocol.apikey import ApiKey
 from ...protocol.apis import known_apis
 from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION
-from ...protocol.headers import API_VERSIONS_KEY
 from ...rules import api_rules
 from .. import apiversions
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, forward, refuse
@@ -39,7 +39,7 @@ class VersionStage:
         self._too_new_reply: bytes | None = None  # the body for ApiVersions versions above ours, built once
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
-        if ex.api_key == API_VERSIONS_KEY:
+        if ex.api_key == ApiKey.API_VERSIONS:
             return self._api_versions(ex)
         assert ex.info is not None
         if api_rules()[ex.api_key].physical in ("reject", "refuse"):
@@ -63,7 +63,7 @@ class VersionStage:
                 supported = self.ctx.supported
                 advertised = kip1313.advertised(supported, known_apis()) if self.header_v3 else supported
                 self._too_new_reply = apiversions.unsupported_version_body(
-                    {API_VERSIONS_KEY: advertised[API_VERSIONS_KEY]}
+                    {ApiKey.API_VERSIONS: advertised[ApiKey.API_VERSIONS]}
                 )
             ex.response_header_version = 0
             return answer(ex, self._too_new_reply)
@@ -80,7 +80,7 @@ class VersionStage:
         return forward(ex)
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
-        if ex.api_key != API_VERSIONS_KEY:
+        if ex.api_key != ApiKey.API_VERSIONS:
             return
         response = apiversions.decode_response(ex.api_version, msg.frame[msg.body_offset :])
         if self.upstream_versions is not None:
