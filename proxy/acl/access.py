@@ -26,10 +26,6 @@ from kio.schema.errors import ErrorCode
 from .model import CLUSTER_NAME, AclSet, Authorizer, Operation, ResourceType, Subject
 
 Op = Operation
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-CLUSTER_AUTHORIZATION_FAILED = 31
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 RESOURCE_OF_KIND = {
     "topic": ResourceType.TOPIC,
@@ -38,10 +34,10 @@ RESOURCE_OF_KIND = {
     "txn": ResourceType.TRANSACTIONAL_ID,
 }
 ERROR_OF_KIND = {
-    "topic": TOPIC_AUTHORIZATION_FAILED,
-    "topic_id": TOPIC_AUTHORIZATION_FAILED,
-    "group": GROUP_AUTHORIZATION_FAILED,
-    "txn": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    "topic": ErrorCode.topic_authorization_failed,
+    "topic_id": ErrorCode.topic_authorization_failed,
+    "group": ErrorCode.group_authorization_failed,
+    "txn": ErrorCode.transactional_id_authorization_failed,
 }
 
 
@@ -170,7 +166,7 @@ class Access:
                 if names:
                     return ERROR_OF_KIND[kind], f"not authorized: {kind} {sorted(names)[0]!r}"
         if self.need.idempotent and "txn" not in self.seen and not self._may_write_idempotently():
-            return CLUSTER_AUTHORIZATION_FAILED, "not authorized: IDEMPOTENT_WRITE on the cluster"
+            return ErrorCode.cluster_authorization_failed, "not authorized: IDEMPOTENT_WRITE on the cluster"
         return None
 
     def _may_write_idempotently(self) -> bool:
@@ -220,7 +216,7 @@ def _denied_item(obj: Any, names: Mapping[str, set[Any]]) -> int | None:
                 return ERROR_OF_KIND[kind]
     topic_id = getattr(obj, "topic_id", None)
     if isinstance(topic_id, uuid.UUID) and topic_id in names["topic"]:
-        return TOPIC_AUTHORIZATION_FAILED
+        return ErrorCode.topic_authorization_failed
     return None
 
 

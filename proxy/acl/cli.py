@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from ..management import schema as m
@@ -26,7 +27,6 @@ from . import migrate as migrate_model
 from .model import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
-CLUSTER_AUTHORIZATION_FAILED = 31
 Op = Operation
 
 EPILOG = """\
@@ -406,7 +406,7 @@ def _run(args: argparse.Namespace) -> int:
         **out,
     }
     print(json.dumps(out, indent=2, sort_keys=True) if args.output == "json" else _text(args, out))
-    if codes and all(c == CLUSTER_AUTHORIZATION_FAILED for c in codes):
+    if codes and all(c == ErrorCode.cluster_authorization_failed for c in codes):
         return UNAUTHORIZED
     return REFUSED if any(codes) else OK
 
@@ -687,7 +687,7 @@ def _migration_done(args: argparse.Namespace, report: dict[str, Any], codes: lis
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
         print(_migration_text(report))
-    if codes and all(c == CLUSTER_AUTHORIZATION_FAILED for c in codes):
+    if codes and all(c == ErrorCode.cluster_authorization_failed for c in codes):
         return UNAUTHORIZED
     return REFUSED if codes else OK
 

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..protocol import codec, splice
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type
@@ -37,8 +39,6 @@ from .access import LISTINGS as ACCESS_LISTINGS
 from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
 
 Op = Operation
-CLUSTER_AUTHORIZATION_FAILED = 31
-TOPIC_AUTHORIZATION_FAILED = 29
 CONFIG_RESOURCE = {2: ResourceType.TOPIC, 32: ResourceType.GROUP}  # any other resource type: the cluster
 MAX_LEARNED_IDS = 200_000  # topic ids a connection remembers (a cluster's topics, with room)
 
@@ -101,9 +101,11 @@ class PhysicalAuthorizer:
             op = _operation(acl)
             if self.allows(op, ResourceType.CLUSTER, CLUSTER_NAME):
                 return Verdict()
-            return Verdict(CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
+            return Verdict(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster")
         if need is None:
-            return Verdict(CLUSTER_AUTHORIZATION_FAILED, f"API {api_key} is not open to kafka-cluster's members")
+            return Verdict(
+                ErrorCode.cluster_authorization_failed, f"API {api_key} is not open to kafka-cluster's members"
+            )
         cls = request_type(api_key, version)
         verdict = Verdict()
         if acl is not None:  # config APIs: per resource, a topic's, a group's or the cluster's operation
@@ -165,7 +167,7 @@ class PhysicalAuthorizer:
             and not body.transactional_id
             and not self._idempotent()
         ):
-            verdict.error, verdict.why = CLUSTER_AUTHORIZATION_FAILED, "IDEMPOTENT_WRITE on the cluster"
+            verdict.error, verdict.why = ErrorCode.cluster_authorization_failed, "IDEMPOTENT_WRITE on the cluster"
             return verdict
         if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS):
             verdict.filter_topics = True
@@ -182,7 +184,7 @@ class PhysicalAuthorizer:
             name = CLUSTER_NAME if rtype is ResourceType.CLUSTER else resource.resource_name
             if not self.allows(op, rtype, name):
                 kinds = {ResourceType.TOPIC: "topic", ResourceType.GROUP: "group"}
-                error = ERROR_OF_KIND[kinds[rtype]] if rtype in kinds else CLUSTER_AUTHORIZATION_FAILED
+                error = ERROR_OF_KIND[kinds[rtype]] if rtype in kinds else ErrorCode.cluster_authorization_failed
                 verdict.error, verdict.why = error, f"{op.name} on {rtype.name.lower()} {name!r}"
                 return verdict
         return verdict
@@ -224,9 +226,8 @@ def _operation(name: str) -> Operation:
 
 
 def _refused_topic(topic: Any) -> Any:
-    from kio.schema.errors import ErrorCode
 
-    changes: dict[str, Any] = {"error_code": ErrorCode(TOPIC_AUTHORIZATION_FAILED)}
+    changes: dict[str, Any] = {"error_code": ErrorCode.topic_authorization_failed}
     names = {f.name for f in dataclasses.fields(topic)}
     if "partitions" in names:
         changes["partitions"] = ()

@@ -37,7 +37,6 @@ from .model import (
 )
 
 KEYS = frozenset({ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS})
-NONE, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, POLICY_VIOLATION = 0, 31, 42, 44
 Record = tuple[str, dict[str, Any] | None]
 
 
@@ -99,14 +98,14 @@ def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
     if not may_manage(acls, who, Operation.DESCRIBE):
         return _make(
             cls,
-            error_code=ErrorCode(CLUSTER_AUTHORIZATION_FAILED),
+            error_code=ErrorCode.cluster_authorization_failed,
             error_message="not authorized to describe ACLs in this virtual cluster",
             resources=(),
         )
     try:
         flt = filter_of(request)
     except (AclError, ValueError) as exc:
-        return _make(cls, error_code=ErrorCode(INVALID_REQUEST), error_message=str(exc), resources=())
+        return _make(cls, error_code=ErrorCode.invalid_request, error_message=str(exc), resources=())
     resource_cls = _item(cls, "resources")
     acl_cls = _item(resource_cls, "acls")
     grouped: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
@@ -125,7 +124,7 @@ def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
         )
         for (rtype, name, pattern), bindings in grouped.items()
     )
-    return _make(cls, error_code=ErrorCode(NONE), error_message=None, resources=resources)
+    return _make(cls, error_code=ErrorCode.none, error_message=None, resources=resources)
 
 
 def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any, room: Room) -> tuple[Any, list[Record]]:
@@ -135,14 +134,17 @@ def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any, r
     records: list[Record] = []
     planned: set[AclBinding] = set()
     for item in request.creations:
-        code, message = NONE, None
+        code, message = ErrorCode.none, None
         if not allowed:
-            code, message = CLUSTER_AUTHORIZATION_FAILED, "not authorized to create ACLs in this virtual cluster"
+            code, message = (
+                ErrorCode.cluster_authorization_failed,
+                "not authorized to create ACLs in this virtual cluster",
+            )
         else:
             try:
                 binding = binding_of(item)
             except (AclError, ValueError) as exc:
-                code, message = INVALID_REQUEST, str(exc)
+                code, message = ErrorCode.invalid_request, str(exc)
             else:
                 if binding not in acls and binding not in planned:  # creating an existing binding succeeds
                     record = acl_record(vc_name, binding, True)
@@ -152,7 +154,7 @@ def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any, r
                         or room.total_refusal(len(planned) + 1)
                     )
                     if why is not None:
-                        code, message = POLICY_VIOLATION, why
+                        code, message = ErrorCode.policy_violation, why
                     else:
                         planned.add(binding)
                         records.append(record)
@@ -171,7 +173,7 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
             results.append(
                 _make(
                     result_cls,
-                    error_code=ErrorCode(CLUSTER_AUTHORIZATION_FAILED),
+                    error_code=ErrorCode.cluster_authorization_failed,
                     error_message="not authorized to delete ACLs in this virtual cluster",
                     matching_acls=(),
                 )
@@ -181,7 +183,7 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
             flt = filter_of(item)
         except (AclError, ValueError) as exc:
             results.append(
-                _make(result_cls, error_code=ErrorCode(INVALID_REQUEST), error_message=str(exc), matching_acls=())
+                _make(result_cls, error_code=ErrorCode.invalid_request, error_message=str(exc), matching_acls=())
             )
             continue
         matched = acls.matching(flt)
@@ -189,7 +191,7 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
         results.append(
             _make(
                 result_cls,
-                error_code=ErrorCode(NONE),
+                error_code=ErrorCode.none,
                 error_message=None,
                 matching_acls=tuple(_matching(match_cls, matched)),
             )
@@ -200,4 +202,4 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
 
 def _matching(match_cls: type, bindings: Iterable[AclBinding]) -> Iterable[Any]:
     for b in bindings:
-        yield _make(match_cls, error_code=ErrorCode(NONE), error_message=None, **b.wire())
+        yield _make(match_cls, error_code=ErrorCode.none, error_message=None, **b.wire())

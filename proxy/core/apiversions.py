@@ -14,7 +14,6 @@ from kio.static.primitive import i16
 from ..protocol import codec
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
-from ..protocol.codec import UNSUPPORTED_VERSION
 from ..rules import api_rules, tenant_rules
 from . import refusals
 
@@ -72,7 +71,7 @@ def intersect(upstream: VersionTable, ours: VersionTable) -> VersionTable:
 def decode_response(version: int, body: memoryview | bytes) -> Any:
     # A broker answers a too-new ApiVersions request with a v0 body (KIP-511): check the error first.
     error = int.from_bytes(body[:2], "big", signed=True)
-    if error == UNSUPPORTED_VERSION:
+    if error == ErrorCode.unsupported_version:
         version = 0
     entity, _ = codec.decode(response_type(ApiKey.API_VERSIONS, version), body)
     return entity
@@ -94,7 +93,7 @@ def with_table(response: Any, table: VersionTable) -> Any:
 def unsupported_version_body(table: VersionTable) -> bytes:
     """The v0 response a broker sends for an ApiVersions version it does not know."""
     cls = response_type(ApiKey.API_VERSIONS, 0)
-    body = codec._empty(cls, error_code=ErrorCode(UNSUPPORTED_VERSION))
+    body = codec._empty(cls, error_code=ErrorCode.unsupported_version)
     return codec.encode(with_table(body, table))
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from ..acl import cli as acl_cli
@@ -16,7 +17,6 @@ from . import schema as m
 from .client import ConfigProblem, ConnectError, Connection, login_from
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
-CLUSTER_AUTHORIZATION_FAILED = 31
 
 EPILOG = """\
 --topic names the physical topic and --link the name the virtual cluster sees (default: the same name);
@@ -148,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         print(_text(args, out))
-    if codes and all(c == CLUSTER_AUTHORIZATION_FAILED for c in codes):
+    if codes and all(c == ErrorCode.cluster_authorization_failed for c in codes):
         return UNAUTHORIZED
     return REFUSED if any(codes) else OK
 

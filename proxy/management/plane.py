@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16
 
 from ..acl import plane as acl_plane
@@ -63,13 +64,6 @@ from .vc_settings import SettingsRefused, alter_settings
 Record = tuple[str, dict[str, Any] | None]
 Op = Operation
 
-NONE = 0
-COORDINATOR_NOT_AVAILABLE = 15
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PRINCIPAL = re.compile(r"^[^:\s]+:\S.*$")
@@ -171,7 +165,7 @@ def groups_to_purge(image: TenancyImage, request: Any, response: Any, listing: L
     out = {}
     for result in response.responses:
         vc = image.vcs.get(result.name)
-        if int(result.error_code) == NONE and vc is not None:
+        if int(result.error_code) == ErrorCode.none and vc is not None:
             groups = sorted(own_groups(vc, listing).values())
             if groups:
                 out[vc.name] = groups
@@ -191,8 +185,8 @@ def _check(fn: Callable[[], None]) -> tuple[int, str | None]:
     except _Refused as refused:
         return refused.code, refused.message
     except TenancyError as exc:
-        return INVALID_REQUEST, str(exc)
-    return NONE, None
+        return ErrorCode.invalid_request, str(exc)
+    return ErrorCode.none, None
 
 
 # -- Create / Delete / List / Describe --------------------------------------------------------------------
@@ -208,17 +202,17 @@ def _create(image: TenancyImage, caller: Caller, request: m.CreateVirtualCluster
 
         def check(name: str = name) -> None:
             if not caller.may(Op.CREATE_VIRTUAL_CLUSTER, name):
-                raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized to create this virtual cluster")
+                raise _Refused(ErrorCode.cluster_authorization_failed, "not authorized to create this virtual cluster")
             validate_vc_name(name)
             if name in image.vcs or name in planned:
-                raise _Refused(DUPLICATE_RESOURCE, f"virtual cluster {name!r} exists")
+                raise _Refused(ErrorCode.duplicate_resource, f"virtual cluster {name!r} exists")
 
             why = room.total_refusal(len(records) + 1)  # the VC's record
             if why is not None:
-                raise _Refused(POLICY_VIOLATION, why)
+                raise _Refused(ErrorCode.policy_violation, why)
 
         code, message = _check(check)
-        if code == NONE:
+        if code == ErrorCode.none:
             planned.add(name)
             records.append(vc_record(name))
         results.append(m.CreatableVirtualClustersResult(name=name, error_code=i16(code), error_message=message))
@@ -239,19 +233,21 @@ def _delete(
 
         def check(name: str = name) -> None:
             if name in RESERVED_VC_NAMES:
-                raise _Refused(INVALID_REQUEST, f"{name!r} is reserved")
+                raise _Refused(ErrorCode.invalid_request, f"{name!r} is reserved")
             if not caller.may(Op.DELETE_VIRTUAL_CLUSTER, name):
-                raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+                raise _Refused(ErrorCode.cluster_authorization_failed, "not authorized")
             vc = image.vcs.get(name)
             if vc is None:
-                raise _Refused(RESOURCE_NOT_FOUND, f"no virtual cluster {name!r}")
+                raise _Refused(ErrorCode.resource_not_found, f"no virtual cluster {name!r}")
             left = _contents(image, name)
             if left:
-                raise _Refused(POLICY_VIOLATION, f"virtual cluster {name!r} is not empty: {left}; remove them first")
+                raise _Refused(
+                    ErrorCode.policy_violation, f"virtual cluster {name!r} is not empty: {left}; remove them first"
+                )
             _on_the_broker(vc, request.force, listing, (unpurged or {}).get(name))
 
         code, message = _check(check)
-        if code == NONE:
+        if code == ErrorCode.none:
             records.extend(acl_record(name, b, False) for b in image.vcs[name].acls)  # its ACLs go with it
             # and rights on it; not its DENYs: deleting one gives back what it denied (to a later VC of the
             # same name, under a prefixed or cluster-wide grant), which only whoever holds that right may do
@@ -274,19 +270,19 @@ def _on_the_broker(vc: Any, force: bool, listing: Listing | None, unpurged: str 
         return
     if listing.error is not None:
         raise _Refused(
-            COORDINATOR_NOT_AVAILABLE,
+            ErrorCode.coordinator_not_available,
             f"cannot tell whether {vc.name!r} still has groups or transactional ids: {listing.error}",
         )
     groups, txns = sorted(own_groups(vc, listing)), sorted(own_txns(vc, listing))
     if (groups or txns) and not force:
         left = " and ".join(named(w, n) for w, n in (("group", groups), ("transactional id", txns)) if n)
         raise _Refused(
-            POLICY_VIOLATION,
+            ErrorCode.policy_violation,
             f"virtual cluster {vc.name!r} still has {left}; delete them first, or delete with force "
             "(which deletes the groups and their committed offsets)",
         )
     if unpurged is not None:
-        raise _Refused(POLICY_VIOLATION, unpurged)
+        raise _Refused(ErrorCode.policy_violation, unpurged)
 
 
 def _contents(image: TenancyImage, name: str) -> str:
@@ -316,7 +312,7 @@ def _list(image: TenancyImage, caller: Caller, request: m.ListVirtualClustersReq
     caller = caller.on(image)
     names = administered(image, caller)
     if not names and not caller.may(Op.LIST_VIRTUAL_CLUSTERS, KAFKA_CLUSTER):
-        return m.ListVirtualClustersResponse(error_code=i16(CLUSTER_AUTHORIZATION_FAILED)), []
+        return m.ListVirtualClustersResponse(error_code=i16(ErrorCode.cluster_authorization_failed)), []
     listed = tuple(m.ListedVirtualCluster(name=n) for n in names)
     return m.ListVirtualClustersResponse(virtual_clusters=listed), []
 
@@ -333,7 +329,7 @@ def _describe(
             continue
         if vc is None or not caller.may(Op.DESCRIBE_VIRTUAL_CLUSTER, name):
             everywhere = caller.may(Op.DESCRIBE_VIRTUAL_CLUSTER, KAFKA_CLUSTER)
-            code = RESOURCE_NOT_FOUND if everywhere else CLUSTER_AUTHORIZATION_FAILED
+            code = ErrorCode.resource_not_found if everywhere else ErrorCode.cluster_authorization_failed
             why = f"no virtual cluster {name!r}" if everywhere else "not authorized"
             results.append(m.VirtualClusterResults(name=name, error_code=i16(code), error_message=why))
             continue
@@ -433,7 +429,7 @@ class _Plan:
 def _principal(name: str) -> str:
     principal = name if ":" in name else f"User:{name}"
     if not _PRINCIPAL.match(principal):
-        raise _Refused(INVALID_REQUEST, f"{name!r} is not a principal (Type:name)")
+        raise _Refused(ErrorCode.invalid_request, f"{name!r} is not a principal (Type:name)")
     return principal
 
 
@@ -452,16 +448,16 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
                 resource: Any = resource, out: list[Record] = out, name: str = name, records: list[Record] = records
             ) -> None:
                 if not caller.may(Op.ALTER_VIRTUAL_CLUSTER, name):
-                    raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+                    raise _Refused(ErrorCode.cluster_authorization_failed, "not authorized")
                 if name != KAFKA_CLUSTER and name not in image.vcs:
-                    raise _Refused(RESOURCE_NOT_FOUND, f"no virtual cluster {name!r}")
+                    raise _Refused(ErrorCode.resource_not_found, f"no virtual cluster {name!r}")
                 out.extend(_alter_one(plan, caller, name, resource))
                 why = limits.records_refusal(image, [*records, *out], have)
                 if why is not None:
-                    raise _Refused(POLICY_VIOLATION, why)
+                    raise _Refused(ErrorCode.policy_violation, why)
 
             code, message = _check(check)
-            if code == NONE:
+            if code == ErrorCode.none:
                 records += out
             items.append(
                 m.VirtualClusterResourceResult(
@@ -473,7 +469,7 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
                     error_message=message,
                 )
             )
-        configs_code, configs_message = NONE, None
+        configs_code, configs_message = ErrorCode.none, None
         if vc_data.configs:
             try:
                 records += alter_settings(image, caller, name, vc_data.configs)
@@ -495,18 +491,21 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
         kind = m.ResourceType(int(resource.resource_type))
         op = m.ResourceOperation(int(resource.resource_operation))
     except ValueError:
-        raise _Refused(INVALID_REQUEST, "unknown resource type or operation") from None
+        raise _Refused(ErrorCode.invalid_request, "unknown resource type or operation") from None
     add = op is m.ResourceOperation.ADD
     value = resource.resource_name
 
     def operator_only(what: str) -> None:
         if not caller.operator:
             raise _Refused(
-                CLUSTER_AUTHORIZATION_FAILED, f"only holders of ALTER_VIRTUAL_CLUSTER on {KAFKA_CLUSTER} may {what}"
+                ErrorCode.cluster_authorization_failed,
+                f"only holders of ALTER_VIRTUAL_CLUSTER on {KAFKA_CLUSTER} may {what}",
             )
 
     if vc == KAFKA_CLUSTER and kind is not m.ResourceType.USER:
-        raise _Refused(INVALID_REQUEST, f"{KAFKA_CLUSTER} is the physical cluster: only users are added to it")
+        raise _Refused(
+            ErrorCode.invalid_request, f"{KAFKA_CLUSTER} is the physical cluster: only users are added to it"
+        )
     if kind in (m.ResourceType.USER, m.ResourceType.ADMIN):
         principal = _principal(value)
         if kind is m.ResourceType.ADMIN:
@@ -516,43 +515,43 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
         return _bind(plan, caller, vc, principal, add, plan.principal, plan.principals, principal_record, "user")
     if kind is m.ResourceType.CLIENT:
         if not value:
-            raise _Refused(INVALID_REQUEST, "a client id must not be empty")
+            raise _Refused(ErrorCode.invalid_request, "a client id must not be empty")
         return _bind(plan, caller, vc, value, add, plan.client, plan.client_ids, client_record, "client id")
     if kind is m.ResourceType.TOPIC:
         if not _TOPIC.match(value) or value in (".", ".."):
-            raise _Refused(INVALID_REQUEST, f"{value!r} is not a legal topic name")
+            raise _Refused(ErrorCode.invalid_request, f"{value!r} is not a legal topic name")
         link = resource.link_name or value
         validate_link_name(link)
         current = plan.link(vc, link)
         if add:
             if current is not None:
-                raise _Refused(DUPLICATE_RESOURCE, f"{vc!r} already has a topic link {link!r}")
+                raise _Refused(ErrorCode.duplicate_resource, f"{vc!r} already has a topic link {link!r}")
             if not plan.in_vc(vc, value):
                 operator_only("link a physical topic that is not yet in the virtual cluster")
             plan.links[(vc, link)] = value
             return [link_record(vc, link, value)]
         if current != value:
-            raise _Refused(RESOURCE_NOT_FOUND, f"{vc!r} has no topic link {link!r} to {value!r}")
+            raise _Refused(ErrorCode.resource_not_found, f"{vc!r} has no topic link {link!r} to {value!r}")
         plan.links[(vc, link)] = None
         return [link_record(vc, link, None)]
     # GROUP, TRANSACTIONAL_ID: an existing physical id used by the VC under the same name.
     group = kind is m.ResourceType.GROUP
     what = "group" if group else "transactional id"
     if not value:
-        raise _Refused(INVALID_REQUEST, f"a {what} must not be empty")
+        raise _Refused(ErrorCode.invalid_request, f"a {what} must not be empty")
     owner = plan.group(value) if group else plan.txn(value)
     table = plan.groups if group else plan.txns
     record = group_record if group else txn_record
     if add:
         operator_only(f"assign an existing {what}")
         if owner == vc:
-            raise _Refused(DUPLICATE_RESOURCE, f"{what} {value!r} is already in {vc!r}")
+            raise _Refused(ErrorCode.duplicate_resource, f"{what} {value!r} is already in {vc!r}")
         if owner is not None or _prefixed(plan.image, value):
-            raise _Refused(DUPLICATE_RESOURCE, f"{what} {value!r} belongs to another virtual cluster")
+            raise _Refused(ErrorCode.duplicate_resource, f"{what} {value!r} belongs to another virtual cluster")
         table[value] = vc
         return [record(vc, value, True)]
     if owner != vc:
-        raise _Refused(RESOURCE_NOT_FOUND, f"{what} {value!r} is not assigned to {vc!r}")
+        raise _Refused(ErrorCode.resource_not_found, f"{what} {value!r} is not assigned to {vc!r}")
     table[value] = None
     return [record(vc, value, False)]
 
@@ -563,12 +562,15 @@ def _may_place(plan: _Plan, caller: Caller, vc: str, principal: str) -> None:
     admin) unless the caller holds ALTER_VIRTUAL_CLUSTER on kafka-cluster. (Another VC's member is bound
     elsewhere: `_bind` refuses it.)"""
     if principal in caller.super_admins:
-        raise _Refused(INVALID_REQUEST, "a super-admin is in kafka-cluster and cannot be bound to a virtual cluster")
+        raise _Refused(
+            ErrorCode.invalid_request, "a super-admin is in kafka-cluster and cannot be bound to a virtual cluster"
+        )
     if vc == KAFKA_CLUSTER and principal in (ANONYMOUS, "User:*"):
-        raise _Refused(INVALID_REQUEST, f"{principal} is nobody's identity and cannot be in {KAFKA_CLUSTER}")
+        raise _Refused(ErrorCode.invalid_request, f"{principal} is nobody's identity and cannot be in {KAFKA_CLUSTER}")
     if not caller.operator and _rights_beyond(plan.image, caller, principal, vc):
         raise _Refused(
-            CLUSTER_AUTHORIZATION_FAILED, f"{principal} holds rights beyond {vc!r}: only an operator may place it"
+            ErrorCode.cluster_authorization_failed,
+            f"{principal} holds rights beyond {vc!r}: only an operator may place it",
         )
 
 
@@ -589,16 +591,16 @@ def _admin(plan: _Plan, caller: Caller, vc: str, principal: str, add: bool) -> l
     them may not leave the VC without a holder of ALTER_VIRTUAL_CLUSTER, unless an operator does it."""
     if plan.admin(vc, principal) == add:
         raise _Refused(
-            DUPLICATE_RESOURCE if add else RESOURCE_NOT_FOUND,
+            ErrorCode.duplicate_resource if add else ErrorCode.resource_not_found,
             f"{principal} is {'already' if add else 'not'} an admin of {vc!r}",
         )
     bind: list[Record] = []
     if add:
         if principal in caller.super_admins or principal in (ANONYMOUS, "User:*"):
-            raise _Refused(INVALID_REQUEST, f"{principal} cannot be made an admin of a virtual cluster")
+            raise _Refused(ErrorCode.invalid_request, f"{principal} cannot be made an admin of a virtual cluster")
         placed = plan.principal(principal)
         if placed not in (None, vc) and not caller.operator:
-            raise _Refused(CLUSTER_AUTHORIZATION_FAILED, f"{principal} is in another virtual cluster")
+            raise _Refused(ErrorCode.cluster_authorization_failed, f"{principal} is in another virtual cluster")
         if placed is None:  # everyone is somewhere: an admin bound nowhere would be refused at login
             _may_place(plan, caller, vc, principal)
             plan.principals[principal] = vc
@@ -607,7 +609,7 @@ def _admin(plan: _Plan, caller: Caller, vc: str, principal: str, add: bool) -> l
         left = caller.rights.holders(Op.ALTER_VIRTUAL_CLUSTER, vc) - {principal}
         left -= {p for (v, p), on in plan.admins.items() if v == vc and not on}
         if not left - _everywhere(caller):
-            raise _Refused(POLICY_VIOLATION, f"{principal} is the last admin of {vc!r}: grant another first")
+            raise _Refused(ErrorCode.policy_violation, f"{principal} is the last admin of {vc!r}: grant another first")
     plan.admins[(vc, principal)] = add
     records = [*bind, *(acl_record(KAFKA_CLUSTER, b, add) for b in admin_bindings(vc, principal))]
     if not add and principal in plan.image.vcs[vc].admins:
@@ -634,20 +636,21 @@ def _bind(
     bound = current(value)
     if add:
         if bound == vc:
-            raise _Refused(DUPLICATE_RESOURCE, f"{what} {value!r} is already in {vc!r}")
+            raise _Refused(ErrorCode.duplicate_resource, f"{what} {value!r} is already in {vc!r}")
         if bound is not None:
             where = f" ({bound!r})" if caller.super_admin else ""
-            raise _Refused(DUPLICATE_RESOURCE, f"{what} {value!r} is bound to another virtual cluster{where}")
+            raise _Refused(ErrorCode.duplicate_resource, f"{what} {value!r} is bound to another virtual cluster{where}")
         if what == "client id" and vc == KAFKA_CLUSTER:
             raise _Refused(
-                INVALID_REQUEST, "a client id is a label the client chooses: it cannot place anyone in kafka-cluster"
+                ErrorCode.invalid_request,
+                "a client id is a label the client chooses: it cannot place anyone in kafka-cluster",
             )
         if vc != KAFKA_CLUSTER:
             _within(plan, vc, what, table)
         table[value] = vc
         return [record(value, vc)]
     if bound != vc:
-        raise _Refused(RESOURCE_NOT_FOUND, f"{what} {value!r} is not in {vc!r}")
+        raise _Refused(ErrorCode.resource_not_found, f"{what} {value!r} is not in {vc!r}")
     table[value] = None
     return [record(value, None)]
 
@@ -661,7 +664,7 @@ def _within(plan: _Plan, vc: str, what: str, table: dict[str, str | None]) -> No
         (current.add if v == vc else current.discard)(k)
     why = limits.count_refusal(key, getattr(limits.of(plan.image, vc), key), len(current), 1, f"virtual cluster {vc!r}")
     if why is not None:
-        raise _Refused(POLICY_VIOLATION, why)
+        raise _Refused(ErrorCode.policy_violation, why)
 
 
 # -- VC-scoped ACLs for operators (Describe/Create/DeleteVirtualClusterAcls) ------------------------------
@@ -679,10 +682,12 @@ def _acl_targets(image: TenancyImage, caller: Caller, name: str, pattern_type: i
     try:
         pattern = m.VirtualClusterPatternType(int(pattern_type))
     except ValueError:
-        raise _Refused(INVALID_REQUEST, "virtual cluster pattern type must be LITERAL (3) or PREFIXED (4)") from None
+        raise _Refused(
+            ErrorCode.invalid_request, "virtual cluster pattern type must be LITERAL (3) or PREFIXED (4)"
+        ) from None
     if pattern is m.VirtualClusterPatternType.LITERAL and name == KAFKA_CLUSTER:
         if not caller.acl_admin(Op.ALTER if op is Op.ALTER_VIRTUAL_CLUSTER else Op.DESCRIBE):
-            raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+            raise _Refused(ErrorCode.cluster_authorization_failed, "not authorized")
         return [KAFKA_CLUSTER]
     visible = administered(image, caller, op)
     if pattern is m.VirtualClusterPatternType.LITERAL:
@@ -693,9 +698,9 @@ def _acl_targets(image: TenancyImage, caller: Caller, name: str, pattern_type: i
         if matched:
             return matched
     if not caller.may(op, KAFKA_CLUSTER):
-        raise _Refused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+        raise _Refused(ErrorCode.cluster_authorization_failed, "not authorized")
     what = "virtual cluster" if pattern is m.VirtualClusterPatternType.LITERAL else "virtual cluster starting with"
-    raise _Refused(RESOURCE_NOT_FOUND, f"no {what} {name!r}")
+    raise _Refused(ErrorCode.resource_not_found, f"no {what} {name!r}")
 
 
 def _acls_of(image: TenancyImage, vc: str) -> Any:
@@ -707,7 +712,7 @@ def _acl_check(fn: Callable[[], None]) -> tuple[int, str | None]:
     try:
         return _check(fn)
     except (AclError, ValueError) as exc:
-        return INVALID_REQUEST, str(exc)
+        return ErrorCode.invalid_request, str(exc)
 
 
 def _describe_acls(
@@ -723,7 +728,7 @@ def _describe_acls(
         found.extend((vc, _acls_of(image, vc).matching(flt)) for vc in vcs)
 
     code, message = _acl_check(check)
-    if code != NONE:
+    if code != ErrorCode.none:
         return m.DescribeVirtualClusterAclsResponse(error_code=i16(code), error_message=message), []
     resources = []
     for vc, bindings in found:
@@ -764,7 +769,7 @@ def _create_acls(
             )
             binding = acl_plane.binding_of(item, cluster_wide=vcs == [KAFKA_CLUSTER])
             if vcs == [KAFKA_CLUSTER] and binding.principal == ANONYMOUS and binding.permission.name == "ALLOW":
-                raise _Refused(INVALID_REQUEST, "User:ANONYMOUS is nobody's identity: it holds no right")
+                raise _Refused(ErrorCode.invalid_request, "User:ANONYMOUS is nobody's identity: it holds no right")
             if vcs == [KAFKA_CLUSTER]:
                 _may_grant(caller, binding)
             mine: list[tuple[str, AclBinding]] = []
@@ -776,16 +781,16 @@ def _create_acls(
                             limits.MAX_ACLS, limits.of(image, vc).max_acls, have, 1, f"virtual cluster {vc!r}"
                         )
                         if why is not None:
-                            raise _Refused(POLICY_VIOLATION, why)
+                            raise _Refused(ErrorCode.policy_violation, why)
                     mine.append((vc, binding))
                     out.append(acl_record(vc, binding, True))
             why = limits.records_refusal(image, [*records, *out], state_records)
             if why is not None:
-                raise _Refused(POLICY_VIOLATION, why)
+                raise _Refused(ErrorCode.policy_violation, why)
             planned.update(mine)
 
         code, message = _acl_check(check)
-        if code == NONE:
+        if code == ErrorCode.none:
             records += out
         results.append(m.VirtualClusterAclCreationResult(error_code=i16(code), error_message=message))
     return m.CreateVirtualClusterAclsResponse(results=tuple(results)), records
@@ -805,7 +810,7 @@ def _may_grant(caller: Caller, b: AclBinding, lifting: bool = False) -> None:
     missing = sorted(op.name for op in ops if not caller.may(op, on))
     if missing:
         raise _Refused(
-            CLUSTER_AUTHORIZATION_FAILED,
+            ErrorCode.cluster_authorization_failed,
             f"may not {'lift a DENY of' if lifting else 'grant'} {', '.join(missing)} on {b.name!r}: "
             "the caller does not hold it",
         )
@@ -860,11 +865,15 @@ def _keeps_a_holder(image: TenancyImage, caller: Caller, removed: list[AclBindin
     before, then = caller.rights, Rights(after, caller.super_admins)
     for vc in [*image.vcs, KAFKA_CLUSTER]:
         if before.holders(Op.ALTER_VIRTUAL_CLUSTER, vc) and not then.holders(Op.ALTER_VIRTUAL_CLUSTER, vc):
-            raise _Refused(POLICY_VIOLATION, f"this would remove the last holder of ALTER_VIRTUAL_CLUSTER on {vc!r}")
+            raise _Refused(
+                ErrorCode.policy_violation, f"this would remove the last holder of ALTER_VIRTUAL_CLUSTER on {vc!r}"
+            )
     managers = {b.principal for b in image.cluster_acls} - {WILDCARD_ANY, ANONYMOUS}
     was = any(Caller(p, caller.super_admins, image=image).acl_admin() for p in managers)
     if was and not any(Caller(p, caller.super_admins, image=after).acl_admin() for p in managers):
-        raise _Refused(POLICY_VIOLATION, "this would leave nobody but the super-admins able to manage these ACLs")
+        raise _Refused(
+            ErrorCode.policy_violation, "this would leave nobody but the super-admins able to manage these ACLs"
+        )
 
 
 WILDCARD_ANY = "User:*"

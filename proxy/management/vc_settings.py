@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ..acl.model import Operation as Op
 from ..tenancy import settings
 from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, setting_delete, setting_record
@@ -14,11 +16,6 @@ if TYPE_CHECKING:
     from .plane import Caller
 
 Record = tuple[str, dict[str, Any] | None]
-
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-RESOURCE_NOT_FOUND = 91
 
 
 class SettingsRefused(Exception):
@@ -32,19 +29,21 @@ def alter_settings(image: TenancyImage, caller: Caller, vc: str, configs: Any) -
     """A VC's settings (proxy/tenancy/settings.py), all or none. Its admins may set its description and
     labels; what changes its reach or capacity is an operator's, so an admin never raises its own limits."""
     if not caller.may(Op.ALTER_VIRTUAL_CLUSTER, vc):
-        raise SettingsRefused(CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+        raise SettingsRefused(ErrorCode.cluster_authorization_failed, "not authorized")
     if vc == KAFKA_CLUSTER:
-        raise SettingsRefused(INVALID_REQUEST, f"{KAFKA_CLUSTER} is the physical cluster: it has no such settings")
+        raise SettingsRefused(
+            ErrorCode.invalid_request, f"{KAFKA_CLUSTER} is the physical cluster: it has no such settings"
+        )
     if vc not in image.vcs:
-        raise SettingsRefused(RESOURCE_NOT_FOUND, f"no virtual cluster {vc!r}")
+        raise SettingsRefused(ErrorCode.resource_not_found, f"no virtual cluster {vc!r}")
     names = [config.name for config in configs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise SettingsRefused(INVALID_REQUEST, f"{', '.join(twice)}: given twice")
+        raise SettingsRefused(ErrorCode.invalid_request, f"{', '.join(twice)}: given twice")
     reach = sorted(set(names) & settings.OPERATOR_KEYS)  # authorized before any value is looked at
     if reach and not caller.operator:
         raise SettingsRefused(
-            CLUSTER_AUTHORIZATION_FAILED,
+            ErrorCode.cluster_authorization_failed,
             f"only holders of ALTER_VIRTUAL_CLUSTER on {KAFKA_CLUSTER} may change {', '.join(reach)}",
         )
     return [_record(vc, config) for config in configs]
@@ -56,7 +55,7 @@ def _record(vc: str, config: Any) -> Record:
         op = m.ConfigOperation(int(config.config_operation))
     except ValueError:
         raise SettingsRefused(
-            INVALID_REQUEST, f"{key}: unknown config operation {int(config.config_operation)}"
+            ErrorCode.invalid_request, f"{key}: unknown config operation {int(config.config_operation)}"
         ) from None
     try:
         if op is m.ConfigOperation.DELETE:
@@ -67,4 +66,4 @@ def _record(vc: str, config: Any) -> Record:
             raise settings.SettingError(key, "a value is needed (delete the setting to remove it)")
         return setting_record(vc, key, settings.parse(key, config.value))
     except settings.SettingError as exc:
-        raise SettingsRefused(INVALID_CONFIG, str(exc)) from None
+        raise SettingsRefused(ErrorCode.invalid_config, str(exc)) from None

@@ -132,7 +132,4 @@ def response_frame(correlation_id: int, header_version: int, body: bytes) -> byt
 
 
 # Error codes the proxy itself answers with (Kafka's Errors.java).
-UNSUPPORTED_VERSION = 35
-CLUSTER_AUTHORIZATION_FAILED = 31
 CLUSTER_AUTHORIZATION_MESSAGE = "Cluster authorization failed."  # Kafka's message for it (Errors)
-INVALID_REQUEST = 42

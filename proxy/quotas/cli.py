@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntryData, OpData
 from kio.schema.alter_client_quotas.v1.request import EntityData as AlterEntity
 from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from ..management.client import ConfigProblem, ConnectError, Connection, login_from
@@ -21,7 +22,6 @@ from .model import CLIENT_ID, KEYS, PHYSICAL, USER, VIRTUAL_CLUSTER
 from .rpc import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
-CLUSTER_AUTHORIZATION_FAILED = 31
 
 EPILOG = f"""\
 entities: --virtual-cluster NAME alone is the VC's cap (all its clients together), --virtual-cluster-default
@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
         }
         codes = [r["error_code"] for r in out["results"]]
     print(json.dumps(out, indent=2, sort_keys=True) if args.output == "json" else _text(key, out))
-    if codes and all(c == CLUSTER_AUTHORIZATION_FAILED for c in codes):
+    if codes and all(c == ErrorCode.cluster_authorization_failed for c in codes):
         return UNAUTHORIZED
     return REFUSED if any(codes) else OK
 

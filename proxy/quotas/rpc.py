@@ -32,12 +32,6 @@ from ..tenancy import limits
 from . import model
 from .model import CLIENT_ID, PHYSICAL, USER, VIRTUAL_CLUSTER, Entity, QuotaBook, QuotaError
 
-NONE = 0
-CLUSTER_AUTHORIZATION_FAILED = 31
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
-RESOURCE_NOT_FOUND = 91
 MAX_ENTITIES = 1000  # per VC (and for the global levels) without a room: each is a state record on every replica
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
@@ -108,7 +102,7 @@ def describe(book: QuotaBook, caller: Caller, request: Any, response_cls: type) 
 
     if not authorized(caller, request):  # as a broker refuses it: the error alone
         return response_cls(
-            throttle_time=_no_throttle(), error_code=ErrorCode(CLUSTER_AUTHORIZATION_FAILED), error_message=None,
+            throttle_time=_no_throttle(), error_code=ErrorCode.cluster_authorization_failed, error_message=None,
             entries=None,
         )  # fmt: skip
     explicit = names_virtual_clusters(request)
@@ -116,19 +110,19 @@ def describe(book: QuotaBook, caller: Caller, request: Any, response_cls: type) 
     for c in request.components:  # as the controller checks a filter (ClientQuotaControlManager.validate)
         t = c.entity_type
         if not t:
-            return fail(INVALID_REQUEST, "Invalid empty entity type.")
+            return fail(ErrorCode.invalid_request, "Invalid empty entity type.")
         if t in seen:
-            return fail(INVALID_REQUEST, f"Entity type {t} cannot appear more than once in the filter.")
+            return fail(ErrorCode.invalid_request, f"Entity type {t} cannot appear more than once in the filter.")
         seen.add(t)
         if t not in _KNOWN_TYPES:
-            return fail(UNSUPPORTED_VERSION, f"Unsupported entity type {t}")
+            return fail(ErrorCode.unsupported_version, f"Unsupported entity type {t}")
         if int(c.match_type) not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
-            return fail(INVALID_REQUEST, f"unknown match type {int(c.match_type)}")
+            return fail(ErrorCode.invalid_request, f"unknown match type {int(c.match_type)}")
         if int(c.match_type) == MATCH_DEFAULT and c.match is not None:
-            return fail(INVALID_REQUEST, "a default match takes no name")
+            return fail(ErrorCode.invalid_request, "a default match takes no name")
     if IP in seen and seen & {USER, CLIENT_ID}:
         return fail(
-            INVALID_REQUEST,
+            ErrorCode.invalid_request,
             "Invalid entity filter component combination. IP filter component should not be used with user or "
             "clientId filter component.",
         )
@@ -142,7 +136,7 @@ def describe(book: QuotaBook, caller: Caller, request: Any, response_cls: type) 
                 )
             )
     return response_cls(
-        throttle_time=_no_throttle(), error_code=ErrorCode(NONE), error_message=None, entries=tuple(entries)
+        throttle_time=_no_throttle(), error_code=ErrorCode.none, error_message=None, entries=tuple(entries)
     )
 
 
@@ -202,7 +196,11 @@ def alter(
     results, records = [], []
     for entry, (code, message, ent, entry_records) in zip(request.entries, checked, strict=True):
         if ent is not None and named[ent] > 1:
-            code, message, entry_records = INVALID_REQUEST, f"Ignoring duplicate entity {_kafka_name(entry)}", []
+            code, message, entry_records = (
+                ErrorCode.invalid_request,
+                f"Ignoring duplicate entity {_kafka_name(entry)}",
+                [],
+            )
         elif ent is not None and entry_records:
             scope = dict(ent).get(VIRTUAL_CLUSTER)
             here = room(scope)
@@ -217,7 +215,7 @@ def alter(
                 )
             ) or here.total_refusal(sum(1 for _, v in records if v is not None) + adding)
             if why:
-                code, message, entry_records = POLICY_VIOLATION, why, []
+                code, message, entry_records = ErrorCode.policy_violation, why, []
             elif new:
                 counts[scope] = counts.get(scope, 0) + 1
         records.extend(entry_records)
@@ -244,7 +242,7 @@ def _alter_entry(book: QuotaBook, caller: Caller, entry: Any) -> tuple[int, str 
     components = [(e.entity_type, e.entity_name) for e in entry.entity]
     explicit = any(t == VIRTUAL_CLUSTER for t, _ in components)
     if not caller.may_manage or (explicit and not caller.cluster_operator):
-        return CLUSTER_AUTHORIZATION_FAILED, "not authorized to alter client quotas here", None, []
+        return ErrorCode.cluster_authorization_failed, "not authorized to alter client quotas here", None, []
     try:
         kind = _entity_kind(components, explicit)
         ops = _ops(entry, kind)
@@ -252,16 +250,21 @@ def _alter_entry(book: QuotaBook, caller: Caller, entry: Any) -> tuple[int, str 
             raise QuotaError(NOT_ENFORCED["connection_creation_rate"])
         ent = _stored_entity(caller, components, explicit)
     except QuotaError as exc:
-        return INVALID_REQUEST, str(exc), None, []
+        return ErrorCode.invalid_request, str(exc), None, []
     if bounds_a_vc(ent) and not caller.cluster_operator:  # never reached from a VC's own terms: kept as a guard
-        return CLUSTER_AUTHORIZATION_FAILED, "only cluster operators set quotas that bound a whole VC", None, []
+        return (
+            ErrorCode.cluster_authorization_failed,
+            "only cluster operators set quotas that bound a whole VC",
+            None,
+            [],
+        )
     current = book.get(ent)
     records = [
         model.record(ent, key, value)
         for key, value in ops
         if (key in current if value is None else current.get(key) != value)  # Kafka writes changes only
     ]
-    return NONE, None, ent, records
+    return ErrorCode.none, None, ent, records
 
 
 def _entity_kind(components: list[tuple[str, str | None]], explicit: bool) -> str:

@@ -26,9 +26,9 @@ import struct
 from collections import OrderedDict
 from collections.abc import Hashable
 
+from kio.schema.errors import ErrorCode
+
 MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
 FIRST_SESSION_VERSION = 7  # Fetch v7 introduced sessions (KIP-227)
 _HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id: the start of every v7+ body
 
@@ -78,7 +78,7 @@ class FetchSessionOwners:
             old, epoch = sent
             # Epoch -1 closes the session, epoch 0 closes it and opens a new one; 70 says it is gone
             # (71 does not: the client closes it next, with epoch 0).
-            if epoch <= 0 or error == FETCH_SESSION_ID_NOT_FOUND or (error == 0 and session_id != old):
+            if epoch <= 0 or error == ErrorCode.fetch_session_id_not_found or (error == 0 and session_id != old):
                 self.drop(broker, old)
         if error == 0 and session_id != 0:
             self.record(vc_id, broker, session_id)

@@ -38,7 +38,6 @@ from .fields import apply_path, identifier_paths
 
 log = logging.getLogger(__name__)
 
-TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed)
 TOPIC_RESOURCE = 2
 # resources[].resource_name
 CONFIG_APIS = (ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
@@ -69,7 +68,6 @@ TXN_USES = frozenset(
         ApiKey.TXN_OFFSET_COMMIT,
     }
 )
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.transactional_id_authorization_failed)
 
 
 def decisions_id(topic: str) -> str:

@@ -27,7 +27,7 @@ from ..protocol.apikey import ApiKey
 from ..rules import tenant_rules
 from . import names
 from .engine import Handler, LocalAnswer, Registry, TenantCall, TenantEngine
-from .fetch_sessions import FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSIONS, FIRST_SESSION_VERSION
+from .fetch_sessions import FETCH_SESSIONS, FIRST_SESSION_VERSION
 from .model import (
     TenancyError,
     created_topic_for,
@@ -165,9 +165,6 @@ def auto_physical_name(vc_id: str, link: str) -> str:
     return derived_topic_for(vc_id, link)
 
 
-LEADER_NOT_AVAILABLE = 5  # what a freshly auto-created topic reports first
-
-
 def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     kept = []
     invalid = ex.state.get("invalid")
@@ -177,7 +174,7 @@ def metadata_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         if invalid and ex.tx.topics.get(topic.name) in invalid:
             topic = dataclasses.replace(topic, error_code=ErrorCode.invalid_topic_exception, partitions=())
         link = ex.state.get("auto", {}).get(topic.name)
-        if link is not None and int(topic.error_code) in (0, LEADER_NOT_AVAILABLE):
+        if link is not None and int(topic.error_code) in (0, ErrorCode.leader_not_available):
             ex.writes.append(link_record(engine.vc.name, link, topic.name))
             ex.mutations += max(len(topic.partitions), 1)  # created on the VC's behalf: the mutation quota's
             if topic.partitions:
@@ -265,7 +262,7 @@ def fetch_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
             # An incremental fetch in a session this VC does not own (another tenant's, one the broker
             # evicted, or none at all): the broker's answer for an unknown id.
             log.info("virtual cluster %s: Fetch with fetch session %d it does not own", engine.vc.name, session_id)
-            raise _error_answer(ex, FETCH_SESSION_ID_NOT_FOUND)
+            raise _error_answer(ex, ErrorCode.fetch_session_id_not_found)
     return body
 
 
@@ -618,9 +615,6 @@ def _create_topics_local(cls: type, local: list[tuple[str, int, str]]) -> tuple[
     return tuple(results)
 
 
-TOPIC_ALREADY_EXISTS = 36
-
-
 def create_topics_response(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if ex.state.get("validate_only"):
         return body
@@ -629,7 +623,7 @@ def create_topics_response(engine: TenantEngine, ex: TenantCall, body: Any) -> A
         if link is None:
             continue
         error = int(topic.error_code)
-        if error == TOPIC_ALREADY_EXISTS and not topic.name.endswith("!"):
+        if error == ErrorCode.topic_already_exists and not topic.name.endswith("!"):
             # The derived name exists but no link points to it: a racing creator whose link is on its
             # way (writing it again changes nothing), or one whose link write failed (this repairs it).
             ex.writes.append(link_record(engine.vc.name, link, topic.name))

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .model import TenancyImage
 
-POLICY_VIOLATION = 44
 KAFKA_MAX_STRING_BYTES = 0x7FFF  # Kafka's generated messages refuse a longer string field
 
 MAX_USER_NAME_BYTES = "max_user_name_bytes"

@@ -25,8 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-POLICY_VIOLATION = 44
-
 
 @dataclass(frozen=True)
 class ConfigRule:

@@ -55,7 +55,6 @@ _HELD: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # (vc id, group,
 HEARTBEAT_INTERVAL = datetime.timedelta(seconds=5)  # streams.heartbeat.interval.ms
 TASK_OFFSET_INTERVAL = datetime.timedelta(minutes=1)  # task offset interval
 ACCEPTABLE_RECOVERY_LAG = 10_000
-FENCED_MEMBER_EPOCH = 110
 
 
 def _topology_topics(topology: Any) -> tuple[dict[str, Any], set[str]]:
@@ -160,7 +159,7 @@ def _held_heartbeat(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     if epoch == HELD_EPOCH:  # rejoin (with the topology), to be checked again
         cls = _response_type(ex)
         message = "Internal topics are missing: rejoin to have them checked again."
-        raise LocalAnswer(codec._empty(cls, error_code=ErrorCode(FENCED_MEMBER_EPOCH), error_message=message))
+        raise LocalAnswer(codec._empty(cls, error_code=ErrorCode.fenced_member_epoch, error_message=message))
     if epoch < 0 and key in _HELD:  # leaving, never having reached the broker
         del _HELD[key]
         raise LocalAnswer(codec._empty(_response_type(ex), member_id=body.member_id, member_epoch=i32(epoch)))

@@ -326,7 +326,7 @@ def _join_and_check_client_id(client: V3Client) -> None:
 def test_zero_instance_id_in_the_first_v3_request_is_invalid(kip_proxy):
     list_groups = entity(16, states_filter=(), types_filter=())
     with V3Client(kip_proxy.bootstrap, uuid.UUID(int=0)) as client:
-        assert int(decoded(16, client.ask(16, list_groups)).error_code) == codec.INVALID_REQUEST
+        assert int(decoded(16, client.ask(16, list_groups)).error_code) == ErrorCode.invalid_request
 
 
 def test_another_or_missing_instance_id_later_is_invalid_and_nothing_reaches_the_broker(kafka_cluster, kip_proxy):
@@ -334,9 +334,11 @@ def test_another_or_missing_instance_id_later_is_invalid_and_nothing_reaches_the
     with V3Client(kip_proxy.bootstrap, APP) as client:
         assert int(client.hello().error_code) == 0
         assert int(decoded(16, client.ask(16, list_groups)).error_code) == 0  # sets the connection's id
-        assert int(decoded(16, client.ask(16, list_groups, instance=OTHER.bytes)).error_code) == codec.INVALID_REQUEST
-        assert int(decoded(16, client.ask(16, list_groups, instance=bytes(16))).error_code) == codec.INVALID_REQUEST
-        assert int(decoded(16, client.ask_old(16, list_groups)).error_code) == codec.INVALID_REQUEST
+        assert (
+            int(decoded(16, client.ask(16, list_groups, instance=OTHER.bytes)).error_code) == ErrorCode.invalid_request
+        )
+        assert int(decoded(16, client.ask(16, list_groups, instance=bytes(16))).error_code) == ErrorCode.invalid_request
+        assert int(decoded(16, client.ask_old(16, list_groups)).error_code) == ErrorCode.invalid_request
         assert int(decoded(16, client.ask(16, list_groups)).error_code) == 0  # the connection still serves
         # CreateTopics has no top-level error code: the proxy closes the connection, the topic is not created.
         client.correlation += 1

@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from benchmarks import fuzz_session
 from proxy.core.session import Action, ProtocolViolation, ProxySession
@@ -161,7 +162,7 @@ def test_api_versions_with_a_negative_version_gets_the_v0_error_answer():
     assert decision.action is Action.LOCAL
     assert decision.pending is not None and decision.pending.reply is not None
     reply = decision.pending.reply
-    assert int.from_bytes(reply[8:10], "big") == codec.UNSUPPORTED_VERSION  # v0 body opens with the error code
+    assert int.from_bytes(reply[8:10], "big") == ErrorCode.unsupported_version  # v0 body opens with the error code
 
 
 # -- a bounded run of the fuzz target ------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_first_v3_request_with_zero_instance_id_is_invalid():
     s = ProxySession(LAYOUT)
     decision = s.on_request(memoryview(bytearray(list_groups_v3(1, bytes(16)))))
     assert decision.action is Action.LOCAL
-    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == codec.INVALID_REQUEST
+    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == ErrorCode.invalid_request
     assert s.client_instance_id_source == "proxy"
 
 
@@ -155,9 +155,9 @@ def test_later_request_with_another_instance_id_is_invalid():
     s = negotiated(ProxySession(LAYOUT))
     decision = s.on_request(memoryview(bytearray(list_groups_v3(2, OTHER))))
     assert decision.action is Action.LOCAL
-    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == codec.INVALID_REQUEST
+    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == ErrorCode.invalid_request
     decision = s.on_request(memoryview(bytearray(list_groups_v3(3, bytes(16)))))
-    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == codec.INVALID_REQUEST
+    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == ErrorCode.invalid_request
     assert s.client_instance_id == str(uuid.UUID(bytes=APP))  # unchanged
 
 
@@ -166,7 +166,7 @@ def test_request_without_header_v3_after_it_is_invalid_but_sasl_handshake_is_exe
     old = request_frame(16, top(16), 2, ListGroupsRequest(states_filter=(), types_filter=()))
     decision = s.on_request(memoryview(bytearray(old)))
     assert decision.action is Action.LOCAL
-    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == codec.INVALID_REQUEST
+    assert error_of(decision.pending.reply, 16, top(16), ListGroupsResponse) == ErrorCode.invalid_request
     handshake = request_frame(17, 1, 3, SaslHandshakeRequest(mechanism="PLAIN"))
     assert s.on_request(memoryview(bytearray(handshake))).action is Action.FORWARD
 
@@ -261,7 +261,7 @@ def test_offset_delete_v1_refusal_is_answered_in_v1():
     s = negotiated(ProxySession(LAYOUT))
     decision = s.on_request(memoryview(bytearray(v3_frame(47, 1, 4, b"\x03g1\x01\x00", None, OTHER))))
     reply = decision.pending.reply
-    assert reply[8] == 0 and read_int16(reply, 9)[0] == codec.INVALID_REQUEST  # header v1, then the error
+    assert reply[8] == 0 and read_int16(reply, 9)[0] == ErrorCode.invalid_request  # header v1, then the error
 
 
 def telemetry_response(instance: uuid.UUID | None) -> GetTelemetrySubscriptionsResponse:
@@ -353,7 +353,7 @@ def test_next_versions_of_newer_kafka_are_not_read_as_header_v3():
     assert decision.action is Action.LOCAL
     reply = decision.pending.reply
     body, _ = codec.decode(response_type(18, 0), reply, response_body_offset(reply, 0))
-    assert int(body.error_code) == codec.UNSUPPORTED_VERSION
+    assert int(body.error_code) == ErrorCode.unsupported_version
     assert [(int(k.api_key), int(k.max_version)) for k in body.api_keys] == [(18, top(18))]
 
 

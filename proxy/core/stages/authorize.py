@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
 from ...acl import plane as acl_plane
@@ -27,7 +28,7 @@ from ...management import plane
 from ...management import schema as management
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
-from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy import limits
 from ...tenancy.fields import identifier_paths
@@ -81,7 +82,7 @@ class AuthorizationStage:
         if ex.api_key in management.REQUESTS:
             if ex.api_key in plane.advertised(self.image(), self.caller.now()):
                 return None
-            return refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
+            return refuse_all(ex, ErrorCode.cluster_authorization_failed, "not authorized to manage virtual clusters")
         vc = self.ctx.vc
         if vc is None:
             if self.ctx.place == KAFKA_CLUSTER and not self.caller.rights().is_super(self.ctx.principal):
@@ -148,7 +149,7 @@ class AuthorizationStage:
         """CreateAcls/DeleteAcls again, against the log's image: the VC's ACLs and the caller's rights now."""
         vc = self.image().vcs.get(name)
         if vc is None:  # deleted meanwhile
-            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+            return refusal(ex, ErrorCode.cluster_authorization_failed) or b"", []
         response, records = acl_plane.handle(vc.name, vc.acls, self.subject(vc), ex.api_key, ex.api_version, request)
         return codec.encode(response), list(records)
 

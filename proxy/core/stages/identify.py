@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import uuid
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import kip1313
 from ...protocol.apikey import ApiKey
-from ...protocol.codec import INVALID_REQUEST
 from ...protocol.headers import parse_request_header, response_body_offset
 from ...protocol.primitives import MALFORMED
 from ..exchange import Exchange, ProtocolViolation, RequestDecision, ResponseMessage, refuse
@@ -38,7 +39,7 @@ class IdentifyStage:
                 ctx.client_id = ex.header.client_id
             if ctx.header_instance_id is not None and self._offers_header_v3(ex.api_key):
                 why = f"{info.name} v{ex.api_version} without the ClientInstanceId this connection started with"
-                return refuse(ex, INVALID_REQUEST, why)
+                return refuse(ex, ErrorCode.invalid_request, why)
             if ex.api_key in TELEMETRY_KEYS and ex.api_version == 0 and ctx.client_instance_id_source != "header":
                 offset = ex.header.body_offset  # KIP-714 v0 requests carry the id in their body (zero at first)
                 self._learn(bytes(ex.frame[offset : offset + 16]))  # type: ignore[index]
@@ -56,7 +57,7 @@ class IdentifyStage:
             ctx.client_id = header.client_id
         problem = self._check_instance_id(header.instance_id)
         if problem is not None:
-            return refuse(ex, INVALID_REQUEST, f"{info.name}: {problem}")
+            return refuse(ex, ErrorCode.invalid_request, f"{info.name}: {problem}")
         client_id = header.client_id if header.client_id is not None else ctx.client_id
         try:
             ex.frame = kip1313.downgrade(ex.frame, info, header, client_id)

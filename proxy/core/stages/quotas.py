@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type, response_type
@@ -188,7 +190,7 @@ class QuotaStage:
         if not rpc.authorized(caller, request):
             name = ex.info.name if ex.info is not None else str(ex.api_key)
             where = f"virtual cluster {caller.vc}" if caller.vc is not None else "the physical cluster"
-            log.info("refusing request: %s in %s (error %d)", name, where, rpc.CLUSTER_AUTHORIZATION_FAILED)
+            log.info("refusing request: %s in %s (error %d)", name, where, ErrorCode.cluster_authorization_failed)
         if ex.api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
             response = rpc.describe(image.quotas, caller, request, response_cls)
         else:

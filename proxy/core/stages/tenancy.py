@@ -7,11 +7,13 @@ import functools
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...acl import access as acl_access
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import known_apis
-from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...rules import tenant_rules
 from ...tenancy import guard as state_guard
@@ -24,8 +26,6 @@ from .binding import Tenancy
 from .context import ConnectionState
 
 log = logging.getLogger(__name__)
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class TenancyStage:
@@ -56,7 +56,7 @@ class TenancyStage:
         assert info is not None and header is not None and ex.frame is not None
         rule = tenant_rules().get(ex.api_key)
         if rule is None or rule.action in ("deny", "local"):  # `local`: a stage before this one answers
-            error = (rule.error if rule is not None else 0) or CLUSTER_AUTHORIZATION_FAILED
+            error = (rule.error if rule is not None else 0) or ErrorCode.cluster_authorization_failed
             return refuse(ex, error, f"{info.name} in virtual cluster {engine.vc.name}")
         try:
             call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access)
@@ -85,10 +85,10 @@ class TenancyStage:
         broker answers for a placeholder; the VC deleted or re-created: CLUSTER_AUTHORIZATION_FAILED."""
         assert ex.header is not None and ex.frame is not None
         if self.tenancy.image.vcs.get(engine.vc.name) is not engine.vc:
-            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+            return refusal(ex, ErrorCode.cluster_authorization_failed) or b"", []
         call, out = engine.request(ex.api_key, ex.api_version, ex.frame, ex.header.body_offset, ex.access)
         if isinstance(out, list):
-            return refusal(ex, UNKNOWN_TOPIC_OR_PARTITION) or b"", []
+            return refusal(ex, ErrorCode.unknown_topic_or_partition) or b"", []
         return codec.encode(out), list(call.writes)
 
     def _guard(self, ex: Exchange) -> RequestDecision | None:

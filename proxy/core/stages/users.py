@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...management import users
 from ...observability import audit
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type
-from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, CodecError
+from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy.model import KAFKA_CLUSTER
 from ..exchange import Exchange, RequestDecision, answer, close, refusal
@@ -59,7 +61,7 @@ class UsersStage:
         whom, and who exists where, as they stand now."""
         scope = self._scope()
         if scope is None:  # the caller lost the right meanwhile
-            return refusal(ex, CLUSTER_AUTHORIZATION_FAILED) or b"", []
+            return refusal(ex, ErrorCode.cluster_authorization_failed) or b"", []
         response, records = users.alter(self.caller.image(), scope, request)
         return codec.encode(response), list(records)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...management import schema as management
 from ...protocol import codec, kip1313
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import known_apis
-from ...protocol.codec import CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION
 from ...rules import api_rules
 from .. import apiversions
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, forward, refuse
@@ -43,14 +44,16 @@ class VersionStage:
             return self._api_versions(ex)
         assert ex.info is not None
         if api_rules()[ex.api_key].physical in ("reject", "refuse"):
-            return refuse(ex, CLUSTER_AUTHORIZATION_FAILED, f"{ex.info.name} is internal")
+            return refuse(ex, ErrorCode.cluster_authorization_failed, f"{ex.info.name} is internal")
         if ex.api_key in management.REQUESTS and ex.header is not None:
             if self.ctx.relayed:  # virtual clusters are the proxy's: a principal it does not know has no say
-                return refuse_all(ex, CLUSTER_AUTHORIZATION_FAILED, "not authorized to manage virtual clusters")
+                return refuse_all(
+                    ex, ErrorCode.cluster_authorization_failed, "not authorized to manage virtual clusters"
+                )
             return None  # advertised only to callers who may use them; authorization answers the others
         low, high = self.ctx.versions.get(ex.api_key, (0, -1))
         if not low <= ex.api_version <= high:
-            return refuse(ex, UNSUPPORTED_VERSION, f"{ex.info.name} v{ex.api_version}")
+            return refuse(ex, ErrorCode.unsupported_version, f"{ex.info.name} v{ex.api_version}")
         return None
 
     def _api_versions(self, ex: Exchange) -> RequestDecision:
@@ -97,6 +100,6 @@ class VersionStage:
         ctx.versions = versions
         advertised = kip1313.advertised(versions, known_apis(), upstream) if self.header_v3 else versions
         ctx.v3_keys = {k for k, (_, high) in advertised.items() if high > versions[k][1]}
-        if int(response.error_code) == UNSUPPORTED_VERSION:
+        if int(response.error_code) == ErrorCode.unsupported_version:
             ex.api_version = 0
         return codec.encode(apiversions.with_table(response, advertised))
