@@ -9,15 +9,13 @@ of an open VC cannot hand out permissions.
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from ..protocol import codec
+from ..protocol import entities
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import response_type
 from ..tenancy.limits import MAX_ACLS, Room, count_refusal, record_size_refusal
@@ -57,16 +55,6 @@ def handle(
     return _delete(vc_name, acls, who, cls, request)
 
 
-def _item(cls: type, field_name: str) -> type:
-    return typing.get_args(typing.get_type_hints(cls)[field_name])[0]
-
-
-def _make(cls: type, **values: Any) -> Any:
-    """An entity of `cls` from the values its version has (older versions lack the pattern type)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return codec._empty(cls, **{k: v for k, v in values.items() if k in names})
-
-
 def filter_of(item: Any, prefix: str = "") -> AclFilter:
     # DescribeAcls names its fields *_filter; DeleteAcls' filters do too. v0 has no pattern type: LITERAL.
     pattern = getattr(item, "pattern_type_filter", int(PatternType.LITERAL))
@@ -96,7 +84,7 @@ def binding_of(item: Any, cluster_wide: bool = False) -> AclBinding:
 
 def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
     if not may_manage(acls, who, Operation.DESCRIBE):
-        return _make(
+        return entities.build(
             cls,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message="not authorized to describe ACLs in this virtual cluster",
@@ -105,14 +93,14 @@ def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
     try:
         flt = filter_of(request)
     except (AclError, ValueError) as exc:
-        return _make(cls, error_code=ErrorCode.invalid_request, error_message=str(exc), resources=())
-    resource_cls = _item(cls, "resources")
-    acl_cls = _item(resource_cls, "acls")
+        return entities.build(cls, error_code=ErrorCode.invalid_request, error_message=str(exc), resources=())
+    resource_cls = entities.item_type(cls, "resources")
+    acl_cls = entities.item_type(resource_cls, "acls")
     grouped: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
     for b in acls.matching(flt):
         grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
     resources = tuple(
-        _make(
+        entities.build(
             resource_cls,
             resource_type=i8(rtype),
             resource_name=name,
@@ -124,11 +112,11 @@ def _describe(acls: AclSet, who: Subject, cls: type, request: Any) -> Any:
         )
         for (rtype, name, pattern), bindings in grouped.items()
     )
-    return _make(cls, error_code=ErrorCode.none, error_message=None, resources=resources)
+    return entities.build(cls, error_code=ErrorCode.none, error_message=None, resources=resources)
 
 
 def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any, room: Room) -> tuple[Any, list[Record]]:
-    result_cls = _item(cls, "results")
+    result_cls = entities.item_type(cls, "results")
     allowed = may_manage(acls, who, Operation.ALTER)
     results = []
     records: list[Record] = []
@@ -158,20 +146,20 @@ def _create(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any, r
                     else:
                         planned.add(binding)
                         records.append(record)
-        results.append(_make(result_cls, error_code=ErrorCode(code), error_message=message))
-    return _make(cls, results=tuple(results)), records
+        results.append(entities.build(result_cls, error_code=ErrorCode(code), error_message=message))
+    return entities.build(cls, results=tuple(results)), records
 
 
 def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -> tuple[Any, list[Record]]:
-    result_cls = _item(cls, "filter_results")
-    match_cls = _item(result_cls, "matching_acls")
+    result_cls = entities.item_type(cls, "filter_results")
+    match_cls = entities.item_type(result_cls, "matching_acls")
     allowed = may_manage(acls, who, Operation.ALTER)
     results = []
     gone: dict[AclBinding, None] = {}
     for item in request.filters:
         if not allowed:
             results.append(
-                _make(
+                entities.build(
                     result_cls,
                     error_code=ErrorCode.cluster_authorization_failed,
                     error_message="not authorized to delete ACLs in this virtual cluster",
@@ -183,13 +171,15 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
             flt = filter_of(item)
         except (AclError, ValueError) as exc:
             results.append(
-                _make(result_cls, error_code=ErrorCode.invalid_request, error_message=str(exc), matching_acls=())
+                entities.build(
+                    result_cls, error_code=ErrorCode.invalid_request, error_message=str(exc), matching_acls=()
+                )
             )
             continue
         matched = acls.matching(flt)
         gone.update(dict.fromkeys(matched))
         results.append(
-            _make(
+            entities.build(
                 result_cls,
                 error_code=ErrorCode.none,
                 error_message=None,
@@ -197,9 +187,9 @@ def _delete(vc_name: str, acls: AclSet, who: Subject, cls: type, request: Any) -
             )
         )
     records = [acl_record(vc_name, b, False) for b in gone]
-    return _make(cls, filter_results=tuple(results)), records
+    return entities.build(cls, filter_results=tuple(results)), records
 
 
 def _matching(match_cls: type, bindings: Iterable[AclBinding]) -> Iterable[Any]:
     for b in bindings:
-        yield _make(match_cls, error_code=ErrorCode.none, error_message=None, **b.wire())
+        yield entities.build(match_cls, error_code=ErrorCode.none, error_message=None, **b.wire())

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import typing
 from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
-from ..protocol import codec
+from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
 from ..rules import api_rules, tenant_rules
@@ -82,7 +81,7 @@ def table_of(response: Any) -> VersionTable:
 
 
 def with_table(response: Any, table: VersionTable) -> Any:
-    item_cls = typing.get_args(typing.get_type_hints(type(response))["api_keys"])[0]
+    item_cls = entities.item_type(type(response), "api_keys")
     keys = tuple(
         item_cls(api_key=i16(key), min_version=i16(low), max_version=i16(high))
         for key, (low, high) in sorted(table.items())

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import codec, walker
+from ..protocol import codec, entities, walker
 from ..protocol.apis import response_type
 from ..protocol.primitives import INT32, encode_uvarint, read_uvarint
 from ..rules import EndpointRule, api_rules, endpoint_rules
@@ -149,7 +149,7 @@ class EndpointRewriter:
         self, rule: EndpointRule, cls: type, frame: memoryview, body_offset: int, seen: list[BrokerEndpoint]
     ) -> list[bytes | memoryview]:
         lay = walker.layout(cls, frame, body_offset)
-        item_cls = _endpoint_item_type(cls, rule.path)
+        item_cls = entities.item_type(cls, rule.path)
         if rule.path in lay.fields:
             start, end = lay.fields[rule.path]
             new_field = self._rewrite_array(item_cls, frame[start:end], seen)
@@ -181,11 +181,3 @@ class EndpointRewriter:
             item, offset = codec.decode(item_cls, data, offset)
             out += codec.encode(self._swap(item, seen))
         return bytes(out)
-
-
-@functools.cache
-def _endpoint_item_type(cls: type, field_name: str) -> type:
-    import typing
-
-    hint = typing.get_type_hints(cls)[field_name]
-    return typing.get_args(hint)[0]

@@ -8,13 +8,12 @@ per API key; with one, an API can be advertised to every caller and refused to t
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import codec
+from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from ..protocol.codec import CLUSTER_AUTHORIZATION_MESSAGE
@@ -22,18 +21,14 @@ from ..protocol.codec import CLUSTER_AUTHORIZATION_MESSAGE
 Build = Callable[[Any, type, ErrorCode], Any]  # (request, response class, error) -> response
 
 
-def _item(cls: type, name: str) -> type:
-    return typing.get_args(typing.get_type_hints(cls)[name])[0]
-
-
 def _partitions(cls: type, indexes: Any, error: ErrorCode) -> tuple[Any, ...]:
     return tuple(codec._empty(cls, partition_index=p, error_code=error) for p in indexes)
 
 
 def _write_txn_markers(request: Any, cls: type, error: ErrorCode) -> Any:
-    marker_cls = _item(cls, "markers")
-    topic_cls = _item(marker_cls, "topics")
-    partition_cls = _item(topic_cls, "partitions")
+    marker_cls = entities.item_type(cls, "markers")
+    topic_cls = entities.item_type(marker_cls, "topics")
+    partition_cls = entities.item_type(topic_cls, "partitions")
     return codec._empty(
         cls,
         markers=tuple(
@@ -58,8 +53,8 @@ def _write_txn_markers(request: Any, cls: type, error: ErrorCode) -> Any:
 
 
 def _alter_replica_log_dirs(request: Any, cls: type, error: ErrorCode) -> Any:
-    topic_cls = _item(cls, "results")
-    partition_cls = _item(topic_cls, "partitions")
+    topic_cls = entities.item_type(cls, "results")
+    partition_cls = entities.item_type(topic_cls, "partitions")
     return codec._empty(
         cls,
         results=tuple(
@@ -77,7 +72,7 @@ def _alter_replica_log_dirs(request: Any, cls: type, error: ErrorCode) -> Any:
 
 
 def _alter_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> Any:
-    result_cls = _item(cls, "results")
+    result_cls = entities.item_type(cls, "results")
     users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))  # once each, in order
     return codec._empty(
         cls, results=tuple(codec._empty(result_cls, user=u, error_code=error, error_message=None) for u in users)
@@ -88,27 +83,18 @@ def _describe_user_scram_credentials(request: Any, cls: type, error: ErrorCode) 
     """Kafka's refusal (DescribeUserScramCredentialsRequest.getErrorResponse): the error at the top and in
     one result per asked user, whose name is left empty, byte for byte what a client gets from the broker
     (tests/integration/test_equivalence.py compares them)."""
-    result_cls = _item(cls, "results")
+    result_cls = entities.item_type(cls, "results")
     item = codec._empty(result_cls, user="", error_code=error, error_message=None, credential_infos=())
     return codec._empty(cls, error_code=error, error_message=None, results=tuple(item for _ in request.users or ()))
 
 
-def _fields(cls: type) -> set[str]:
-    return set(typing.get_type_hints(cls))
-
-
-def _with(cls: type, **values: Any) -> Any:
-    """An entity of `cls` from the values its version has (fields differ between versions)."""
-    names = _fields(cls)
-    return codec._empty(cls, **{k: v for k, v in values.items() if k in names})
-
-
 def _create_topics(request: Any, cls: type, error: ErrorCode) -> Any:
-    item = _item(cls, "topics")
+    item = entities.item_type(cls, "topics")
     return codec._empty(
         cls,
         topics=tuple(
-            _with(item, name=t.name, error_code=error, num_partitions=-1, replication_factor=-1) for t in request.topics
+            entities.build(item, name=t.name, error_code=error, num_partitions=-1, replication_factor=-1)
+            for t in request.topics
         ),
     )
 
@@ -116,28 +102,31 @@ def _create_topics(request: Any, cls: type, error: ErrorCode) -> Any:
 def _delete_topics(request: Any, cls: type, error: ErrorCode) -> Any:
     import uuid
 
-    item = _item(cls, "responses")
+    item = entities.item_type(cls, "responses")
     asked = (
         [(t.name, t.topic_id) for t in request.topics]
         if getattr(request, "topics", None)
         else [(n, None) for n in getattr(request, "topic_names", ())]
     )
     return codec._empty(
-        cls, responses=tuple(_with(item, name=n, topic_id=i or uuid.UUID(int=0), error_code=error) for n, i in asked)
+        cls,
+        responses=tuple(
+            entities.build(item, name=n, topic_id=i or uuid.UUID(int=0), error_code=error) for n, i in asked
+        ),
     )
 
 
 def _delete_records(request: Any, cls: type, error: ErrorCode) -> Any:
-    topic_cls = _item(cls, "topics")
-    partition_cls = _item(topic_cls, "partitions")
+    topic_cls = entities.item_type(cls, "topics")
+    partition_cls = entities.item_type(topic_cls, "partitions")
     return codec._empty(
         cls,
         topics=tuple(
-            _with(
+            entities.build(
                 topic_cls,
                 name=t.name,
                 partitions=tuple(
-                    _with(partition_cls, partition_index=p.partition_index, low_watermark=-1, error_code=error)
+                    entities.build(partition_cls, partition_index=p.partition_index, low_watermark=-1, error_code=error)
                     for p in t.partitions
                 ),
             )
@@ -147,28 +136,28 @@ def _delete_records(request: Any, cls: type, error: ErrorCode) -> Any:
 
 
 def _create_acls(request: Any, cls: type, error: ErrorCode) -> Any:
-    item = _item(cls, "results")
-    return codec._empty(cls, results=tuple(_with(item, error_code=error) for _ in request.creations))
+    item = entities.item_type(cls, "results")
+    return codec._empty(cls, results=tuple(entities.build(item, error_code=error) for _ in request.creations))
 
 
 def _delete_acls(request: Any, cls: type, error: ErrorCode) -> Any:
-    item = _item(cls, "filter_results")
-    return codec._empty(cls, filter_results=tuple(_with(item, error_code=error) for _ in request.filters))
+    item = entities.item_type(cls, "filter_results")
+    return codec._empty(cls, filter_results=tuple(entities.build(item, error_code=error) for _ in request.filters))
 
 
 def _configs(request: Any, cls: type, error: ErrorCode) -> Any:
-    name = "results" if "results" in _fields(cls) else "responses"
-    item = _item(cls, name)
+    name = "results" if "results" in entities.field_names(cls) else "responses"
+    item = entities.item_type(cls, name)
     resources = tuple(
-        _with(item, resource_type=r.resource_type, resource_name=r.resource_name, error_code=error)
+        entities.build(item, resource_type=r.resource_type, resource_name=r.resource_name, error_code=error)
         for r in request.resources
     )
     return codec._empty(cls, **{name: resources})
 
 
 def _create_partitions(request: Any, cls: type, error: ErrorCode) -> Any:
-    item = _item(cls, "results")
-    return codec._empty(cls, results=tuple(_with(item, name=t.name, error_code=error) for t in request.topics))
+    item = entities.item_type(cls, "results")
+    return codec._empty(cls, results=tuple(entities.build(item, name=t.name, error_code=error) for t in request.topics))
 
 
 SHARE_STATE_KEYS = (
@@ -183,8 +172,8 @@ SHARE_STATE_KEYS = (
 def _share_state(request: Any, cls: type, error: ErrorCode) -> Any:
     """The share-state APIs (KIP-932) are for brokers (CLUSTER_ACTION); a broker refuses any other caller per
     partition, each result naming its topic id and partition with the error and the error's message."""
-    result_cls = _item(cls, "results")
-    partition_cls = _item(result_cls, "partitions")
+    result_cls = entities.item_type(cls, "results")
+    partition_cls = entities.item_type(result_cls, "partitions")
     message = CLUSTER_AUTHORIZATION_MESSAGE if error == ErrorCode.cluster_authorization_failed else None
     return codec._empty(
         cls,

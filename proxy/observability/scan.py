@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 from kio.schema.types import TopicName
 
+from ..protocol.entities import unwrap
 from ..protocol.primitives import INT16, INT32, read_uvarint, skip_tagged_fields
-from ..protocol.walker import _FIXED, Buf, _unwrap, regular_fields
+from ..protocol.walker import _FIXED, Buf, regular_fields
 
 TopicKey = str | uuid.UUID
 _ZERO_UUID_BYTES = bytes(16)
@@ -75,7 +76,7 @@ def top_error(cls: type, buf: Buf, body_offset: int) -> Facts:
 
 
 def _is_topic_name(f: dataclasses.Field) -> bool:
-    return _unwrap(f.type)[0] is TopicName and f.metadata.get("kafka_type") == "string"
+    return unwrap(f.type)[0] is TopicName and f.metadata.get("kafka_type") == "string"
 
 
 def _is_topic_id(f: dataclasses.Field) -> bool:
@@ -83,9 +84,9 @@ def _is_topic_id(f: dataclasses.Field) -> bool:
 
 
 def _array_item(f: dataclasses.Field) -> typing.Any:
-    tp, _ = _unwrap(f.type)
+    tp, _ = unwrap(f.type)
     if typing.get_origin(tp) is tuple:
-        return _unwrap(typing.get_args(tp)[0])[0]
+        return unwrap(typing.get_args(tp)[0])[0]
     return None
 
 
@@ -195,7 +196,7 @@ def _struct(gen: _Gen, cls: type, top: bool) -> None:
     for f in fields:
         kafka_type = f.metadata.get("kafka_type")
         item = _array_item(f)
-        nested, nullable = _unwrap(f.type)
+        nested, nullable = unwrap(f.type)
         if kafka_type == "error_code":
             c = gen.var("c")
             gen.emit(f"{c} = _i16(b, o)[0]")

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import functools
 import io
-import typing
-import uuid
 from collections.abc import Callable
-from types import UnionType
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
-from . import walker
+from ..errors import CodecError
+from . import entities, walker
 from .apis import response_type
 from .headers import encode_response_header
-
-
-class CodecError(Exception):
-    """A body the proxy must rewrite could not be decoded or encoded."""
 
 
 @functools.cache
@@ -66,48 +58,7 @@ def encode(entity: Any) -> bytes:
     return buf.getvalue()
 
 
-def _zero(tp: Any) -> Any:
-    tp_origin = typing.get_origin(tp)
-    if tp_origin in (UnionType, typing.Union):
-        return None  # nullable: null is always valid
-    if tp_origin is tuple:
-        return ()
-    if dataclasses.is_dataclass(tp):
-        return _empty(tp)  # type: ignore[arg-type]
-    base = getattr(tp, "__supertype__", tp)
-    for candidate in (tp, base):
-        if isinstance(candidate, type):
-            if issubclass(candidate, bool):
-                return candidate(False)
-            if issubclass(candidate, int):
-                return candidate(0)
-            if issubclass(candidate, float):
-                return candidate(0.0)
-            if issubclass(candidate, str):
-                return candidate("")
-            if issubclass(candidate, bytes):
-                return candidate(b"")
-            if issubclass(candidate, datetime.timedelta):
-                return datetime.timedelta(0)
-            if issubclass(candidate, datetime.datetime):
-                return datetime.datetime.fromtimestamp(0, datetime.UTC)
-            if issubclass(candidate, uuid.UUID):
-                return uuid.UUID(int=0)
-    raise CodecError(f"no zero value for {tp!r}")
-
-
-_hints = functools.cache(typing.get_type_hints)  # introspection cost ~100 µs per class: once per process
-
-
-def _empty(cls: type, **overrides: Any) -> Any:
-    hints = _hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in overrides:
-            kwargs[f.name] = overrides[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = _zero(hints[f.name])
-    return cls(**kwargs)
+_zero, _empty = entities.zero, entities.empty  # the codec's names for them, kept for its callers
 
 
 @functools.lru_cache(maxsize=4096)  # refusals are answered locally, often by the thousand: build each once
@@ -118,8 +69,7 @@ def error_response_body(api_key: int, version: int, error_code: int) -> bytes | 
     in-band and the caller closes the connection, as Kafka brokers do for requests they cannot serve.
     """
     cls = response_type(api_key, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    if "error_code" not in names:
+    if "error_code" not in entities.field_names(cls):
         return None
     from kio.schema.errors import ErrorCode
 

@@ -15,8 +15,9 @@ import typing
 import uuid
 from collections.abc import Callable
 
+from .entities import unwrap
 from .primitives import INT16, TruncatedError, encode_uvarint, read_int16, read_int32, read_uvarint, skip_tagged_fields
-from .walker import MAX_STRING, Buf, MalformedError, _field_skip, _unwrap, regular_fields
+from .walker import MAX_STRING, Buf, MalformedError, _field_skip, regular_fields
 
 # fn(kind, value) -> new value; kind is the rule's entity kind ("topic", "txn", "topic_id", ...)
 Translate = Callable[[str, typing.Any], typing.Any]
@@ -99,7 +100,7 @@ def _compiled(cls: type, paths: Paths) -> Step:
             continue
         nested = frozenset((p[len(f.name) + 3 :], k) for p, k in paths if p.startswith(f"{f.name}[]."))
         if nested:
-            inner, _ = _unwrap(typing.get_args(_unwrap(f.type)[0])[0])
+            inner, _ = unwrap(typing.get_args(unwrap(f.type)[0])[0])
             steps.append(_array_step(flexible, _compiled(inner, nested)))  # type: ignore[arg-type]
         else:
             skip = _field_skip(f, flexible)
@@ -150,5 +151,5 @@ def _check_path(cls: type, path: str) -> None:
         raise KeyError(f"{cls.__qualname__} has no field {head!r}")
     if rest:
         hint = typing.get_type_hints(cls)[head]
-        inner, _ = _unwrap(typing.get_args(_unwrap(hint)[0])[0])
+        inner, _ = unwrap(typing.get_args(unwrap(hint)[0])[0])
         _check_path(inner, rest)  # type: ignore[arg-type]

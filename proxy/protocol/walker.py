@@ -12,8 +12,8 @@ import dataclasses
 import functools
 import typing
 from collections.abc import Callable
-from types import NoneType, UnionType
 
+from .entities import unwrap
 from .primitives import TruncatedError, read_tagged_fields, read_uvarint, skip_tagged_fields
 
 Buf = memoryview | bytes
@@ -98,19 +98,11 @@ def _array(flexible: bool, item: Skip) -> Skip:
     return skip
 
 
-def _unwrap(tp: object) -> tuple[object, bool]:
-    """(inner type, nullable) for `X | None`."""
-    if typing.get_origin(tp) in (UnionType, typing.Union):
-        args = [a for a in typing.get_args(tp) if a is not NoneType]
-        return args[0], True
-    return tp, False
-
-
 def _field_skip(field: dataclasses.Field, flexible: bool) -> Skip:
     kafka_type = field.metadata.get("kafka_type")
-    tp, nullable = _unwrap(field.type)
+    tp, nullable = unwrap(field.type)
     if typing.get_origin(tp) is tuple:
-        inner, _ = _unwrap(typing.get_args(tp)[0])
+        inner, _ = unwrap(typing.get_args(tp)[0])
         if dataclasses.is_dataclass(inner):
             return _array(flexible, entity_skipper(inner))  # type: ignore[arg-type]
         return _array(flexible, _scalar_skip(kafka_type, flexible))
@@ -318,9 +310,9 @@ def _v_scalar(kafka_type: str | None, flexible: bool, nullable: bool) -> tuple[C
 
 def _v_field(tp: object, kafka_type: str | None, flexible: bool) -> tuple[Check, int]:
     """The check for a field of type `tp` and its minimum wire size."""
-    tp, nullable = _unwrap(tp)
+    tp, nullable = unwrap(tp)
     if typing.get_origin(tp) is tuple:
-        inner, inner_nullable = _unwrap(typing.get_args(tp)[0])
+        inner, inner_nullable = unwrap(typing.get_args(tp)[0])
         if dataclasses.is_dataclass(inner):
             item, item_min = entity_validator(inner)  # type: ignore[arg-type]
         else:

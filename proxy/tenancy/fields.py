@@ -13,18 +13,12 @@ import dataclasses
 import functools
 import typing
 import uuid
-from types import NoneType, UnionType
 
 from kio.schema.types import GroupId, TopicName, TransactionalId
 
+from ..protocol.entities import unwrap
+
 KINDS = {TopicName: "topic", GroupId: "group", TransactionalId: "txn"}
-
-
-def _strip_optional(tp: typing.Any) -> typing.Any:
-    if typing.get_origin(tp) in (UnionType, typing.Union):
-        args = [a for a in typing.get_args(tp) if a is not NoneType]
-        return args[0]
-    return tp
 
 
 def _kind(tp: typing.Any, name: str) -> str | None:
@@ -40,9 +34,9 @@ def identifier_paths(cls: type) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        tp = _strip_optional(hints[f.name])
+        tp = unwrap(hints[f.name])[0]
         if typing.get_origin(tp) is tuple:
-            inner = _strip_optional(typing.get_args(tp)[0])
+            inner = unwrap(typing.get_args(tp)[0])[0]
             if dataclasses.is_dataclass(inner):
                 out += [(f"{f.name}[].{p}", k) for p, k in identifier_paths(inner)]  # type: ignore[arg-type]
             elif (kind := _kind(inner, f.name.rstrip("s"))) is not None:

@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import logging
 import re
-import typing
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..core import refusals
-from ..protocol import codec, splice
+from ..protocol import codec, entities, splice
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from .fields import apply_path, identifier_paths
@@ -181,7 +180,7 @@ def _uses_decisions_id(
     cls = response_type(api_key, version)
     why = f"{principal} may not use the replicas' transactional id {guard.decisions_id} (api {api_key} v{version})"
     error = ErrorCode.transactional_id_authorization_failed
-    return Refusal(codec._empty(cls, error_code=error) if "error_code" in _fields(cls) else None, why)
+    return Refusal(codec._empty(cls, error_code=error) if "error_code" in entities.field_names(cls) else None, why)
 
 
 def _may_list_all(api_key: int, version: int, frame: memoryview, body_offset: int) -> bool:
@@ -234,38 +233,21 @@ def _names_state_topic(
 # -- refusals in the API's shape -----------------------------------------------------------------------
 
 
-def _item(cls: type, field_name: str) -> type:
-    hint = typing.get_type_hints(cls)[field_name]
-    inner = typing.get_args(hint)[0]
-    if typing.get_origin(inner) is not None:  # Optional inside
-        inner = typing.get_args(inner)[0]
-    return inner
-
-
-def _fields(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
-
-
-def _with(cls: type, **values: Any) -> Any:
-    names = _fields(cls)
-    return codec._empty(cls, **{k: v for k, v in values.items() if k in names})
-
-
 def _refusal_body(api_key: int, version: int, request: Any) -> Any:
     """TOPIC_AUTHORIZATION_FAILED for every item of the request, or None (close) where the API has no
     place for it. Every item is refused: a request that touches the state topic is refused whole."""
     cls = response_type(api_key, version)
     error = ErrorCode.topic_authorization_failed
     if api_key == ApiKey.PRODUCE:
-        topic_cls = _item(cls, "responses")
-        part_cls = _item(topic_cls, "partition_responses")
+        topic_cls = entities.item_type(cls, "responses")
+        part_cls = entities.item_type(topic_cls, "partition_responses")
         topics = tuple(
-            _with(
+            entities.build(
                 topic_cls,
                 name=getattr(t, "name", None),
                 topic_id=getattr(t, "topic_id", None),
                 partition_responses=tuple(
-                    _with(
+                    entities.build(
                         part_cls,
                         index=p.index,
                         error_code=error,
@@ -282,7 +264,7 @@ def _refusal_body(api_key: int, version: int, request: Any) -> Any:
     build = refusals.PER_ITEM.get(api_key)  # CreateTopics, DeleteTopics, DeleteRecords, configs, ...
     if build is not None:
         return build(request, cls, error)
-    if "error_code" in _fields(cls):
+    if "error_code" in entities.field_names(cls):
         return codec._empty(cls, error_code=error)
     return None
 
@@ -299,7 +281,7 @@ def filter_response(guard: StateTopicGuard, listing: ListingFilter, body: Any) -
             kept.append(topic)
         elif not listing.all_topics:
             changes: dict[str, Any] = {"error_code": ErrorCode.topic_authorization_failed, "partitions": ()}
-            if "topic_id" in _fields(type(topic)):
+            if "topic_id" in entities.field_names(type(topic)):
                 changes["topic_id"] = uuid.UUID(int=0)
             kept.append(dataclasses.replace(topic, **changes))
     return dataclasses.replace(body, topics=tuple(kept))

@@ -13,7 +13,6 @@ import functools
 import importlib
 import logging
 import time
-import typing
 import uuid
 from typing import Any
 
@@ -22,7 +21,7 @@ from kio.static.primitive import i8, i32
 
 from ..acl.model import ALL_CLUSTER_OPERATIONS
 from ..observability.quoting import cut, shown
-from ..protocol import codec
+from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
 from ..rules import tenant_rules
 from . import names
@@ -52,22 +51,13 @@ CONSUMER = "consumer"
 ALL_OPERATIONS_UNSET = -2147483648
 
 
-def _item_type(cls: type, field_name: str) -> type:
-    hint = typing.get_type_hints(cls)[field_name]
-    args = typing.get_args(hint)
-    inner = args[0] if typing.get_origin(hint) is tuple else hint
-    if typing.get_origin(inner) is not None:  # Optional[tuple[...]]
-        inner = typing.get_args(typing.get_args(inner)[0])[0]
-    return inner
-
-
 def _error_answer(ex: TenantCall, error: int, message: str | None = None) -> LocalAnswer:
     body = codec.error_response_body(ex.api_key, ex.version, error)
     if body is None:
         raise TenancyError(f"api {ex.api_key} v{ex.version} cannot carry error {error}")
     cls = _response_cls(ex)
     entity, _ = codec.decode(cls, body)
-    if message is not None and "error_message" in {f.name for f in dataclasses.fields(cls)}:
+    if message is not None and "error_message" in entities.field_names(cls):
         entity = dataclasses.replace(entity, error_message=message)
     return LocalAnswer(entity)
 
@@ -82,7 +72,7 @@ def _response_cls(ex: TenantCall) -> type:
 
 
 def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    item = _item_type(type(body), "topics")
+    item = entities.item_type(type(body), "topics")
     topics = body.topics
     ex.tx.describe_internal = True
     ex.tx.probe_ids = True  # a topic id the image has not learned: asked, and kept only if it is the VC's
@@ -91,7 +81,7 @@ def metadata_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         # those, never the cluster's.
         links = [*sorted(engine.vc.links), *sorted(DESCRIBED_INTERNAL)]
         ex.state["all"] = True
-        kwargs = {"topic_id": ZERO_UUID} if "topic_id" in {f.name for f in dataclasses.fields(item)} else {}
+        kwargs = {"topic_id": ZERO_UUID} if "topic_id" in entities.field_names(item) else {}
         topics = tuple(item(name=link, **kwargs) for link in links)
     changes: dict[str, Any] = {"topics": topics}
     missing = [
@@ -145,7 +135,7 @@ def metadata_finish(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
     unplanned = ex.state.get("unplanned")
     if not unplanned:
         return body
-    item = _item_type(type(body), "topics")
+    item = entities.item_type(type(body), "topics")
     denied = ex.tx.access.denied.get("topic", set()) if ex.tx.access is not None else set()
     added = []
     for name in unplanned:
@@ -300,7 +290,7 @@ def find_coordinator_request(engine: TenantEngine, ex: TenantCall, body: Any) ->
 def _refused_coordinators(ex: TenantCall, keys: Any) -> Any:
     """Kafka's answer to a caller without CLUSTER_ACTION asking for share coordinators: each key refused."""
     cls = _response_cls(ex)
-    item = _item_type(cls, "coordinators")
+    item = entities.item_type(cls, "coordinators")
     error = ErrorCode.cluster_authorization_failed
     refused = tuple(
         codec._empty(
@@ -601,8 +591,8 @@ def _partitions_asked(topic: Any) -> int:
 
 
 def _create_topics_local(cls: type, local: list[tuple[str, int, str]]) -> tuple[Any, ...]:
-    item = _item_type(cls, "topics")
-    fields = {f.name for f in dataclasses.fields(item)}
+    item = entities.item_type(cls, "topics")
+    fields = entities.field_names(item)
     results = []
     for link, error, message in local:
         kwargs: dict[str, Any] = {"name": link, "error_code": ErrorCode(error)}
@@ -718,8 +708,8 @@ def _delete_topics_refused(engine: TenantEngine, ex: TenantCall, body: Any, mess
     """Every topic refused while the state topic cannot take changes: POLICY_VIOLATION, except those
     the caller may not delete anyway (TOPIC_AUTHORIZATION_FAILED, as Kafka checks that first)."""
     cls = _response_cls(ex)
-    item = _item_type(cls, "responses")
-    fields = {f.name for f in dataclasses.fields(item)}
+    item = entities.item_type(cls, "responses")
+    fields = entities.field_names(item)
     asked = (
         [(t.name, t.topic_id) for t in body.topics]
         if getattr(body, "topics", None)
@@ -743,8 +733,8 @@ def _delete_topics_refused(engine: TenantEngine, ex: TenantCall, body: Any, mess
 
 
 def _delete_topics_local(ex: TenantCall, cls: type) -> Any:
-    item = _item_type(cls, "responses")
-    fields = {f.name for f in dataclasses.fields(item)}
+    item = entities.item_type(cls, "responses")
+    fields = entities.field_names(item)
     results = []
     for link, _physical, topic_id in ex.state["local"]:
         kwargs: dict[str, Any] = {"name": link, "error_code": ErrorCode.none}
@@ -904,25 +894,9 @@ def _owned_topics(engine: TenantEngine, ex: TenantCall, body: Any, check: Any = 
     return dataclasses.replace(body, topics=tuple(topics))
 
 
-def _set_errors(item: Any, error: int, message: str | None) -> Any:
-    """An item (and its nested items, e.g. DeleteRecords' partitions) answered with `error`."""
-    if not dataclasses.is_dataclass(item):
-        return item
-    changes: dict[str, Any] = {}
-    for f in dataclasses.fields(item):
-        value = getattr(item, f.name)
-        if f.name == "error_code":
-            changes[f.name] = ErrorCode(error)
-        elif f.name == "error_message":
-            changes[f.name] = message
-        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-            changes[f.name] = tuple(_set_errors(v, error, message) for v in value)
-    return dataclasses.replace(item, **changes)
-
-
 def _refused_items(ex: TenantCall, items: tuple[Any, ...]) -> tuple[Any, ...]:
     refused = ex.state.get("refused") or {}
-    return tuple(_set_errors(i, *refused[i.name]) if i.name in refused else i for i in items)
+    return tuple(entities.with_error(i, *refused[i.name]) if i.name in refused else i for i in items)
 
 
 def delete_records_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
@@ -982,7 +956,7 @@ def describe_topic_partitions_request(engine: TenantEngine, ex: TenantCall, body
     ex.tx.describe_internal = True
     if body.topics:
         return body
-    item = _item_type(type(body), "topics")
+    item = entities.item_type(type(body), "topics")
     links = [*sorted(engine.vc.links), *sorted(DESCRIBED_INTERNAL)]
     ex.state["all"] = True
     return dataclasses.replace(body, topics=tuple(item(name=link) for link in links))

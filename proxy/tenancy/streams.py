@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-import typing
 import uuid
 from collections import OrderedDict
 from typing import Any
@@ -37,7 +36,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from ..observability.quoting import cut, shown
-from ..protocol import codec
+from ..protocol import codec, entities
 from . import names
 from .engine import LocalAnswer, TenantCall, TenantEngine
 from .model import derived_topic_for, link_record, partitions_record
@@ -182,7 +181,7 @@ def _missing_topics(
     cls = _response_type(ex)
     missing = sorted(n for n in specs if ex.tx.vc.physical_topic(n) is None)
     detail = "; ".join([f"Internal topics are missing: [{', '.join(missing)}]", *dict.fromkeys(refusals.values())])
-    status_cls = typing.get_args(typing.get_args(typing.get_type_hints(cls)["status"])[0])[0]
+    status_cls = entities.item_type(cls, "status")
     statuses = (codec._empty(status_cls, status_code=i8(MISSING_INTERNAL_TOPICS), status_detail=detail),)
     tasks: tuple[Any, ...] = ()
     return LocalAnswer(

@@ -19,6 +19,7 @@ from proxy.management import plane, users
 from proxy.management import schema as m
 from proxy.management.vc_settings import SettingsRefused, alter_settings
 from proxy.observability.quoting import cut, shown
+from proxy.protocol import entities
 from proxy.protocol.apis import request_type, response_type
 from proxy.quotas.model import PRODUCE
 from proxy.tenancy import limits, orphans
@@ -149,7 +150,7 @@ def _binding(i: int, name: str = "orders") -> AclBinding:
 
 def _create_acls(img: TenancyImage, *bindings: AclBinding) -> tuple[list[tuple[int, str | None]], list]:
     cls = request_type(30, 3)
-    creation = acl_plane._item(cls, "creations")
+    creation = entities.item_type(cls, "creations")
     request = cls(
         creations=tuple(
             creation(
