@@ -28,9 +28,10 @@ from pydantic import (
 
 from .auth import SASL_MECHANISMS
 from .auth.credentials import MAX_ITERATIONS, MIN_ITERATIONS, CredentialError, ScramCredential
+from .errors import MalformedInput
 
 
-class ConfigError(Exception):
+class ConfigError(MalformedInput):
     """A configuration file that cannot be used; the message says where and why."""
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from kio.static.primitive import i8
 
+from ..errors import Refusal
+
 
 class ResourceType(enum.IntEnum):
     UNKNOWN = 0
@@ -117,7 +119,7 @@ _GRANTED_BY: dict[Operation, frozenset[Operation]] = {
 }
 
 
-class AclError(ValueError):
+class AclError(Refusal, ValueError):
     """A binding or filter Kafka would refuse (INVALID_REQUEST); the message says why."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from scramp import ScramMechanism
 from scramp.utils import ScramException, saslprep
 
+from ..errors import Refusal
 from . import SCRAM_MECHANISMS
 
 DEFAULT_ITERATIONS = 8192
@@ -31,7 +32,7 @@ _HASH = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 _KEY_BYTES = {"SCRAM-SHA-256": 32, "SCRAM-SHA-512": 64}
 
 
-class CredentialError(ValueError):
+class CredentialError(Refusal, ValueError):
     """An entry that cannot be used (bad base64, wrong key length, too few iterations...)."""
 
 

@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Refusal
+
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -53,7 +55,7 @@ _AUTH = re.compile(r"(?P<scheme>[A-Za-z0-9_]+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)"
 _JWS = re.compile(r"(?P<header>[-_A-Za-z0-9]+)\.(?P<claims>[-_A-Za-z0-9]+)\.(?P<signature>[-_A-Za-z0-9]*)")
 
 
-class Refused(ValueError):
+class Refused(Refusal, ValueError):
     """A login message the proxy will not read: Kafka refuses it, or might read another identity from it."""
 
 

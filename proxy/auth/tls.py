@@ -19,13 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import MalformedInput
 from . import ANONYMOUS
 
 ClientAuth = Literal["required", "requested", "none"]
 USER_PREFIX = "User:"
 
 
-class PrincipalMappingError(ValueError):
+class PrincipalMappingError(MalformedInput, ValueError):
     """Rules that cannot be parsed, or a DN that no rule maps."""
 
 

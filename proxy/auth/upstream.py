@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 from scramp.utils import ScramException
 
+from ..errors import InternalFault
 from ..identity import CLIENT_ID
 from ..net.frames import FrameReader
 from ..protocol import codec
@@ -35,7 +36,7 @@ _HEADERS = {ApiKey.SASL_HANDSHAKE: (1, 0), ApiKey.SASL_AUTHENTICATE: (2, 1)}  # 
 _correlation = itertools.count(1)
 
 
-class UpstreamAuthError(ConnectionError):
+class UpstreamAuthError(InternalFault, ConnectionError):
     """The broker refused the proxy's credentials or mechanism (an OSError: the connection is unusable)."""
 
 

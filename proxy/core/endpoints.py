@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Refusal
 from ..protocol import codec, entities, walker
 from ..protocol.apis import response_type
 from ..protocol.primitives import INT32, encode_uvarint, read_uvarint
@@ -35,7 +36,7 @@ NODE_ID = "$(nodeId)"
 MAX_NODE_ID = 2**31 - 1
 
 
-class UnknownServerName(ValueError):
+class UnknownServerName(Refusal, ValueError):
     """A TLS server name that names neither the bootstrap nor a broker."""
 
 

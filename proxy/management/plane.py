@@ -38,6 +38,7 @@ from ..acl.model import (
     ResourceType,
     acl_record,
 )
+from ..errors import Refusal
 from ..tenancy import limits, settings
 from ..tenancy.model import (
     KAFKA_CLUSTER,
@@ -172,7 +173,7 @@ def groups_to_purge(image: TenancyImage, request: Any, response: Any, listing: L
     return out
 
 
-class _Refused(Exception):
+class _Refused(Refusal):
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..acl.model import Operation as Op
+from ..errors import Refusal
 from ..tenancy import settings
 from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, setting_delete, setting_record
 from . import schema as m
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 Record = tuple[str, dict[str, Any] | None]
 
 
-class SettingsRefused(Exception):
+class SettingsRefused(Refusal):
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code

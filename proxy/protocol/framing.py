@@ -10,6 +10,7 @@ Frames too large for the shared buffer get a buffer of their own, sized exactly.
 
 from __future__ import annotations
 
+from ..errors import MalformedInput
 from .primitives import INT32
 
 DEFAULT_BUFFER_SIZE = 1 << 20  # Trio's 64 KiB default halves bulk throughput (measured, see docs)
@@ -17,7 +18,7 @@ DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes 
 SPARE_LIMIT = 16 * 1024 * 1024  # big-frame buffers up to this size are kept for the next big frame
 
 
-class FrameError(Exception):
+class FrameError(MalformedInput):
     """The peer sent something that is not a valid Kafka frame: close that connection."""
 
 

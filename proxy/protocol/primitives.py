@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import MalformedInput
+
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
 UINT16 = struct.Struct(">H")
 
 
-class TruncatedError(ValueError):
+class TruncatedError(MalformedInput, ValueError):
     """The buffer ended in the middle of a field."""
 
 

@@ -13,6 +13,7 @@ import functools
 import typing
 from collections.abc import Callable
 
+from ..errors import MalformedInput
 from .entities import unwrap
 from .primitives import TruncatedError, read_tagged_fields, read_uvarint, skip_tagged_fields
 
@@ -210,7 +211,7 @@ Check = Callable[[Buf, int, int], int]  # (buf, offset, end) -> offset after the
 MAX_STRING = 0x7FFF  # Kafka's readers refuse longer strings, compact ones included
 
 
-class MalformedError(ValueError):
+class MalformedError(MalformedInput, ValueError):
     """A body that no Kafka peer may send: a length past the frame, a null where none is allowed."""
 
 

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import Refusal
 from .meter import Meters
 
 VIRTUAL_CLUSTER = "virtual-cluster"
@@ -49,7 +50,7 @@ Name = str | None  # None: <default>
 Entity = tuple[tuple[str, Name], ...]  # sorted by type
 
 
-class QuotaError(ValueError):
+class QuotaError(Refusal, ValueError):
     """An entity or value Kafka's AlterClientQuotas would refuse; the message says why."""
 
 

@@ -26,6 +26,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from ..errors import InternalFault
 from ..tenancy.guard import decisions_id
 from .client_logs import client_log as _client_log  # the clients' own logs, levelled once there
 from .client_logs import decision_log as _decider_log
@@ -105,7 +106,7 @@ class Assembler:
         return [r for _, _, records in left for _, r in sorted(records.items())]
 
 
-class StateStoreError(OSError):
+class StateStoreError(InternalFault, OSError):
     """The state topic cannot be used; `retriable` is False for misconfiguration (retrying won't help).
 
     An OSError: like a broker connection failing, a failed state write ends the one client connection

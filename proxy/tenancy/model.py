@@ -27,6 +27,7 @@ from typing import Any
 
 from ..acl.model import AclBinding, AclSet
 from ..auth.users import UserBook
+from ..errors import Refusal
 from ..quotas import model as quotas
 
 MAX_TOPIC_NAME = 249
@@ -38,7 +39,7 @@ KAFKA_CLUSTER = "kafka-cluster"  # the KIP's reserved VC: the physical cluster, 
 RESERVED_VC_NAMES = {KAFKA_CLUSTER}
 
 
-class TenancyError(ValueError):
+class TenancyError(Refusal, ValueError):
     """A request to change the model that breaks its rules; the message says which."""
 
 

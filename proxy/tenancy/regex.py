@@ -31,6 +31,8 @@ from typing import Any
 
 import re2
 
+from ..errors import Refusal
+
 MAX_REGEX_LENGTH = 4096  # characters of one client pattern
 MAX_PROGRAM_SIZE = 5000  # RE2 instructions of one compiled pattern
 RE2_MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern (program and DFA cache)
@@ -40,7 +42,7 @@ VC_BURST = 0.200  # ... and at once
 MAX_REGEXES_PER_VC = 256  # cached evaluations per VC (least recently used dropped)
 
 
-class InvalidRegex(ValueError):
+class InvalidRegex(Refusal, ValueError):
     """A client pattern RE2 refuses or the proxy's bounds exceed; the message says why."""
 
 

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Refusal
 from . import limits as state_limits
 from .policy import TopicPolicy
 
@@ -43,7 +44,7 @@ _LABEL_VALUE = re.compile(r"^[a-zA-Z0-9._/-]{0,63}$")
 _BOOLS = {"true": True, "false": False}
 
 
-class SettingError(ValueError):
+class SettingError(Refusal, ValueError):
     """A key or value refused; the message names the key and says why."""
 
     def __init__(self, key: str, reason: str):
