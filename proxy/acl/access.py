@@ -41,6 +41,9 @@ ERROR_OF_KIND = {
 }
 
 
+Listing = tuple[str, str, str]  # a listing's (array, item field, identifier kind)
+
+
 @dataclass(frozen=True)
 class Need:
     """What one API needs: an operation per identifier kind, and whether a refused group or
@@ -52,66 +55,12 @@ class Need:
     idempotent: bool = False  # InitProducerId: no transactional id needs IDEMPOTENT_WRITE (or WRITE on a topic)
 
 
-def _n(whole: bool = True, items_from: int | None = None, idempotent: bool = False, **ops: Operation) -> Need:
+def need(whole: bool = True, items_from: int | None = None, idempotent: bool = False, **ops: Operation) -> Need:
     if "topic" in ops:
         ops.setdefault("topic_id", ops["topic"])  # a topic named by id needs what its name needs
     return Need(ops, whole, items_from, idempotent)
 
 
-# Every API a tenant may send that names resources, by key (Kafka's KafkaApis checks). Registered
-# explicitly and checked against rewrite_rules/tenant.yaml when loaded: every `rewrite` API is here.
-NEEDS: dict[int, Need] = {
-    0: _n(topic=Op.WRITE, txn=Op.WRITE),  # Produce
-    1: _n(topic=Op.READ),  # Fetch
-    2: _n(topic=Op.DESCRIBE),  # ListOffsets
-    3: _n(topic=Op.DESCRIBE),  # Metadata
-    8: _n(group=Op.READ, topic=Op.READ),  # OffsetCommit
-    9: _n(items_from=8, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # OffsetFetch (v8+: several groups)
-    10: _n(items_from=4, group=Op.DESCRIBE, txn=Op.DESCRIBE),  # FindCoordinator (v4+: several keys)
-    11: _n(group=Op.READ),  # JoinGroup
-    12: _n(group=Op.READ),  # Heartbeat
-    13: _n(group=Op.READ),  # LeaveGroup
-    14: _n(group=Op.READ),  # SyncGroup
-    15: _n(whole=False, group=Op.DESCRIBE),  # DescribeGroups
-    16: _n(),  # ListGroups: filtered by DESCRIBE on the way back
-    19: _n(),  # CreateTopics: CREATE on the topic or the cluster, checked by its handler
-    20: _n(whole=False, topic=Op.DELETE),  # DeleteTopics
-    21: _n(topic=Op.DELETE),  # DeleteRecords
-    22: _n(idempotent=True, txn=Op.WRITE),  # InitProducerId
-    23: _n(topic=Op.DESCRIBE),  # OffsetForLeaderEpoch
-    24: _n(txn=Op.WRITE, topic=Op.WRITE),  # AddPartitionsToTxn
-    25: _n(txn=Op.WRITE, group=Op.READ),  # AddOffsetsToTxn
-    26: _n(txn=Op.WRITE),  # EndTxn
-    28: _n(txn=Op.WRITE, group=Op.READ, topic=Op.READ),  # TxnOffsetCommit
-    32: _n(topic=Op.DESCRIBE_CONFIGS, group=Op.DESCRIBE_CONFIGS),  # DescribeConfigs
-    33: _n(topic=Op.ALTER_CONFIGS, group=Op.ALTER_CONFIGS),  # AlterConfigs
-    37: _n(topic=Op.ALTER),  # CreatePartitions
-    42: _n(whole=False, group=Op.DELETE),  # DeleteGroups
-    44: _n(topic=Op.ALTER_CONFIGS, group=Op.ALTER_CONFIGS),  # IncrementalAlterConfigs
-    47: _n(group=Op.DELETE, topic=Op.READ),  # OffsetDelete
-    60: _n(),  # DescribeCluster: its authorized operations, on the way back
-    61: _n(topic=Op.READ),  # DescribeProducers
-    65: _n(whole=False, txn=Op.DESCRIBE),  # DescribeTransactions
-    66: _n(),  # ListTransactions: filtered by DESCRIBE on the way back
-    68: _n(group=Op.READ, topic=Op.DESCRIBE),  # ConsumerGroupHeartbeat
-    69: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # ConsumerGroupDescribe
-    74: _n(),  # ListConfigResources: the VC's own topics and groups, as the tenancy handler lists them
-    75: _n(topic=Op.DESCRIBE),  # DescribeTopicPartitions
-    76: _n(group=Op.READ, topic=Op.DESCRIBE),  # ShareGroupHeartbeat
-    77: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # ShareGroupDescribe
-    78: _n(group=Op.READ, topic=Op.READ),  # ShareFetch
-    79: _n(group=Op.READ, topic=Op.READ),  # ShareAcknowledge
-    88: _n(group=Op.READ, topic=Op.DESCRIBE),  # StreamsGroupHeartbeat
-    89: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # StreamsGroupDescribe
-    90: _n(whole=False, group=Op.DESCRIBE, topic=Op.DESCRIBE),  # DescribeShareGroupOffsets
-    91: _n(group=Op.READ, topic=Op.READ),  # AlterShareGroupOffsets
-    92: _n(group=Op.DELETE, topic=Op.READ),  # DeleteShareGroupOffsets
-}
-# Listings whose items the caller sees only with DESCRIBE: API key -> (array, item field, kind).
-LISTINGS: dict[int, tuple[str, str, str]] = {
-    16: ("groups", "group_id", "group"),  # ListGroups
-    66: ("transaction_states", "transactional_id", "txn"),  # ListTransactions
-}
 # Fields that name the item an error belongs to, by identifier kind (for `fix_response`).
 _NAME_FIELDS = {
     "topic": ("name", "topic", "topic_name"),
@@ -129,6 +78,7 @@ class Access:
     api_key: int
     version: int
     need: Need
+    listing: Listing | None = None  # a listing whose items the caller sees only with DESCRIBE
     denied: dict[str, set[Any]] = field(default_factory=dict)  # kind -> names (or topic ids) refused
     seen: set[str] = field(default_factory=set)  # kinds the request named
 
@@ -185,7 +135,7 @@ class Access:
         return _fix(body, names)
 
     def filter_listing(self, body: Any) -> Any:
-        listing = LISTINGS.get(self.api_key)
+        listing = self.listing
         if listing is None:
             return body
         array, item_field, kind = listing
@@ -236,10 +186,3 @@ def _fix(obj: Any, names: Mapping[str, set[Any]], error: int | None = None) -> A
         elif dataclasses.is_dataclass(value):
             changes[f.name] = _fix(value, names, error)
     return dataclasses.replace(obj, **changes) if changes else obj
-
-
-def check_registered(translated: Mapping[int, str]) -> None:
-    """Every API a tenant may send that is translated must say what it needs of the ACLs."""
-    missing = sorted(name for key, name in translated.items() if key not in NEEDS)
-    if missing:
-        raise ValueError(f"APIs translated for tenants with no ACL needs in proxy/acl/access.py: {missing}")

@@ -3,7 +3,7 @@
 a broker with `allow.everyone.if.no.acl.found=false` would, on physical names:
 
 * every topic, group and transactional id a request names needs the API's operation (the same table
-  as inside a VC, proxy/acl/access.py `NEEDS`); a topic id needs it on the topic the connection learned
+  as inside a VC, the API's `acl_need` in proxy/catalogue.py); a topic id needs it on the topic the connection learned
   that id for (from Metadata, DescribeTopicPartitions or CreateTopics answers it was allowed to see), so
   an id it was never shown is refused;
 * cluster APIs need their operation on CLUSTER `kafka-cluster` (Kafka's KafkaApis checks: the
@@ -29,13 +29,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..catalogue import spec
 from ..protocol import codec, splice
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type
-from ..rules import api_rules
 from ..tenancy.fields import apply_path, identifier_paths
-from .access import ERROR_OF_KIND, NEEDS, RESOURCE_OF_KIND, may_write_idempotently
-from .access import LISTINGS as ACCESS_LISTINGS
+from .access import ERROR_OF_KIND, RESOURCE_OF_KIND, Listing, may_write_idempotently
 from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
 
 Op = Operation
@@ -92,11 +91,11 @@ class PhysicalAuthorizer:
 
     # -- requests -------------------------------------------------------------------------------------
     def check(self, api_key: int, version: int, frame: memoryview, body_offset: int) -> Verdict:
-        rule = api_rules().get(api_key)
-        acl = rule.cluster_acl if rule is not None else None
+        api = spec(api_key)
+        acl = api.rule.cluster_acl if api is not None else None
         if acl == "none":
             return Verdict()
-        need = NEEDS.get(api_key)
+        need = api.acl_need if api is not None else None
         if acl is not None and need is None:  # a cluster API
             op = _operation(acl)
             if self.allows(op, ResourceType.CLUSTER, CLUSTER_NAME):
@@ -210,8 +209,8 @@ class PhysicalAuthorizer:
             if name and isinstance(topic_id, uuid.UUID) and topic_id.int and len(self.topic_ids) < MAX_LEARNED_IDS:
                 self.topic_ids[topic_id] = name
 
-    def filter_listing(self, api_key: int, body: Any) -> Any:
-        array, item_field, kind = ACCESS_LISTINGS[api_key]
+    def filter_listing(self, listing: Listing, body: Any) -> Any:
+        array, item_field, kind = listing
         kept = tuple(
             item
             for item in getattr(body, array)

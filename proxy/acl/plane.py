@@ -34,7 +34,6 @@ from .model import (
     acl_record,
 )
 
-KEYS = frozenset({ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS})
 Record = tuple[str, dict[str, Any] | None]
 
 

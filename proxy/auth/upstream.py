@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 2
-# (request, response) header versions, fixed here rather than looked up: building the full API table
-# imports every kio schema, which must not eat into the connect timeout of the first upstream login.
-_HEADERS = {ApiKey.SASL_HANDSHAKE: (1, 0), ApiKey.SASL_AUTHENTICATE: (2, 1)}  # v2 is flexible, v1 is not
 _correlation = itertools.count(1)
+
+
+def _headers(api_key: int) -> tuple[int, int]:
+    """(request, response) header versions, fixed here rather than looked up: building the full API table
+    imports every kio schema, which must not eat into the connect timeout of the first upstream login."""
+    return (1, 0) if api_key == ApiKey.SASL_HANDSHAKE else (2, 1)  # SaslAuthenticate v2 is flexible, v1 is not
 
 
 class UpstreamAuthError(InternalFault, ConnectionError):
@@ -72,7 +75,7 @@ class SaslClient:
         self._expect = None
         if len(response_frame) < 8 or response_correlation_id(response_frame) != correlation_id:
             raise UpstreamAuthError("broker answered the SASL request out of order")
-        offset = response_body_offset(response_frame, _HEADERS[api_key][1])
+        offset = response_body_offset(response_frame, _headers(api_key)[1])
         try:
             response, _ = codec.decode(response_type(api_key, version), response_frame, offset)
         except codec.CodecError as exc:
@@ -124,7 +127,7 @@ class SaslClient:
     def _request(self, api_key: int, version: int, **fields: Any) -> bytes:
         correlation_id = next(_correlation)
         self._expect = (api_key, version, correlation_id)
-        header = encode_request_header(api_key, version, correlation_id, CLIENT_ID, _HEADERS[api_key][0])
+        header = encode_request_header(api_key, version, correlation_id, CLIENT_ID, _headers(api_key)[0])
         return frame(header + codec.encode(request_type(api_key, version)(**fields)))
 
 

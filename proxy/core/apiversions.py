@@ -10,11 +10,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
+from ..catalogue import spec
 from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
 from ..rules import api_rules, tenant_rules
-from . import refusals
 
 VersionTable = dict[int, tuple[int, int]]
 
@@ -46,7 +46,8 @@ def tenant_versions() -> VersionTable:
         if rule.versions is not None:  # tenant.yaml narrows what the tenant may use
             low = max(low, rule.versions.low)
             high = high if rule.versions.high is None else min(high, rule.versions.high)
-        if rule.action == "deny" and key not in refusals.PER_ITEM:
+        api = spec(key)
+        if rule.action == "deny" and (api is None or api.refuse_items is None):
             usable = [v for v in range(low, high + 1) if "error_code" in response_type(key, v).__dataclass_fields__]
             if not usable:
                 continue

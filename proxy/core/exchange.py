@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..catalogue import ApiSpec, catalogue
+from ..errors import MalformedInput
 from ..protocol import codec
 from ..protocol.apis import ApiInfo, response_type
 from ..protocol.headers import RequestHeader, response_body_offset
@@ -19,7 +21,7 @@ from ..protocol.primitives import INT32
 from ..rules import EndpointRule
 
 
-class ProtocolViolation(Exception):
+class ProtocolViolation(MalformedInput):
     """The client or the broker broke the protocol: close this one connection."""
 
 
@@ -48,6 +50,7 @@ class Exchange:
     correlation_id: int
     response_header_version: int
     info: ApiInfo | None = None
+    spec: ApiSpec | None = None  # what the proxy knows about the API (proxy/catalogue.py); set when made
     frame: bytes | memoryview | None = None  # the request as it goes upstream
     header: RequestHeader | None = None  # the header of `frame`, parsed once
     client_version: int = -1  # the client's version when it differs (KIP-1313 header v3), else -1
@@ -72,6 +75,10 @@ class Exchange:
     # The proxy's own request on the client's connection (the relayed login's SaslHandshake): its answer is
     # given to this instead of the stages and never reaches the client; it returns a reason to close, or None.
     internal: Callable[[memoryview], str | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.spec is None:  # made outside the session's parse (the relayed login's own request)
+            self.spec = catalogue().get(self.api_key)
 
     @property
     def version_seen_by_client(self) -> int:
@@ -208,7 +215,7 @@ def refusal(ex: Exchange, error: int) -> bytes | None:
     """The body refusing the whole request with `error` in the API's own shape (None: it has no place)."""
     body = None
     if ex.header is not None and ex.frame is not None:
-        from .refusals import refusal_body  # APIs with an error per item, in Kafka's shape
+        from ..catalogue import refusal_body  # APIs with an error per item, in Kafka's shape
 
         body = refusal_body(ex.api_key, ex.api_version, error, ex.frame, ex.header.body_offset)
     if body is None:

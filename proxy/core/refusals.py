@@ -2,8 +2,9 @@
 
 Most APIs are refused with one error code in their top-level field (codec.error_response_body). These
 carry an error per item (DescribeUserScramCredentials: at the top as well), so a refusal mirrors the
-request's items, each with the error, as a broker answers a caller it does not authorize. Registered
-per API key; with one, an API can be advertised to every caller and refused to those who may not use it.
+request's items, each with the error, as a broker answers a caller it does not authorize. Each builder is
+registered in its API's spec (proxy/catalogue.py, `refuse_items`); with one, an API can be advertised to
+every caller and refused to those who may not use it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
-from ..protocol.apis import request_type, response_type
 from ..protocol.codec import CLUSTER_AUTHORIZATION_MESSAGE
 
 Build = Callable[[Any, type, ErrorCode], Any]  # (request, response class, error) -> response
@@ -25,7 +25,7 @@ def _partitions(cls: type, indexes: Any, error: ErrorCode) -> tuple[Any, ...]:
     return tuple(codec._empty(cls, partition_index=p, error_code=error) for p in indexes)
 
 
-def _write_txn_markers(request: Any, cls: type, error: ErrorCode) -> Any:
+def write_txn_markers(request: Any, cls: type, error: ErrorCode) -> Any:
     marker_cls = entities.item_type(cls, "markers")
     topic_cls = entities.item_type(marker_cls, "topics")
     partition_cls = entities.item_type(topic_cls, "partitions")
@@ -52,7 +52,7 @@ def _write_txn_markers(request: Any, cls: type, error: ErrorCode) -> Any:
     )
 
 
-def _alter_replica_log_dirs(request: Any, cls: type, error: ErrorCode) -> Any:
+def alter_replica_log_dirs(request: Any, cls: type, error: ErrorCode) -> Any:
     topic_cls = entities.item_type(cls, "results")
     partition_cls = entities.item_type(topic_cls, "partitions")
     return codec._empty(
@@ -71,7 +71,7 @@ def _alter_replica_log_dirs(request: Any, cls: type, error: ErrorCode) -> Any:
     )
 
 
-def _alter_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> Any:
+def alter_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> Any:
     result_cls = entities.item_type(cls, "results")
     users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))  # once each, in order
     return codec._empty(
@@ -79,7 +79,7 @@ def _alter_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> 
     )
 
 
-def _describe_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> Any:
+def describe_user_scram_credentials(request: Any, cls: type, error: ErrorCode) -> Any:
     """Kafka's refusal (DescribeUserScramCredentialsRequest.getErrorResponse): the error at the top and in
     one result per asked user, whose name is left empty, byte for byte what a client gets from the broker
     (tests/integration/test_equivalence.py compares them)."""
@@ -88,7 +88,7 @@ def _describe_user_scram_credentials(request: Any, cls: type, error: ErrorCode) 
     return codec._empty(cls, error_code=error, error_message=None, results=tuple(item for _ in request.users or ()))
 
 
-def _create_topics(request: Any, cls: type, error: ErrorCode) -> Any:
+def create_topics(request: Any, cls: type, error: ErrorCode) -> Any:
     item = entities.item_type(cls, "topics")
     return codec._empty(
         cls,
@@ -99,7 +99,7 @@ def _create_topics(request: Any, cls: type, error: ErrorCode) -> Any:
     )
 
 
-def _delete_topics(request: Any, cls: type, error: ErrorCode) -> Any:
+def delete_topics(request: Any, cls: type, error: ErrorCode) -> Any:
     import uuid
 
     item = entities.item_type(cls, "responses")
@@ -116,7 +116,7 @@ def _delete_topics(request: Any, cls: type, error: ErrorCode) -> Any:
     )
 
 
-def _delete_records(request: Any, cls: type, error: ErrorCode) -> Any:
+def delete_records(request: Any, cls: type, error: ErrorCode) -> Any:
     topic_cls = entities.item_type(cls, "topics")
     partition_cls = entities.item_type(topic_cls, "partitions")
     return codec._empty(
@@ -135,17 +135,17 @@ def _delete_records(request: Any, cls: type, error: ErrorCode) -> Any:
     )
 
 
-def _create_acls(request: Any, cls: type, error: ErrorCode) -> Any:
+def create_acls(request: Any, cls: type, error: ErrorCode) -> Any:
     item = entities.item_type(cls, "results")
     return codec._empty(cls, results=tuple(entities.build(item, error_code=error) for _ in request.creations))
 
 
-def _delete_acls(request: Any, cls: type, error: ErrorCode) -> Any:
+def delete_acls(request: Any, cls: type, error: ErrorCode) -> Any:
     item = entities.item_type(cls, "filter_results")
     return codec._empty(cls, filter_results=tuple(entities.build(item, error_code=error) for _ in request.filters))
 
 
-def _configs(request: Any, cls: type, error: ErrorCode) -> Any:
+def configs(request: Any, cls: type, error: ErrorCode) -> Any:
     name = "results" if "results" in entities.field_names(cls) else "responses"
     item = entities.item_type(cls, name)
     resources = tuple(
@@ -155,7 +155,7 @@ def _configs(request: Any, cls: type, error: ErrorCode) -> Any:
     return codec._empty(cls, **{name: resources})
 
 
-def _create_partitions(request: Any, cls: type, error: ErrorCode) -> Any:
+def create_partitions(request: Any, cls: type, error: ErrorCode) -> Any:
     item = entities.item_type(cls, "results")
     return codec._empty(cls, results=tuple(entities.build(item, name=t.name, error_code=error) for t in request.topics))
 
@@ -169,7 +169,7 @@ SHARE_STATE_KEYS = (
 )
 
 
-def _share_state(request: Any, cls: type, error: ErrorCode) -> Any:
+def share_state(request: Any, cls: type, error: ErrorCode) -> Any:
     """The share-state APIs (KIP-932) are for brokers (CLUSTER_ACTION); a broker refuses any other caller per
     partition, each result naming its topic id and partition with the error and the error's message."""
     result_cls = entities.item_type(cls, "results")
@@ -189,30 +189,3 @@ def _share_state(request: Any, cls: type, error: ErrorCode) -> Any:
             for t in request.topics
         ),
     )
-
-
-PER_ITEM: dict[int, Build] = {
-    **dict.fromkeys(SHARE_STATE_KEYS, _share_state),
-    ApiKey.CREATE_TOPICS: _create_topics,
-    ApiKey.DELETE_TOPICS: _delete_topics,
-    ApiKey.DELETE_RECORDS: _delete_records,
-    ApiKey.CREATE_ACLS: _create_acls,
-    ApiKey.DELETE_ACLS: _delete_acls,
-    ApiKey.DESCRIBE_CONFIGS: _configs,
-    ApiKey.ALTER_CONFIGS: _configs,
-    ApiKey.CREATE_PARTITIONS: _create_partitions,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs,
-    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
-    ApiKey.ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_user_scram_credentials,
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
-}
-
-
-def refusal_body(api_key: int, version: int, error: int, frame: Any, body_offset: int) -> bytes | None:
-    """The response refusing every item of this request, or None when the API has no such shape."""
-    build = PER_ITEM.get(api_key)
-    if build is None:
-        return None
-    request, _ = codec.decode(request_type(api_key, version), frame, body_offset)
-    return codec.encode(build(request, response_type(api_key, version), ErrorCode(error)))

@@ -23,13 +23,13 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from ..catalogue import catalogue
 from ..protocol import kip1313
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
 from ..protocol.headers import parse_request_header, peek_request, response_correlation_id
 from ..protocol.primitives import INT16, MALFORMED, read_int16, read_uvarint
-from ..rules import api_rules
 from . import apiversions
 from .endpoints import EndpointRewriter, ListenerLayout
 from .exchange import (
@@ -98,6 +98,7 @@ class ProxySession:
         self.tenancy = tenancy
         self.header_v3 = header_v3
         self.apis = known_apis()
+        self.specs = catalogue()
         if authenticator is not None and authenticator.complete:  # mTLS: known from the handshake
             principal = authenticator.principal
         self.ctx = ctx = ConnectionState(principal=principal, authenticator=authenticator)
@@ -225,9 +226,12 @@ class ProxySession:
         except ValueError as exc:
             raise ProtocolViolation(str(exc)) from exc
         info: ApiInfo | None = self.apis.get(api_key)
-        if info is None or api_key not in api_rules():
+        spec = self.specs.get(api_key)
+        if info is None or spec is None:
             return close(f"unknown API key {api_key}")
-        ex = Exchange(api_key, version, correlation_id, info.response_header_version(version), info=info, frame=frame)
+        ex = Exchange(
+            api_key, version, correlation_id, info.response_header_version(version), info=info, spec=spec, frame=frame
+        )
         if self.header_v3 and kip1313.uses_header_v3(info, version):
             ex.client_version, ex.api_version = version, info.max_version  # parsed by the KIP-1313 stage
             ex.response_header_version = info.response_header_version(info.max_version)

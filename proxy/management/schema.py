@@ -460,22 +460,28 @@ class DeleteVirtualClusterAclsResponse(_Response):
 
 
 REQUESTS: dict[int, type] = {
-    ApiKey.CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersRequest,
-    ApiKey.ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersRequest,
-    ApiKey.DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersRequest,
-    ApiKey.LIST_VIRTUAL_CLUSTERS: ListVirtualClustersRequest,
-    ApiKey.DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersRequest,
-    ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsRequest,
-    ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsRequest,
-    ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsRequest,
+    c.__api_key__: c
+    for c in (
+        CreateVirtualClustersRequest,
+        AlterVirtualClustersRequest,
+        DeleteVirtualClustersRequest,
+        ListVirtualClustersRequest,
+        DescribeVirtualClustersRequest,
+        DescribeVirtualClusterAclsRequest,
+        CreateVirtualClusterAclsRequest,
+        DeleteVirtualClusterAclsRequest,
+    )
 }
 RESPONSES: dict[int, type] = {
-    ApiKey.CREATE_VIRTUAL_CLUSTERS: CreateVirtualClustersResponse,
-    ApiKey.ALTER_VIRTUAL_CLUSTERS: AlterVirtualClustersResponse,
-    ApiKey.DELETE_VIRTUAL_CLUSTERS: DeleteVirtualClustersResponse,
-    ApiKey.LIST_VIRTUAL_CLUSTERS: ListVirtualClustersResponse,
-    ApiKey.DESCRIBE_VIRTUAL_CLUSTERS: DescribeVirtualClustersResponse,
-    ApiKey.DESCRIBE_VIRTUAL_CLUSTER_ACLS: DescribeVirtualClusterAclsResponse,
-    ApiKey.CREATE_VIRTUAL_CLUSTER_ACLS: CreateVirtualClusterAclsResponse,
-    ApiKey.DELETE_VIRTUAL_CLUSTER_ACLS: DeleteVirtualClusterAclsResponse,
+    c.__api_key__: c
+    for c in (
+        CreateVirtualClustersResponse,
+        AlterVirtualClustersResponse,
+        DeleteVirtualClustersResponse,
+        ListVirtualClustersResponse,
+        DescribeVirtualClustersResponse,
+        DescribeVirtualClusterAclsResponse,
+        CreateVirtualClusterAclsResponse,
+        DeleteVirtualClusterAclsResponse,
+    )
 }

@@ -17,17 +17,19 @@ the connection holds no recorder at all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 
 from .. import __version__
+from ..catalogue import catalogue
 from ..core.exchange import Action, Exchange, RequestDecision
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
@@ -48,13 +50,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "vcproxy"
-SASL_KEYS = frozenset((ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE))
-UNBOUND_APIS = SASL_KEYS | {ApiKey.API_VERSIONS}  # what a connection asks before it is bound to a VC
-# Bodies handled by splice (never decoded): their error codes are the broker's, read from its frame.
-SPLICED = frozenset((ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE))
-RECORDS_IN_RESPONSE = frozenset((ApiKey.FETCH, ApiKey.SHARE_FETCH))
 SHUTDOWN_TIMEOUT = 10.0
 MAX_LEARNED_TOPIC_IDS = 100_000
+
+
+class _Kinds(NamedTuple):
+    """The catalogue's answers telemetry asks per request, as sets of keys (proxy/catalogue.py)."""
+
+    sasl: frozenset[int]
+    unbound: frozenset[int]  # what a connection asks before it is bound to a VC
+    spliced: frozenset[int]  # bodies handled by splice (never decoded): errors read from the broker's frame
+    records_in_response: frozenset[int]
+
+
+@functools.cache
+def _kinds() -> _Kinds:
+    specs = catalogue().values()
+    sasl = frozenset(s.key for s in specs if s.sasl)
+    return _Kinds(
+        sasl,
+        frozenset(s.key for s in specs if s.answered_by in ("versions", "authenticate")),
+        frozenset(s.key for s in specs if s.spliced),
+        frozenset(s.key for s in specs if s.records_in_response),
+    )
+
+
 _ID_LIMIT = (1 << 64) - 1
 
 
@@ -342,11 +362,11 @@ class ConnectionTelemetry:
             self._read_client_id(frame)
         self.requests += 1
         trace_id = self.tracing.sample() if self.tracing is not None else 0
-        if not trace_id and self.metrics is None and api_key not in SASL_KEYS:
+        if not trace_id and self.metrics is None and api_key not in _kinds().sasl:
             return None
         trace = RequestTrace(started, trace_id, len(frame), api_key, version, correlation_id, pending)
         trace.delay = decision.delay
-        if trace_id and api_key not in RECORDS_IN_RESPONSE:
+        if trace_id and api_key not in _kinds().records_in_response:
             state = self.state
             if api_key == ApiKey.PRODUCE or state is None or state.engine is None:
                 trace.request_topics = self._scan_request(wire_frame, api_key, wire_version)
@@ -392,7 +412,7 @@ class ConnectionTelemetry:
         pending = trace.pending
         assert pending is not None
         try:
-            if upstream_frame is not None and trace.api_key in SPLICED:
+            if upstream_frame is not None and trace.api_key in _kinds().spliced:
                 buf: bytes | memoryview = upstream_frame  # splice edits names only: same error codes
             elif len(pieces) == 1:
                 buf = pieces[0]
@@ -400,7 +420,7 @@ class ConnectionTelemetry:
                 buf = b"".join(pieces)  # a decoded and re-encoded body: small
             offset = response_body_offset(buf, pending.response_header_version)
             cls = response_type(trace.api_key, pending.api_version)
-            if trace.api_key not in RECORDS_IN_RESPONSE:
+            if trace.api_key not in _kinds().records_in_response:
                 return self._sent_throttle(trace, scan(cls, buf, offset), pieces, buf)
             if not trace.trace_id:
                 return top_error(cls, buf, offset)
@@ -416,7 +436,7 @@ class ConnectionTelemetry:
         """A spliced body was scanned as the broker sent it: the throttle time is the one the client got
         (a quota's, proxy/quotas/throttle.py), read from what was sent (sampled spans only)."""
         changed = not (len(pieces) == 1 and pieces[0] is scanned)
-        if trace.trace_id and trace.api_key in SPLICED and changed and facts.throttle_ms is not None:
+        if trace.trace_id and trace.api_key in _kinds().spliced and changed and facts.throttle_ms is not None:
             from ..quotas.throttle import read_throttle
 
             pending = trace.pending
@@ -435,9 +455,9 @@ class ConnectionTelemetry:
         facts = self._scan_response(trace, pieces, upstream_frame) if pieces is not None else None
         state = self.state
         local = pieces is not None and upstream_frame is None
-        if api_key in SASL_KEYS and state is not None:
+        if api_key in _kinds().sasl and state is not None:
             self._sasl_progress(trace, state, ended)
-        if state is not None and state.image is not None and state.engine is None and api_key in UNBOUND_APIS:
+        if state is not None and state.image is not None and state.engine is None and api_key in _kinds().unbound:
             # Before its first other request a tenant's connection is bound to no VC yet: recorded at binding.
             self._unbound.append((trace, facts, bytes_out, ended, local))
             return
@@ -523,7 +543,7 @@ class ConnectionTelemetry:
         from_upstream = False
         if api_key == ApiKey.PRODUCE:
             found = trace.request_topics  # the client's frame: the client's names
-        elif api_key in RECORDS_IN_RESPONSE:
+        elif api_key in _kinds().records_in_response:
             found, from_upstream = (facts.topics if facts is not None else None), True
         elif exchange is not None:
             return list(dict.fromkeys(exchange.tx.topics.values())), None
@@ -531,7 +551,7 @@ class ConnectionTelemetry:
             found = trace.request_topics
         if not found:
             return [], None
-        with_bytes = api_key == ApiKey.PRODUCE or api_key in RECORDS_IN_RESPONSE
+        with_bytes = api_key == ApiKey.PRODUCE or api_key in _kinds().records_in_response
         names: dict[str, int] = {}
         for key, size in found.items():
             name = self._topic_name(key, vc, exchange, from_upstream)

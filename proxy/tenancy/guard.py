@@ -29,44 +29,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..core import refusals
+from ..catalogue import ApiSpec, StateGuardRule, spec
 from ..protocol import codec, entities, splice
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from .fields import apply_path, identifier_paths
 
 log = logging.getLogger(__name__)
+_NOTHING = StateGuardRule()  # an API the catalogue does not know (the session closes on it first)
 
 TOPIC_RESOURCE = 2
-# resources[].resource_name
-CONFIG_APIS = (ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
-WRITES = frozenset(
-    {
-        ApiKey.PRODUCE,
-        ApiKey.CREATE_TOPICS,
-        ApiKey.DELETE_TOPICS,
-        ApiKey.DELETE_RECORDS,
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        ApiKey.WRITE_TXN_MARKERS,
-        ApiKey.TXN_OFFSET_COMMIT,
-        ApiKey.ALTER_CONFIGS,
-        ApiKey.ALTER_REPLICA_LOG_DIRS,
-        ApiKey.CREATE_PARTITIONS,
-        ApiKey.INCREMENTAL_ALTER_CONFIGS,
-        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-    }
-)
-LISTINGS = (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS)
-# What uses a transactional id.
-TXN_USES = frozenset(
-    {
-        ApiKey.INIT_PRODUCER_ID,
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        ApiKey.ADD_OFFSETS_TO_TXN,
-        ApiKey.END_TXN,
-        ApiKey.TXN_OFFSET_COMMIT,
-    }
-)
 
 
 def decisions_id(topic: str) -> str:
@@ -129,12 +101,14 @@ def check(
     guard: StateTopicGuard, principal: str | None, api_key: int, version: int, frame: memoryview, body_offset: int
 ) -> Refusal | ListingFilter | None:
     """What to do with one request of a principal bound to no VC: refuse, filter its answer, or pass (None)."""
-    if api_key in TXN_USES and guard._decisions_needle.search(frame) is not None:
+    api = spec(api_key)
+    rules = api.state_guard if api is not None else _NOTHING
+    if rules.uses_txn_id and guard._decisions_needle.search(frame) is not None:
         refused = _uses_decisions_id(guard, principal, api_key, version, frame, body_offset)
         if refused is not None:
             return refused
     reader = principal is not None and principal in guard.readers
-    if api_key in LISTINGS and not reader:
+    if rules.lists_topics and not reader:
         if not guard.mentioned(frame) and not _may_list_all(api_key, version, frame, body_offset):
             return None
         body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
@@ -144,7 +118,7 @@ def check(
             return ListingFilter(guard, api_key, version, all_topics=everything)
         # Named explicitly: the broker's answer shows it with TOPIC_AUTHORIZATION_FAILED (filter_response).
         return ListingFilter(guard, api_key, version, all_topics=False)
-    if reader and api_key not in WRITES:
+    if reader and not rules.writes:
         return None
     if not _paths(api_key, version) or (api_key != ApiKey.PRODUCE and not guard.mentioned(frame)):
         return None
@@ -156,9 +130,9 @@ def check(
         body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
         if not _names_state_topic(guard, api_key, version, body, None):
             return None
-    what = "write to" if api_key in WRITES else "read"
+    what = "write to" if rules.writes else "read"
     why = f"{principal} may not {what} the state topic {guard.topic} (api {api_key} v{version})"
-    return Refusal(_refusal_body(api_key, version, body), why, int(getattr(body, "acks", -1)))
+    return Refusal(_refusal_body(api, version, body), why, int(getattr(body, "acks", -1)))
 
 
 def _uses_decisions_id(
@@ -197,7 +171,8 @@ def _may_list_all(api_key: int, version: int, frame: memoryview, body_offset: in
 def _paths(api_key: int, version: int) -> tuple[tuple[str, str], ...]:
     cls = request_type(api_key, version)
     paths = tuple((p, k) for p, k in identifier_paths(cls) if k in ("topic", "topic_id"))
-    if api_key in CONFIG_APIS:
+    api = spec(api_key)
+    if api is not None and api.state_guard.config_resources:
         paths += (("resources[].resource_name", "config"),)
     return paths
 
@@ -233,12 +208,12 @@ def _names_state_topic(
 # -- refusals in the API's shape -----------------------------------------------------------------------
 
 
-def _refusal_body(api_key: int, version: int, request: Any) -> Any:
+def _refusal_body(api: ApiSpec, version: int, request: Any) -> Any:
     """TOPIC_AUTHORIZATION_FAILED for every item of the request, or None (close) where the API has no
     place for it. Every item is refused: a request that touches the state topic is refused whole."""
-    cls = response_type(api_key, version)
+    cls = response_type(api.key, version)
     error = ErrorCode.topic_authorization_failed
-    if api_key == ApiKey.PRODUCE:
+    if api.key == ApiKey.PRODUCE:
         topic_cls = entities.item_type(cls, "responses")
         part_cls = entities.item_type(topic_cls, "partition_responses")
         topics = tuple(
@@ -261,7 +236,7 @@ def _refusal_body(api_key: int, version: int, request: Any) -> Any:
             for t in request.topic_data
         )
         return codec._empty(cls, responses=topics)
-    build = refusals.PER_ITEM.get(api_key)  # CreateTopics, DeleteTopics, DeleteRecords, configs, ...
+    build = api.refuse_items  # CreateTopics, DeleteTopics, DeleteRecords, configs, ...
     if build is not None:
         return build(request, cls, error)
     if "error_code" in entities.field_names(cls):

@@ -442,7 +442,7 @@ def topic_regex_kind(engine: TenantEngine, ex: TenantCall, value: str | None, to
 
 def _expand(engine: TenantEngine, ex: TenantCall, regex: str) -> Expansion:
     try:
-        what = "SourceTopicRegex" if ex.rule.api == "StreamsGroupHeartbeat" else "SubscribedTopicRegex"
+        what = "SourceTopicRegex" if ex.api_key == ApiKey.STREAMS_GROUP_HEARTBEAT else "SubscribedTopicRegex"
         return REGEXES.expand(engine.vc, regex, what)
     except InvalidRegex as exc:
         log.info("virtual cluster %s: %s refused: %s", engine.vc.name, _api_name(ex), cut(exc))

@@ -23,8 +23,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from proxy.catalogue import refusal_body
 from proxy.core import apiversions
-from proxy.core.refusals import refusal_body
 from proxy.process import ProxyProcess
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type

@@ -12,20 +12,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32
 
 from ...acl import plane as acl_plane
-from ...acl.access import LISTINGS, NEEDS, Access
-from ...acl.model import CLUSTER_NAME, AclSet, Authorizer, ResourceType, Subject
+from ...acl.access import Access
+from ...acl.model import AclSet, Authorizer, ResourceType, Subject
 from ...acl.physical import PhysicalAuthorizer
 from ...management import plane
-from ...management import schema as management
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.codec import CodecError
@@ -39,7 +36,6 @@ from .management import Caller, refuse_all
 
 log = logging.getLogger(__name__)
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
-ALL_OPERATIONS_UNSET = -2147483648  # an authorized-operations field nobody asked for
 
 
 class AuthorizationStage:
@@ -79,7 +75,9 @@ class AuthorizationStage:
     def on_request(self, ex: Exchange) -> RequestDecision | None:
         if self.ctx.relayed:  # the broker applies its own ACLs
             return None
-        if ex.api_key in management.REQUESTS:
+        api = ex.spec
+        assert api is not None
+        if api.management:
             if ex.api_key in plane.advertised(self.image(), self.caller.now()):
                 return None
             return refuse_all(ex, ErrorCode.cluster_authorization_failed, "not authorized to manage virtual clusters")
@@ -88,15 +86,16 @@ class AuthorizationStage:
             if self.ctx.place == KAFKA_CLUSTER and not self.caller.rights().is_super(self.ctx.principal):
                 return self._physical(ex)
             return None  # a super-admin, or not bound yet (before login), or relayed: the broker judges
-        if ex.api_key in acl_plane.KEYS:
+        if api.answered_by == "acls":
             return self._acls(ex, vc)
-        need = NEEDS.get(ex.api_key)
+        need = api.acl_need
         if need is None:
             return None
         allow = self._allowed(vc.name)
         if allow and not vc.acls.by_type:
             return None  # an open VC without ACLs: nothing to check, nothing to fix on the way back
-        ex.access = Access(Authorizer(vc.acls, allow), self.subject(vc), ex.api_key, ex.api_version, need)
+        who = self.subject(vc)
+        ex.access = Access(Authorizer(vc.acls, allow), who, ex.api_key, ex.api_version, need, api.acl_listing)
         return None
 
     def _allowed(self, vc: str) -> bool:
@@ -125,7 +124,7 @@ class AuthorizationStage:
         if (
             verdict.fixes_response
             or verdict.filter_topics
-            or ex.api_key in LISTINGS
+            or ex.spec.acl_listing is not None
             or ex.api_key == ApiKey.CREATE_TOPICS
         ):
             ex.access = (auth, verdict)
@@ -162,77 +161,22 @@ class AuthorizationStage:
             body = msg.entity()
             if verdict.fixes_response:
                 body = verdict.fix_response(body, identifier_paths(type(body)))
-            if ex.api_key in LISTINGS:
-                body = auth.filter_listing(ex.api_key, body)
+            if ex.spec.acl_listing is not None:
+                body = auth.filter_listing(ex.spec.acl_listing, body)
             elif ex.api_key == ApiKey.CREATE_TOPICS:
                 auth.learn(body.topics)
             elif verdict.filter_topics:
                 body = auth.filter_topics(body, verdict.all_topics)
             msg.set_entity(body)
             return
-        if access.any_denied or ex.api_key in LISTINGS:
+        if access.any_denied or access.listing is not None:
             msg.set_entity(access.filter_listing(access.fix_response(msg.entity())))
-        if ex.api_key in _OPERATIONS:
-            msg.set_entity(_OPERATIONS[ex.api_key](access, msg.entity()))
+        fix = ex.spec.authorized_operations
+        if fix is not None:
+            msg.set_entity(fix(access, msg.entity()))
 
 
 def type_of(ex: Exchange) -> type:
     from ...protocol.apis import request_type
 
     return request_type(ex.api_key, ex.api_version)
-
-
-# -- authorized-operations fields (KIP-430), where the client asked for them -----------------------------
-
-
-def _ops(access: Access, rtype: ResourceType, name: str, current: int) -> i32:
-    if int(current) == ALL_OPERATIONS_UNSET:
-        return i32(ALL_OPERATIONS_UNSET)
-    # As a broker computes it: every operation the resource type supports that the caller's ACLs allow
-    # (for the cluster, the seven of acl.model.ALL_CLUSTER_OPERATIONS).
-    return i32(access.authorizer.authorized_operations(access.who, rtype, name))
-
-
-def _metadata(access: Access, body: Any) -> Any:
-    changes: dict[str, Any] = {}
-    topics = getattr(body, "topics", ())
-    if topics and hasattr(topics[0], "topic_authorized_operations"):
-        changes["topics"] = tuple(
-            dataclasses.replace(
-                t,
-                topic_authorized_operations=_ops(
-                    access, ResourceType.TOPIC, t.name or "", t.topic_authorized_operations
-                ),
-            )
-            for t in topics
-        )
-    if hasattr(body, "cluster_authorized_operations"):
-        changes["cluster_authorized_operations"] = _ops(
-            access, ResourceType.CLUSTER, CLUSTER_NAME, body.cluster_authorized_operations
-        )
-    return dataclasses.replace(body, **changes) if changes else body
-
-
-def _describe_cluster(access: Access, body: Any) -> Any:
-    ops = _ops(access, ResourceType.CLUSTER, CLUSTER_NAME, body.cluster_authorized_operations)
-    return dataclasses.replace(body, cluster_authorized_operations=ops)
-
-
-def _groups(access: Access, body: Any) -> Any:
-    groups = tuple(
-        dataclasses.replace(
-            g, authorized_operations=_ops(access, ResourceType.GROUP, g.group_id, g.authorized_operations)
-        )
-        if hasattr(g, "authorized_operations")
-        else g
-        for g in body.groups
-    )
-    return dataclasses.replace(body, groups=groups)
-
-
-_OPERATIONS: dict[int, Callable[[Access, Any], Any]] = {
-    ApiKey.METADATA: _metadata,
-    ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
-    ApiKey.DESCRIBE_GROUPS: _groups,
-    ApiKey.CONSUMER_GROUP_DESCRIBE: _groups,
-}

@@ -3,6 +3,7 @@ edits come after every other (a decoded body is edited once, when it is encoded)
 
 from __future__ import annotations
 
+from ...protocol.apikey import ApiKey
 from ..endpoints import BrokerEndpoint, EndpointRewriter, rules_for
 from ..exchange import Exchange, RequestDecision, ResponseMessage
 
@@ -20,7 +21,7 @@ class EndpointStage:
         rule = ex.endpoint_rule
         if rule is None:
             return
-        msg.full_broker_list = rule.api == "Metadata"
+        msg.full_broker_list = ex.api_key == ApiKey.METADATA
         if rule.mode == "splice":
             pieces, msg.brokers = self.rewriter.rewrite_body(
                 rule, ex.api_key, ex.api_version, msg.frame, msg.body_offset

@@ -19,8 +19,6 @@ from ...protocol.primitives import MALFORMED
 from ..exchange import Exchange, ProtocolViolation, RequestDecision, ResponseMessage, refuse
 from .context import ConnectionState
 
-TELEMETRY_KEYS = (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY)
-
 
 class IdentifyStage:
     def __init__(self, ctx: ConnectionState, header_v3: bool):
@@ -40,7 +38,12 @@ class IdentifyStage:
             if ctx.header_instance_id is not None and self._offers_header_v3(ex.api_key):
                 why = f"{info.name} v{ex.api_version} without the ClientInstanceId this connection started with"
                 return refuse(ex, ErrorCode.invalid_request, why)
-            if ex.api_key in TELEMETRY_KEYS and ex.api_version == 0 and ctx.client_instance_id_source != "header":
+            if (
+                ex.spec is not None
+                and ex.spec.telemetry
+                and ex.api_version == 0
+                and ctx.client_instance_id_source != "header"
+            ):
                 offset = ex.header.body_offset  # KIP-714 v0 requests carry the id in their body (zero at first)
                 self._learn(bytes(ex.frame[offset : offset + 16]))  # type: ignore[index]
         return None

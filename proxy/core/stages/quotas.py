@@ -47,10 +47,6 @@ from ...tenancy import limits
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
-_CONSUMER_BYTES = frozenset(
-    (ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
-)  # responses metered as fetch bytes
-_MUTATIONS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS)
 _NO_LIMITS = Resolved({}, {})
 log = logging.getLogger(__name__)
 
@@ -106,7 +102,7 @@ class QuotaStage:
         limits = self._current()
         if limits:
             self._on_request(ex, limits)
-        if ex.api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS or ex.api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        if ex.spec is not None and ex.spec.answered_by == "quotas":
             return self._quota_rpc(ex)
         return None
 
@@ -130,7 +126,7 @@ class QuotaStage:
         # future would age the others' windows early. The throttle counts from now and includes this
         # request, so the mute it sets (now + throttle) covers the earlier one's too.
         throttle = self._measure(limits, REQUEST, 1.0, now)
-        if ex.api_key == ApiKey.PRODUCE and ex.frame is not None:
+        if ex.spec is not None and ex.spec.produce_bytes and ex.frame is not None:
             throttle = max(throttle, self._measure(limits, PRODUCE, float(len(ex.frame)), now))
         if throttle > 0:
             self.mute_until = max(self.mute_until, now + throttle)
@@ -151,14 +147,16 @@ class QuotaStage:
             return
         now = self.image().quotas.meters.clock()
         throttle = 0.0
-        if ex.api_key in _CONSUMER_BYTES and (FETCH in limits.limits or FETCH in limits.caps):
+        api = ex.spec
+        assert api is not None
+        if api.fetch_bytes and (FETCH in limits.limits or FETCH in limits.caps):
             throttle = self._measure(limits, FETCH, float(sum(map(len, msg.pieces))), now)
-        elif (ex.api_key in _MUTATIONS or getattr(ex.tenant, "mutations", 0)) and (
+        elif (api.mutation_items is not None or getattr(ex.tenant, "mutations", 0)) and (
             MUTATION in limits.limits or MUTATION in limits.caps
         ):
             # Topics the broker creates on the VC's behalf (Metadata auto-creation, Streams internal
             # topics) count like CreateTopics: the tenancy handlers say how many partitions.
-            count = _mutations(ex.api_key, msg.entity()) if ex.api_key in _MUTATIONS else 0
+            count = _mutations(api.mutation_items, msg.entity()) if api.mutation_items is not None else 0
             count += getattr(ex.tenant, "mutations", 0)
             throttle = self._measure(limits, MUTATION, float(count), now)
         if throttle > 0:
@@ -218,17 +216,11 @@ def _charge(meters: Any, limit: Limit, amount: float, now: float) -> float:
     return meters.get(limit.meter).charge(amount, limit.quota, now)
 
 
-def _mutations(api_key: int, response: Any) -> int:
+def _mutations(array: str, response: Any) -> int:
     """Partitions created (CreateTopics v5+ says how many; else one per topic), topics deleted, or topics
-    given partitions, counting only the items the broker accepted."""
-    if api_key == ApiKey.CREATE_TOPICS:
-        items = response.topics
-    elif api_key == ApiKey.DELETE_TOPICS:
-        items = response.responses
-    else:
-        items = response.results
+    given partitions (the API's `mutation_items` array), counting only the items the broker accepted."""
     count = 0
-    for item in items:
+    for item in getattr(response, array):
         if int(item.error_code) == 0:
             count += max(int(getattr(item, "num_partitions", 1)), 1)
     return count

@@ -3,16 +3,14 @@ physical one (proxy/tenancy/engine.py), and the state topic guarded from princip
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...acl import access as acl_access
+from ...catalogue import catalogue
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
-from ...protocol.apis import known_apis
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...rules import tenant_rules
@@ -33,7 +31,7 @@ class TenancyStage:
         self.ctx = ctx
         self.tenancy = tenancy
         self.registry = registry()  # checked against tenant.yaml: a mismatch fails here, not per request
-        acl_access.check_registered(_translated_apis())  # and every translated API says what it needs of ACLs
+        catalogue()  # built once and checked: every translated API says what it needs of ACLs
 
     def engine_for(self, vc: object) -> TenantEngine:
         return TenantEngine(
@@ -154,9 +152,3 @@ class TenancyStage:
         else:
             msg.set_entity(engine.translate_response(call, msg.entity()))
         msg.writes.extend(call.writes)
-
-
-@functools.cache
-def _translated_apis() -> dict[int, str]:
-    apis = known_apis()
-    return {k: apis[k].name for k, rule in tenant_rules().items() if rule.action == "rewrite" and k in apis}

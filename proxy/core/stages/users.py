@@ -24,11 +24,6 @@ from ..exchange import Exchange, RequestDecision, answer, close, refusal
 from .context import ConnectionState
 from .management import Caller
 
-_NAMES = {
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
-}
-
 
 class UsersStage:
     def __init__(self, ctx: ConnectionState, caller: Caller, upstream_user: str | None, relays_unknown: bool):
@@ -38,7 +33,8 @@ class UsersStage:
         self.relays_unknown = relays_unknown
 
     def on_request(self, ex: Exchange) -> RequestDecision | None:
-        if ex.api_key not in _NAMES or self.ctx.relayed:
+        api = ex.spec
+        if api is None or api.answered_by != "users" or self.ctx.relayed:
             return None
         scope = self._scope()
         if scope is None:
@@ -47,7 +43,7 @@ class UsersStage:
         try:
             request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
         except (CodecError, *MALFORMED):
-            return close(f"malformed {_NAMES[ex.api_key]} request")
+            return close(f"malformed {api.name} request")
         image = self.caller.image()
         if ex.api_key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
             return answer(ex, codec.encode(users.describe(image, scope, request)))
