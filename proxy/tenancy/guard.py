@@ -4,7 +4,8 @@ Such principals (operators, the demo's `admin`) see the physical cluster, which 
 one link record written there would hand one tenant another's topic. So, through the proxy:
 
 * nobody may write, delete, truncate, reconfigure or add partitions to it, nor write transactional
-  offsets or markers into it (WRITES below): TOPIC_AUTHORIZATION_FAILED in the API's shape;
+  offsets or markers into it (`state_guard.writes` in proxy/catalogue.py): TOPIC_AUTHORIZATION_FAILED in the
+  API's shape;
 * nobody may use the transactional id the replicas decide under (`decisions_id`, docs/state.md): with it a
   client could fence the replicas' decisions one after another (TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
   as a broker answers an id the principal may not use);

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from ..acl.model import ALL_CLUSTER_OPERATIONS
+from ..acl.operations import ALL_OPERATIONS_UNSET
 from ..observability.quoting import cut, shown
 from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 TOPIC, GROUP, BROKER, BROKER_LOGGER = 2, 32, 4, 8
 CONSUMER = "consumer"
-ALL_OPERATIONS_UNSET = -2147483648
 
 
 def _error_answer(ex: TenantCall, error: int, message: str | None = None) -> LocalAnswer:
@@ -709,7 +709,6 @@ def _delete_topics_refused(engine: TenantEngine, ex: TenantCall, body: Any, mess
     the caller may not delete anyway (TOPIC_AUTHORIZATION_FAILED, as Kafka checks that first)."""
     cls = _response_cls(ex)
     item = entities.item_type(cls, "responses")
-    fields = entities.field_names(item)
     asked = (
         [(t.name, t.topic_id) for t in body.topics]
         if getattr(body, "topics", None)
@@ -723,24 +722,19 @@ def _delete_topics_refused(engine: TenantEngine, ex: TenantCall, body: Any, mess
             link = engine.vc.link_for(physical) if physical is not None else None
         allowed = _acl_allows(ex, "topic", link) if link is not None else ex.tx.access is None
         error = ErrorCode.policy_violation if allowed else ErrorCode.topic_authorization_failed
-        kwargs: dict[str, Any] = {"name": name, "error_code": error}
-        if "topic_id" in fields:
-            kwargs["topic_id"] = topic_id or ZERO_UUID
-        if "error_message" in fields:
-            kwargs["error_message"] = message if allowed else "Authorization failed."
-        results.append(codec._empty(item, **kwargs))
+        why = message if allowed else "Authorization failed."
+        results.append(
+            entities.build(item, name=name, error_code=error, topic_id=topic_id or ZERO_UUID, error_message=why)
+        )
     return codec._empty(cls, responses=tuple(results))
 
 
 def _delete_topics_local(ex: TenantCall, cls: type) -> Any:
     item = entities.item_type(cls, "responses")
-    fields = entities.field_names(item)
-    results = []
-    for link, _physical, topic_id in ex.state["local"]:
-        kwargs: dict[str, Any] = {"name": link, "error_code": ErrorCode.none}
-        if "topic_id" in fields:
-            kwargs["topic_id"] = topic_id or ZERO_UUID
-        results.append(codec._empty(item, **kwargs))
+    results = [
+        entities.build(item, name=link, error_code=ErrorCode.none, topic_id=topic_id or ZERO_UUID)
+        for link, _physical, topic_id in ex.state["local"]
+    ]
     return codec._empty(cls, responses=tuple(results))
 
 
