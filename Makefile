@@ -60,19 +60,23 @@ kafka-dist: | $(VENV)/bin/vcproxy
 run: $(VENV)/.installed-run
 	$(PY) -m proxy demo --config config/demo.yaml $(DEMO_ARGS)
 
-# Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts.
+# Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts. Test modules run
+# side by side in TEST_WORKERS processes, each with its own Kafka cluster (tests/conftest.py): most of a module's
+# time is spent waiting on Kafka, JVMs and timeouts, not computing. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/ruff check proxy tests benchmarks
 	$(VENV)/bin/ruff format --check proxy tests benchmarks
-	$(VENV)/bin/pytest -q -ra --durations=25
+	$(VENV)/bin/pytest -q -ra --durations=25 $(XDIST)
 
 unit: $(VENV)/.installed-test
 	$(VENV)/bin/pytest -q tests/unit
 
 integration: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
-	$(VENV)/bin/pytest -q -ra --durations=25 tests/integration
+	$(VENV)/bin/pytest -q -ra --durations=25 $(XDIST) tests/integration
 
 # Client libraries' own suites and our equivalence scenarios, directly and through the proxy (also part of
 # `make test`): franz-go's pkg/kgo tests three ways, the table in docs/compatibility.md.

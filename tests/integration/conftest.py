@@ -10,7 +10,6 @@ import pytest
 from proxy.process import ProxyProcess, proxy_config
 
 from ..gobuild import go_build
-from . import franz_go
 from .ports import free_port_block
 
 
@@ -33,11 +32,3 @@ def proxy_bootstrap(proxy: ProxyProcess) -> str:
 def go_client(tmp_path_factory) -> Path:
     """The franz-go tenant client (tests/integration/go), built once per session."""
     return go_build(Path(__file__).parent / "go", tmp_path_factory.mktemp("go") / "tenantclient")
-
-
-def pytest_terminal_summary(terminalreporter, config) -> None:
-    """franz-go's suite three ways (test_franz_go_suite.py), as the table of docs/compatibility.md."""
-    table = config.stash.get(franz_go.REPORT_KEY, None)
-    if table:
-        terminalreporter.section("franz-go pkg/kgo " + franz_go.VERSION + ": direct, proxy, virtual cluster")
-        terminalreporter.write_line(table)

@@ -20,8 +20,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 MODULE = "github.com/twmb/franz-go"
 VERSION = "v1.22.3"  # the newest release at the time; its tests include every test named below
 
@@ -71,7 +69,30 @@ KNOWN_RACES = {
     "848 stale commit; skip checks": "KIP-848 stale commit before KIP-1251",
 }
 
-REPORT_KEY = pytest.StashKey[str]()  # the table, for the terminal summary (tests/integration/conftest.py)
+# Each test's row travels to the terminal summary (tests/conftest.py) as a user property of its report: with
+# pytest-xdist the test runs in a worker, and only reports reach the process that prints the summary.
+REPORT_PROPERTY = "franz-go row"
+WAYS = ["direct", "proxy", "virtual cluster"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A run as the table shows it."""
+
+    status: str
+    seconds: float
+    note: str = ""
+
+
+def row_property(test: str, by_way: dict[str, Run]) -> tuple[str, tuple[str, dict[str, tuple[str, float, str]]]]:
+    """The user property carrying one test's row: plain values, as pytest-xdist sends reports between processes."""
+    return REPORT_PROPERTY, (test, {way: (run.status, run.seconds, run.note) for way, run in by_way.items()})
+
+
+def row_of(value: tuple[str, dict[str, tuple[str, float, str]]]) -> tuple[str, dict[str, Cell]]:
+    test, cells = value
+    return test, {way: Cell(*cell) for way, cell in cells.items()}
+
 
 # `--- PASS: TestGroupETL/range/848 (12.01s)`, indented two spaces per subtest level.
 _RESULT = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+) \(([\d.]+)s\)", re.MULTILINE)
@@ -184,7 +205,7 @@ def differences(direct: Run, other: Run) -> list[str]:
     return found
 
 
-def table(runs: dict[str, dict[str, Run]], ways: list[str]) -> str:
+def table(runs: dict[str, dict[str, Run]] | dict[str, dict[str, Cell]], ways: list[str]) -> str:
     """A Markdown table: one row per test, its outcome and time each way."""
     lines = [
         "| test | " + " | ".join(ways) + " |",
@@ -203,5 +224,5 @@ def table(runs: dict[str, dict[str, Run]], ways: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _cell(run: Run) -> str:
+def _cell(run: Run | Cell) -> str:
     return f"{run.status} {run.seconds:.1f} s" + (f" ({run.note})" if run.note else "")
