@@ -26,6 +26,7 @@ import pytest
 
 from proxy.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
+from tests import cpu_profile
 from tests.integration import franz_go
 
 MODES = ("auto", "local", "testcontainers", "external")
@@ -91,6 +92,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # -- where the suite's time goes (issue 24): seconds per test module, printed at the end of the run --
 
 _MODULE_SECONDS: defaultdict[str, float] = defaultdict(float)
+_MODULE_CPU: defaultdict[str, float] = defaultdict(float)
+_module_started: dict[str, float] = {}  # in the process running the tests: module -> CPU seconds at its start
+_LAST_OF_MODULE = pytest.StashKey[bool]()
 _SESSION_START = time.monotonic()
 SLOWEST_MODULES = 25
 
@@ -104,9 +108,31 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # setup + call + teardown: a module's fixtures are set up in its first test and torn down in its last.
     _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
     for name, value in report.user_properties:
+        if name == cpu_profile.REPORT_PROPERTY:
+            _MODULE_CPU[report.nodeid.split("::", 1)[0]] += value
         if name == franz_go.REPORT_PROPERTY:
             test, cells = franz_go.row_of(value)
             _FRANZ_GO_ROWS[test] = cells
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    # A module's fixtures are set up with its first test and torn down with its last: its CPU is measured
+    # from before the one to after the other, and sent with the last test's teardown report.
+    module = str(item.path)
+    _module_started.setdefault(module, cpu_profile.seconds())
+    item.stash[_LAST_OF_MODULE] = nextitem is None or nextitem.path != item.path
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "teardown" and item.stash.get(_LAST_OF_MODULE, False):
+        started = _module_started.pop(str(item.path), None)
+        if started is not None:
+            report.user_properties.append((cpu_profile.REPORT_PROPERTY, cpu_profile.seconds() - started))
+    return report
 
 
 def _franz_go_table(terminalreporter: Any) -> None:
@@ -129,11 +155,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     slowest = sorted(_MODULE_SECONDS.items(), key=lambda item: item[1], reverse=True)
     terminalreporter.section(f"slowest {min(SLOWEST_MODULES, len(slowest))} of {len(slowest)} test modules")
     for module, seconds in slowest[:SLOWEST_MODULES]:
-        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+        terminalreporter.write_line(f"{seconds:8.1f} s  {_MODULE_CPU.get(module, 0.0):7.1f} s CPU  {module}")
     in_tests = sum(_MODULE_SECONDS.values())
     wall = time.monotonic() - _SESSION_START
     terminalreporter.write_line(
-        f"total: {in_tests:.0f} s in {len(slowest)} modules (setup, call, teardown), {wall / 60:.1f} min of session"
+        f"total: {in_tests:.0f} s in {len(slowest)} modules (setup, call, teardown), {wall / 60:.1f} min of session; "
+        f"{sum(_MODULE_CPU.values()) / 60:.1f} min of CPU (the tests' processes and their clusters)"
     )
 
 
@@ -208,6 +235,7 @@ TEST_BROKER_PROPERTIES = {"group.share.delivery.count.limit": "10", "auto.leader
 def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     env_dir = os.environ.get("VCPROXY_KAFKA_DIR")
     cluster_dir = Path(env_dir) if env_dir else tmp_path_factory.mktemp("kafka")
+    cpu_profile.watch_cluster(cluster_dir)
     info = start_cluster(
         cluster_dir,
         brokers=3,
