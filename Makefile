@@ -63,7 +63,7 @@ run: $(VENV)/.installed-run
 # Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts. Test modules run
 # side by side in TEST_WORKERS processes, each with its own Kafka cluster (tests/conftest.py): most of a module's
 # time is spent waiting on Kafka, JVMs and timeouts, not computing. TEST_WORKERS=0 runs them in one process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from proxy.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
+from proxy.kafka.cluster import BROKER_JVM_ENV, BrokerInfo, start_cluster, stop_cluster
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
 from tests import cpu_profile
 from tests.integration import franz_go
@@ -230,6 +230,11 @@ def kafka_base_port(brokers: int, sasl: bool) -> int:
 # heartbeat answer (NOT_COORDINATOR, test_tenant_hardening's regex test). Tests that bounce a broker do not need the
 # leaders back; the ones that follow find coordinators and leaders wherever they are.
 TEST_BROKER_PROPERTIES = {"group.share.delivery.count.limit": "10", "auto.leader.rebalance.enable": "false"}
+
+# Every broker the suite starts (the session's, and those of the launcher, demo and chart tests, which inherit the
+# environment) lives minutes: C1 and the serial GC halve its CPU (proxy/kafka/cluster.py, LEAN_BROKER_JVM_FLAGS),
+# and the brokers' CPU is most of the suite's.
+os.environ.setdefault(BROKER_JVM_ENV, "lean")
 
 
 def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
