@@ -38,7 +38,12 @@ RESULTS: dict[tuple[str, str], dict[str, librdkafka.Run]] = {}  # (test, protoco
 # What a VC refuses on purpose or a tell not fixed yet (issue 25, point 1), by "test" or "test/protocol": the
 # test differs through the VC for a reason written down, in numbers where it is time. It still runs and its
 # outcome is in the table; a known difference that goes away fails the check too (so the list is kept true).
-KNOWN_DIFFERENCES: dict[str, str] = {}
+KNOWN_DIFFERENCES: dict[str, str] = {
+    # By design (issue 25): a VC refuses ACL changes by User:ANONYMOUS, a principal that is every client's.
+    # The test stops at this first failure, so its later subtests (DescribeCluster's authorized operations,
+    # AlterUserScramCredentials: two of issue 25's tells) do not run through the VC here.
+    "0081": "do_test_CreateAcls: a VC refuses ACL changes by User:ANONYMOUS, by design",
+}
 
 
 def known_difference(test: str, protocol: str) -> str | None:
@@ -47,7 +52,8 @@ def known_difference(test: str, protocol: str) -> str | None:
 
 def selected() -> list[str]:
     everything = os.environ.get("VCPROXY_LIBRDKAFKA_ALL", "") not in ("", "0")
-    return list(librdkafka.TESTS) if everything else list(librdkafka.CI_TESTS)
+    first = [t for t in librdkafka.FIRST if t in librdkafka.TESTS]
+    return [*first, *(t for t in librdkafka.TESTS if t not in first)] if everything else list(librdkafka.CI_TESTS)
 
 
 CASES = [
