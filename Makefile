@@ -88,7 +88,7 @@ librdkafka-deps:
 # here, both group protocols: a few hours on 2 cores) three ways, the tables in docs/compatibility.md.
 COMPAT_REPORT ?= .vcproxy/compat/franz-go.md
 LIBRDKAFKA_REPORT ?= .vcproxy/compat/librdkafka.md
-compat: $(VENV)/.installed-test
+compat: $(VENV)/.installed-test librdkafka-deps
 	$(VENV)/bin/vcproxy kafka dist
 	mkdir -p $(dir $(COMPAT_REPORT)) $(dir $(LIBRDKAFKA_REPORT))
 	VCPROXY_FRANZ_GO_REPORT=$(COMPAT_REPORT) VCPROXY_LIBRDKAFKA_REPORT=$(LIBRDKAFKA_REPORT) \

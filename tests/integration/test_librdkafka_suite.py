@@ -122,7 +122,8 @@ class Suite:
     def run(self, test: str, way: str, protocol: str, attempt: int = 1) -> librdkafka.Run:
         conf = self.confs[way]
         done = librdkafka.run(self.tests_dir, test, way, protocol, conf, self.kafka_version, self.logdir, attempt)
-        librdkafka.delete_test_topics(self.bootstraps[way])
+        left = librdkafka.delete_test_topics(self.bootstraps[way])
+        done.note = "; ".join(n for n in (done.note, left) if n)
         return done
 
 
@@ -167,8 +168,9 @@ def test_librdkafka(test, protocol, suite, rdk_proxy, rdk_vc_proxy):
     direct = by_way["direct"]
     if direct.status in ("FAIL", "HANG"):
         # librdkafka's own timing can fail a test on a loaded machine, directly: the baseline gets one more try.
+        first = direct
         direct = by_way["direct"] = suite.run(test, "direct", protocol, attempt=2)
-        direct.note = f"run 2, after {by_way['direct'].status}"
+        direct.note = "; ".join(n for n in (f"run 2, after {first.status} {first.seconds:.1f} s", direct.note) if n)
         _write_report()
     assert direct.status in ("PASS", "SKIP"), f"{test} does not pass directly, twice:\n{direct.tail()}"
     problems = []
@@ -178,7 +180,7 @@ def test_librdkafka(test, protocol, suite, rdk_proxy, rdk_vc_proxy):
             # Time is noisy on a loaded 2-core machine: a pass that is only slower runs once more, and the table
             # shows both. A failure is not run again: an intermittent failure through a proxy is what we hunt.
             by_way[way] = suite.run(test, way, protocol, attempt=2)
-            by_way[way].note = f"run 2, after {first.seconds:.1f} s"
+            by_way[way].note = "; ".join(n for n in (f"run 2, after {first.seconds:.1f} s", by_way[way].note) if n)
             _write_report()
         found = librdkafka.differences(direct, by_way[way])
         if found:
