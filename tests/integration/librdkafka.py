@@ -227,6 +227,7 @@ _SUMMARY = re.compile(r"^\|\s*(\d{4}_\S+)\s*\|\s*([A-Z ]+?)\s*\|\s*([\d.]+)s\s*\
 # A failure as TEST_FAIL reports it, with its reason on the next line (also when an assert aborts the runner
 # before any summary): `### Test "0012_produce_consume" failed at 0012-produce_consume.c:57:dr_cb() at ...: ###`.
 _FAILURE = re.compile(r'^### Test "([^"]+)" failed at (\S+) at [^\n]*###\n(.*)$', re.MULTILINE)
+_NOT_A_BROKER_TEST = "Filtered due to negative test flags"
 _STATES = {"PASSED": "PASS", "FAILED": "FAIL", "SKIPPED": "SKIP", "RUNNING": "HANG", "NOT STARTED": "SKIP"}
 
 
@@ -337,8 +338,8 @@ def outcomes(output: str) -> tuple[dict[str, str], dict[str, str]]:
         found[entry] = "FAIL"
         reasons.setdefault(entry, f"{why.strip()} ({where}{', ' + subtest.rstrip(')') if subtest else ''})")
     for name, state, _seconds, rest in _SUMMARY.findall(text):
-        if name.startswith("<"):
-            continue
+        if name.startswith("<") or rest.strip() == _NOT_A_BROKER_TEST:
+            continue  # the runner itself; an entry of the number that needs no broker (-L leaves it out)
         found[name] = _STATES.get(state, "FAIL")
         if rest.strip() and name not in reasons:
             reasons[name] = rest.strip()

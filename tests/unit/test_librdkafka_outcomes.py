@@ -47,6 +47,7 @@ MIXED = f"""{C}[0045_subscribe_update  / 10.000s] {G}========= Test 0045_subscri
 |{R} 0045_resubscribe_with_regex              |     FAILED |  10.000s {CLR}|{R} Expected 2 topics, got 1{CLR}
 |{C} 0045_subscribe_many_updates              |    SKIPPED |   0.000s {CLR}|{C} Needs authentication{CLR}
 |{Y} 0045_subscribe_update_topic_remove       |    RUNNING |  79.000s {CLR}|
+|{C} 0045_subscribe_update_mock               |    SKIPPED |   0.000s {CLR}|{C} Filtered due to negative test flags{CLR}
 #==================================================================#
 """
 
@@ -79,7 +80,7 @@ def test_an_aborted_run_keeps_the_failure_and_its_reason():
     assert verdict(entries) == "FAIL"
 
 
-def test_the_summary_is_the_last_word_with_reasons_and_a_running_test_is_a_hang():
+def test_the_summary_is_the_last_word_with_reasons_a_running_test_is_a_hang_and_local_entries_are_left_out():
     entries, reasons = outcomes(MIXED)
     assert entries == {
         "0045_subscribe_update": "PASS",
