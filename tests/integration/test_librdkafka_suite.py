@@ -183,6 +183,8 @@ def test_librdkafka(test, protocol, suite, rdk_proxy, rdk_vc_proxy):
             by_way[way].note = "; ".join(n for n in (f"run 2, after {first.seconds:.1f} s", by_way[way].note) if n)
             _write_report()
         found = librdkafka.differences(direct, by_way[way])
+        if process.proc is not None and process.proc.poll() is not None:
+            found.append(f"the {way}'s proxy exited ({process.proc.returncode}): its log's end is below")
         if found:
             problems.append("\n".join(found) + f"\n--- {way} log:\n{by_way[way].tail()}\n--- proxy log:\n")
             problems.append(process.log_tail(lines=30))
