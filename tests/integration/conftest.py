@@ -10,6 +10,7 @@ import pytest
 from proxy.process import ProxyProcess, proxy_config
 
 from ..gobuild import go_build
+from . import librdkafka
 from .ports import free_port_block
 
 
@@ -32,3 +33,12 @@ def proxy_bootstrap(proxy: ProxyProcess) -> str:
 def go_client(tmp_path_factory) -> Path:
     """The franz-go tenant client (tests/integration/go), built once per session."""
     return go_build(Path(__file__).parent / "go", tmp_path_factory.mktemp("go") / "tenantclient")
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """librdkafka's suite three ways (test_librdkafka_suite.py: `make compat`, one process), as the table of
+    docs/compatibility.md. franz-go's table is printed by tests/conftest.py, from report properties."""
+    table = config.stash.get(librdkafka.REPORT_KEY, None)
+    if table:
+        terminalreporter.section("librdkafka " + librdkafka.VERSION + " tests: direct, proxy, virtual cluster")
+        terminalreporter.write_line(table)
