@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from proxy.kafka.cluster import BROKER_JVM_ENV, BrokerInfo, start_cluster, stop_cluster
+from proxy.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
 from tests import cpu_profile
 from tests.integration import franz_go
@@ -34,7 +34,7 @@ INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
 
 # Seconds the slowest modules took in a whole run on a 2-core machine (the list `make test` ends with; refresh
-# it when it changes much). The suite runs them first: with pytest-xdist (`make test`: --dist loadfile
+# it when it changes much). With pytest-xdist the suite runs them first (`make test TEST_WORKERS=N`: --dist loadfile
 # --no-loadscope-reorder) a worker takes the next module in collection order when it is free, so a long module
 # collected late would run alone at the end. Other integration modules follow, the unit tests last (short ones
 # fill the workers' gaps).
@@ -85,8 +85,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.integration)
-    # Longest modules first, each module's tests in their own order (a stable sort on the module's weight).
-    items.sort(key=lambda item: -_weight(item))
+    # With pytest-xdist (the workers collect; TEST_WORKERS in the Makefile): longest modules first, each module's
+    # tests in their own order (a stable sort). One process keeps the collection's order.
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: -_weight(item))
 
 
 # -- where the suite's time goes (issue 24): seconds per test module, printed at the end of the run --
@@ -230,11 +232,6 @@ def kafka_base_port(brokers: int, sasl: bool) -> int:
 # heartbeat answer (NOT_COORDINATOR, test_tenant_hardening's regex test). Tests that bounce a broker do not need the
 # leaders back; the ones that follow find coordinators and leaders wherever they are.
 TEST_BROKER_PROPERTIES = {"group.share.delivery.count.limit": "10", "auto.leader.rebalance.enable": "false"}
-
-# Every broker the suite starts (the session's, and those of the launcher, demo and chart tests, which inherit the
-# environment) lives minutes: C1 and the serial GC halve its CPU (proxy/kafka/cluster.py, LEAN_BROKER_JVM_FLAGS),
-# and the brokers' CPU is most of the suite's.
-os.environ.setdefault(BROKER_JVM_ENV, "lean")
 
 
 def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
