@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import standing
+
 MODULE = "github.com/twmb/franz-go"
 VERSION = "v1.22.3"  # the newest release at the time; its tests include every test named below
 
@@ -212,17 +214,7 @@ def table(runs: dict[str, dict[str, Run]] | dict[str, dict[str, Cell]], ways: li
         "|---|" + "---|" * len(ways),
     ]
     for test, by_way in runs.items():
-        cells = [_cell(by_way[w]) if w in by_way else "-" for w in ways]
+        cells = [standing.cell(by_way[w]) if w in by_way else "-" for w in ways]
         lines.append(f"| {test} | " + " | ".join(cells) + " |")
-    totals = [sum(r[w].seconds for r in runs.values() if w in r) for w in ways]
-    passed = [sum(r[w].status == "PASS" for r in runs.values() if w in r) for w in ways]
-    lines.append(
-        "| **passed, total time** | "
-        + " | ".join(f"{p}/{len(runs)}, {t:.0f} s" for p, t in zip(passed, totals, strict=True))
-        + " |"
-    )
+    lines.append(standing.totals_row(runs, ways, "| **passed, total time** |"))
     return "\n".join(lines)
-
-
-def _cell(run: Run | Cell) -> str:
-    return f"{run.status} {run.seconds:.1f} s" + (f" ({run.note})" if run.note else "")

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from . import standing
+
 PACKAGE = "@confluentinc/kafka-javascript"
 PACKAGE_VERSION = "1.10.1"  # bundles librdkafka 2.15.1 (the newest the npm registry serves, see VERSION)
 PACKAGE_INTEGRITY = "sha512-KVePUBn21EqCVP9mfxzEuM3SYJHHEF7X+iiC2e43QQgDSyEaksInmCGooT3w5q+cNAdkSCrK71j0ICfqoSqZLw=="
@@ -480,27 +482,17 @@ def table(runs: dict[tuple[str, str], dict[str, Run]], ways: list[str], known: d
         "|---|---|" + "---|" * len(ways),
     ]
     for (test, protocol), by_way in runs.items():
-        cells = [_cell(by_way[w]) if w in by_way else "-" for w in ways]
+        cells = [standing.cell(by_way[w]) if w in by_way else "-" for w in ways]
         name = test + (f" ({_entry_names(by_way)})" if _entry_names(by_way) else "")
         why = known.get(f"{test}/{protocol}") or known.get(test)
         mark = f" (known difference: {why})" if why else ""
         lines.append(
             f"| {name}{mark} | {protocol if TESTS.get(test, Spec()).groups else 'n/a'} | " + " | ".join(cells) + " |"
         )
-    totals = [sum(r[w].seconds for r in runs.values() if w in r) for w in ways]
-    passed = [sum(r[w].status == "PASS" for r in runs.values() if w in r) for w in ways]
-    lines.append(
-        "| **passed, total time** | | "
-        + " | ".join(f"{p}/{len(runs)}, {t:.0f} s" for p, t in zip(passed, totals, strict=True))
-        + " |"
-    )
+    lines.append(standing.totals_row(runs, ways, "| **passed, total time** | |"))
     return "\n".join(lines)
 
 
 def _entry_names(by_way: dict[str, Run]) -> str:
     names = sorted({name for run in by_way.values() for name in run.entries})
     return ", ".join(n.split("_", 1)[1] for n in names if "_" in n)
-
-
-def _cell(run: Run) -> str:
-    return f"{run.status} {run.seconds:.1f} s" + (f" ({run.note})" if run.note else "")
