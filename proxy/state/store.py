@@ -169,8 +169,6 @@ class StateStore:
         self._decider_ready = False  # init_transactions succeeded: this replica holds the current epoch
         self._ends: Consumer | None = None  # asks the partition's last stable offset
         self._ends_lock = threading.Lock()
-        self._admin_client: AdminClient | None = None
-        self._admin_lock = threading.Lock()
 
     # -- clients ---------------------------------------------------------------------------------
 
@@ -179,15 +177,7 @@ class StateStore:
         return {**_RECONNECT, **self.client_config, **settings, "logger": _client_log}
 
     def _admin(self) -> AdminClient:
-        """The store's one admin client, made once and kept until the process ends (its logs reach _client_log
-        when polled). Never one per call: a call that times out leaves its request pending, and when
-        librdkafka completes it the future's callback on librdkafka's own thread could drop the last reference
-        to a client made for that call, destroying it there, which librdkafka aborts the whole process for
-        ("calling rd_kafka_destroy() from librdkafka owned thread is prohibited": a proxy died so under load)."""
-        with self._admin_lock:
-            if self._admin_client is None:
-                self._admin_client = AdminClient(self._conf({}))
-            return self._admin_client
+        return AdminClient(self._conf({}))  # its logs reach _client_log when polled (see _admin_call)
 
     def _consumer(self, settings: dict[str, Any] | None = None) -> Consumer:
         return Consumer(
