@@ -294,9 +294,20 @@ class StateStore:
                     )
                 self._create(admin, len(metadata.brokers), timeout)
             self._verify(admin, self._wait_for_leader(admin, timeout), timeout)
-            self.topic_id = self._topic_id(admin, timeout)
+            self.topic_id = self._known_topic_id(admin, timeout)
         finally:
             admin.poll(0)
+
+    def _known_topic_id(self, admin: AdminClient, timeout: float) -> str:
+        """The id of a topic known to exist. A broker whose metadata has not caught up with a topic just
+        created answers as if it did not: ask again until the deadline, or `check()` could not tell a
+        deleted and re-created topic later."""
+        deadline = time.monotonic() + timeout
+        while (topic_id := self._topic_id(admin, timeout)) is None:
+            if time.monotonic() >= deadline:
+                raise StateStoreError(f"state topic {self.topic} exists but no broker describes it after {timeout} s")
+            time.sleep(0.2)
+        return topic_id
 
     def _topic_id(self, admin: AdminClient, timeout: float) -> str | None:
         try:
@@ -544,8 +555,9 @@ class StateStore:
         self._decider_ready = True
 
     def committed_end(self, timeout: float = 30) -> int:
-        """The partition's last stable offset (read_committed): every decision committed before this call
-        lies below it."""
+        """The partition's last stable offset (read_committed). A commit returns before the coordinator
+        has written its marker: only after `begin_deciding` (whose init waits for the previous transaction
+        to complete) does every decision committed before lie below it."""
         with self._ends_lock:
             if self._ends is None:
                 self._ends = self._consumer()
