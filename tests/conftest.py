@@ -231,7 +231,17 @@ def kafka_base_port(brokers: int, sasl: bool) -> int:
 # its partitions' leadership to others) moved a group coordinator in the middle of a later test that counts every
 # heartbeat answer (NOT_COORDINATOR, test_tenant_hardening's regex test). Tests that bounce a broker do not need the
 # leaders back; the ones that follow find coordinators and leaders wherever they are.
-TEST_BROKER_PROPERTIES = {"group.share.delivery.count.limit": "10", "auto.leader.rebalance.enable": "false"}
+#
+# KIP-848 and streams group members are fenced after 30 s without a heartbeat, not the launcher's 6 s: while franz-go's
+# three ways saturate both cores, a member of TestGroupETL through the VC went 6 s unheard and the broker fenced it
+# ("member session expired"); its revoke-time commit then failed UNKNOWN_MEMBER_ID and another member read its records
+# again (Kafka's default is 45 s). Members here leave by closing, so no test waits for an expiry; heartbeats stay 0.5 s.
+TEST_BROKER_PROPERTIES = {
+    "group.share.delivery.count.limit": "10",
+    "auto.leader.rebalance.enable": "false",
+    "group.consumer.session.timeout.ms": "30000",
+    "group.streams.session.timeout.ms": "30000",
+}
 
 
 def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
