@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from ..observability import audit
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
 from ..protocol.framing import FrameError
-from .frames import FrameReader
+from .frames import FrameReader, FrameWriter
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry
@@ -101,6 +101,7 @@ class ClientConnection:
         self.connect_upstream = connect_upstream
         self.upstream: trio.abc.Stream | None = None  # opened by the first request that goes upstream
         self.upstream_reader: FrameReader | None = None
+        self.upstream_writer: FrameWriter | None = None
         self._upstream_open = trio.Event()
         self._upstream_login = True  # the open upstream carries the proxy's own login (False: relayed)
         self._sent = 0  # requests sent upstream that expect an answer
@@ -108,6 +109,7 @@ class ClientConnection:
         self.session = session
         self.limits = limits
         self.client_reader = FrameReader(client, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size)
+        self.client_writer = FrameWriter(client)
         self._logged_in = session.authenticator is None or session.authenticator.complete
         self._login_done = trio.Event()  # the watchdog's idle clock starts at the login, not at its deadline
         if self._logged_in:
@@ -221,7 +223,7 @@ class ClientConnection:
             # answered, a new one without (never the proxy's identity for a principal it does not know).
             while self._received < self._sent:
                 await self._room.wait()
-            old, self.upstream, self.upstream_reader = self.upstream, None, None
+            old, self.upstream, self.upstream_reader, self.upstream_writer = self.upstream, None, None, None
             self._upstream_open = trio.Event()
             await trio.aclose_forcefully(old)
         if self.upstream is None:
@@ -240,6 +242,7 @@ class ClientConnection:
             self.upstream_reader = FrameReader(
                 self.upstream, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size
             )
+            self.upstream_writer = FrameWriter(self.upstream)
             self._upstream_open.set()
         return self.upstream
 
@@ -250,10 +253,12 @@ class ClientConnection:
             self._login_done.set()
             self.client_reader.decoder.set_limits(self.limits.max_frame_bytes, self.limits.buffer_size)
 
-    async def _send(self, data: bytes | memoryview) -> None:
+    async def _send(self, pieces: Sequence[bytes | memoryview]) -> None:
+        """One answer (or several) to the client, all its pieces in one system call when the kernel has room."""
         if self._tap is not None:
-            self._tap.write(data)
-        await self.client.send_all(data)
+            for piece in pieces:
+                self._tap.write(piece)
+        await self.client_writer.send(pieces)
 
     async def _persist(self, records: list[Any]) -> None:
         """State changes (new links, learned topic ids) are durable before the client hears of them."""
@@ -290,18 +295,20 @@ class ClientConnection:
                 self.requests += 1
                 if decision.action is Action.FORWARD:
                     login = not session.ctx.relayed  # relayed: the broker authenticates the client itself
-                    upstream = self.upstream
-                    if upstream is None or self._upstream_login != login:
-                        upstream = await self._open_upstream(login)
+                    if self.upstream is None or self._upstream_login != login:
+                        await self._open_upstream(login)
+                    writer = self.upstream_writer
+                    assert writer is not None
+                    out: list[bytes | memoryview] = []
                     for before in decision.before or ():
                         assert before.frame is not None
-                        await upstream.send_all(before.frame)
+                        out.append(before.frame)
                         self._sent += 1
                     if decision.pieces is None:
-                        await upstream.send_all(frame)
+                        out.append(frame)
                     else:
-                        for piece in decision.pieces:
-                            await upstream.send_all(piece)
+                        out.extend(decision.pieces)
+                    await writer.send(out)
                     if decision.pending is not None:
                         self._sent += 1
                     if trace is not None and telemetry is not None and decision.pending is None:
@@ -335,7 +342,7 @@ class ClientConnection:
                 if local.close_after and self.limits.failed_authentication_delay > 0:
                     # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
                     await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
-                await self._send(local.reply)
+                await self._send((local.reply,))
                 log_local_answer(local, self.name)
                 if self.telemetry is not None:
                     self.telemetry.on_reply(local, [local.reply], None)
@@ -373,8 +380,7 @@ class ClientConnection:
             if result.brokers:
                 await self.on_brokers(result.brokers, result.full_broker_list)
             await self._persist(result.writes)
-            for piece in result.pieces:
-                await self._send(piece)
+            await self._send(result.pieces)
             if self.telemetry is not None and answered is not None:
                 self.telemetry.on_reply(answered, result.pieces, frame)
             self._answered()
