@@ -81,7 +81,7 @@ def start_proxy(work: Path, checkout: str, src: Path, mode: str, port: int, upst
     env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1")
     argv = [sys.executable, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 1200
     while b"proxy ready:" not in (work / f"{checkout}-{mode}.log").read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
