@@ -60,6 +60,9 @@ TESTS: dict[str, float] = {
     "TestShareGroupOffsetsAdmin": DEFAULT_LIMIT,
 }
 
+# The tests that keep the machine busy for their whole run (the ones with a longer limit): run one process at a time.
+HEAVY = frozenset(test for test, limit in TESTS.items() if limit > DEFAULT_LIMIT)
+
 # Races franz-go's own tests know of, between the test and the broker, each by the line the test prints when it
 # meets one: a way whose failure shows one runs once more, alone (the table says so). Any other failure through a
 # proxy fails at once: an intermittent failure there is what the suite hunts.
