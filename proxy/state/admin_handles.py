@@ -5,7 +5,8 @@ AdminClient runs Python there: the futures of its requests are resolved on its b
 Python code may start the cyclic garbage collector. An admin client caught in a reference cycle (a call's
 frame kept by the traceback of the error it raised, after the call timed out) is then collected on its
 own background thread when its late answer arrives, and the proxy dies mid-request. So each admin client
-is held here until nothing else refers to it, and is dropped by the next caller to come along.
+is held here until nothing else refers to it, and is dropped on a caller's thread: as the store call that
+made it returns (`_admin_call` in store.py), or, if an error's traceback still holds it, by a later call.
 """
 
 from __future__ import annotations
