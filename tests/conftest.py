@@ -26,9 +26,58 @@ import pytest
 
 from proxy.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
 from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
+from tests import cpu_profile
+from tests.integration import franz_go
 
 MODES = ("auto", "local", "testcontainers", "external")
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+# Seconds the slowest modules took in a whole run on a 2-core machine (the list `make test` ends with; refresh
+# it when it changes much). With pytest-xdist the suite runs them first (`make test TEST_WORKERS=N`: --dist loadfile
+# --no-loadscope-reorder) a worker takes the next module in collection order when it is free, so a long module
+# collected late would run alone at the end. Other integration modules follow, the unit tests last (short ones
+# fill the workers' gaps).
+SLOW_MODULES: dict[str, int] = {
+    "test_franz_go_suite": 715,
+    "test_demo": 120,
+    "test_quotas": 113,
+    "test_auth": 112,
+    "test_acls": 93,
+    "test_availability": 92,
+    "test_decisions_race": 84,
+    "test_tenancy_admin": 74,
+    "test_kafka_launcher": 71,
+    "test_management": 66,
+    "test_tenancy_sasl": 65,
+    "test_broker_fault": 60,
+    "test_acl_admin": 58,
+    "test_privilege_matrix": 58,
+    "test_traces_e2e": 51,
+    "test_streams_groups": 49,
+    "test_traces_aggregate": 46,
+    "test_state_store": 46,
+    "test_image_install": 44,
+    "test_go_client": 41,
+    "test_equivalence": 41,
+    "test_relay": 41,
+    "test_onboarding": 40,
+    "test_users_runtime": 38,
+    "test_state_guard": 33,
+    "test_kip_semantics": 28,
+    "test_create_race": 26,
+    "test_tenant_hardening": 26,
+    "test_observability": 26,
+    "test_robustness": 25,
+    "test_sni": 23,
+}
+
+
+def _weight(item: pytest.Item) -> int:
+    path = Path(item.path)
+    if INTEGRATION_DIR not in path.resolve().parents:
+        return 0
+    return SLOW_MODULES.get(path.stem, 1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,32 +85,84 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.integration)
+    # With pytest-xdist (the workers collect; TEST_WORKERS in the Makefile): longest modules first, each module's
+    # tests in their own order (a stable sort). One process keeps the collection's order.
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: -_weight(item))
 
 
 # -- where the suite's time goes (issue 24): seconds per test module, printed at the end of the run --
 
 _MODULE_SECONDS: defaultdict[str, float] = defaultdict(float)
+_MODULE_CPU: defaultdict[str, float] = defaultdict(float)
+_module_started: dict[str, float] = {}  # in the process running the tests: module -> CPU seconds at its start
+_LAST_OF_MODULE = pytest.StashKey[bool]()
 _SESSION_START = time.monotonic()
 SLOWEST_MODULES = 25
+
+
+# franz-go's table (tests/integration/test_franz_go_suite.py): rows sent as report properties, since with
+# pytest-xdist the tests run in workers and this summary is printed by the process that started them.
+_FRANZ_GO_ROWS: dict[str, dict[str, franz_go.Cell]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # setup + call + teardown: a module's fixtures are set up in its first test and torn down in its last.
     _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+    for name, value in report.user_properties:
+        if name == cpu_profile.REPORT_PROPERTY:
+            _MODULE_CPU[report.nodeid.split("::", 1)[0]] += value
+        if name == franz_go.REPORT_PROPERTY:
+            test, cells = franz_go.row_of(value)
+            _FRANZ_GO_ROWS[test] = cells
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    # A module's fixtures are set up with its first test and torn down with its last: its CPU is measured
+    # from before the one to after the other, and sent with the last test's teardown report.
+    module = str(item.path)
+    _module_started.setdefault(module, cpu_profile.seconds())
+    item.stash[_LAST_OF_MODULE] = nextitem is None or nextitem.path != item.path
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "teardown" and item.stash.get(_LAST_OF_MODULE, False):
+        started = _module_started.pop(str(item.path), None)
+        if started is not None:
+            report.user_properties.append((cpu_profile.REPORT_PROPERTY, cpu_profile.seconds() - started))
+    return report
+
+
+def _franz_go_table(terminalreporter: Any) -> None:
+    if not _FRANZ_GO_ROWS:
+        return
+    rows = {test: _FRANZ_GO_ROWS[test] for test in franz_go.TESTS if test in _FRANZ_GO_ROWS}
+    text = franz_go.table(rows, franz_go.WAYS)
+    target = os.environ.get("VCPROXY_FRANZ_GO_REPORT")
+    if target:
+        Path(target).write_text(text + "\n")
+    terminalreporter.section(f"franz-go pkg/kgo {franz_go.VERSION}: direct, proxy, virtual cluster")
+    terminalreporter.write_line(text)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own --durations list
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    _franz_go_table(terminalreporter)
     if not _MODULE_SECONDS:
         return
     slowest = sorted(_MODULE_SECONDS.items(), key=lambda item: item[1], reverse=True)
     terminalreporter.section(f"slowest {min(SLOWEST_MODULES, len(slowest))} of {len(slowest)} test modules")
     for module, seconds in slowest[:SLOWEST_MODULES]:
-        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+        terminalreporter.write_line(f"{seconds:8.1f} s  {_MODULE_CPU.get(module, 0.0):7.1f} s CPU  {module}")
     in_tests = sum(_MODULE_SECONDS.values())
     wall = time.monotonic() - _SESSION_START
     terminalreporter.write_line(
-        f"total: {in_tests:.0f} s in {len(slowest)} modules (setup, call, teardown), {wall / 60:.1f} min of session"
+        f"total: {in_tests:.0f} s in {len(slowest)} modules (setup, call, teardown), {wall / 60:.1f} min of session; "
+        f"{sum(_MODULE_CPU.values()) / 60:.1f} min of CPU (the tests' processes and their clusters)"
     )
 
 
@@ -130,12 +231,23 @@ def kafka_base_port(brokers: int, sasl: bool) -> int:
 # its partitions' leadership to others) moved a group coordinator in the middle of a later test that counts every
 # heartbeat answer (NOT_COORDINATOR, test_tenant_hardening's regex test). Tests that bounce a broker do not need the
 # leaders back; the ones that follow find coordinators and leaders wherever they are.
-TEST_BROKER_PROPERTIES = {"group.share.delivery.count.limit": "10", "auto.leader.rebalance.enable": "false"}
+#
+# KIP-848 and streams group members are fenced after 30 s without a heartbeat, not the launcher's 6 s: while franz-go's
+# three ways saturate both cores, a member of TestGroupETL through the VC went 6 s unheard and the broker fenced it
+# ("member session expired"); its revoke-time commit then failed UNKNOWN_MEMBER_ID and another member read its records
+# again (Kafka's default is 45 s). Members here leave by closing, so no test waits for an expiry; heartbeats stay 0.5 s.
+TEST_BROKER_PROPERTIES = {
+    "group.share.delivery.count.limit": "10",
+    "auto.leader.rebalance.enable": "false",
+    "group.consumer.session.timeout.ms": "30000",
+    "group.streams.session.timeout.ms": "30000",
+}
 
 
 def _local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     env_dir = os.environ.get("VCPROXY_KAFKA_DIR")
     cluster_dir = Path(env_dir) if env_dir else tmp_path_factory.mktemp("kafka")
+    cpu_profile.watch_cluster(cluster_dir)
     info = start_cluster(
         cluster_dir,
         brokers=3,

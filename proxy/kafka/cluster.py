@@ -30,7 +30,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -81,6 +81,15 @@ AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 # What kafka-server-start.sh / kafka-run-class.sh add, minus the 1G heap: the same as for Kafka's services.
 BROKER_JVM_FLAGS = SERVICE_JVM_FLAGS
+# A broker that lives minutes (a test suite's): C1 only and the serial GC. C2 compiled for a quarter of the brokers'
+# CPU in a run of franz-go's suite; franz-go's TestClient_Produce (20,000 acks=all produces, RF 3) measured 34 s of
+# broker CPU and 36 s this way against 72 s and 55 s with the service flags (docs/performance.md).
+LEAN_BROKER_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+BROKER_JVM_ENV = "VCPROXY_KAFKA_BROKER_JVM"  # "lean": LEAN_BROKER_JVM_FLAGS; anything else: the service flags
+
+
+def broker_jvm_flags(env: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    return LEAN_BROKER_JVM_FLAGS if env.get(BROKER_JVM_ENV, "").strip().lower() == "lean" else BROKER_JVM_FLAGS
 
 
 class BrokerInfo(NamedTuple):
@@ -287,7 +296,7 @@ def broker_argv(java: str, libs: Path, node_dir: Path, heap: str, extra_classpat
         java,
         f"-Xms{heap}",
         f"-Xmx{heap}",
-        *BROKER_JVM_FLAGS,
+        *broker_jvm_flags(),
         f"-Dlog4j2.configurationFile={BROKER_LOG4J}",
         f"-Dkafka.logs.dir={node_dir / 'logs'}",
         "-cp",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from ..observability import audit
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
 from ..protocol.framing import FrameError
-from .frames import FrameReader
+from .frames import FrameReader, FrameWriter
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry
@@ -101,6 +101,7 @@ class ClientConnection:
         self.connect_upstream = connect_upstream
         self.upstream: trio.abc.Stream | None = None  # opened by the first request that goes upstream
         self.upstream_reader: FrameReader | None = None
+        self.upstream_writer: FrameWriter | None = None
         self._upstream_open = trio.Event()
         self._upstream_login = True  # the open upstream carries the proxy's own login (False: relayed)
         self._sent = 0  # requests sent upstream that expect an answer
@@ -108,6 +109,7 @@ class ClientConnection:
         self.session = session
         self.limits = limits
         self.client_reader = FrameReader(client, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size)
+        self.client_writer = FrameWriter(client)
         self._logged_in = session.authenticator is None or session.authenticator.complete
         self._login_done = trio.Event()  # the watchdog's idle clock starts at the login, not at its deadline
         if self._logged_in:
@@ -129,6 +131,11 @@ class ClientConnection:
             tap_dir.mkdir(parents=True, exist_ok=True)
             self._tap_path = tap_dir / f"{name.split()[0]}.open"
             self._tap = self._tap_path.open("wb")
+        # Frames (pieces of) read but not yet written, in order: a pump that has another frame in its reader's
+        # buffer writes both with one system call. They are views into that buffer, so each pump writes them
+        # before its reader receives again, and before anything that may take long (a check, a delay, a close).
+        self._to_upstream: list[bytes | memoryview] = []
+        self._to_client: list[bytes | memoryview] = []
         self._work = trio.Event()  # set when a request is queued, so the response pump looks again
         self._room = trio.Event()  # set when an answer left, so a request pump at max_in_flight reads on
         self._requests_done = False
@@ -221,7 +228,7 @@ class ClientConnection:
             # answered, a new one without (never the proxy's identity for a principal it does not know).
             while self._received < self._sent:
                 await self._room.wait()
-            old, self.upstream, self.upstream_reader = self.upstream, None, None
+            old, self.upstream, self.upstream_reader, self.upstream_writer = self.upstream, None, None, None
             self._upstream_open = trio.Event()
             await trio.aclose_forcefully(old)
         if self.upstream is None:
@@ -240,6 +247,7 @@ class ClientConnection:
             self.upstream_reader = FrameReader(
                 self.upstream, limits.max_frame_bytes, limits.buffer_size, limits.initial_buffer_size
             )
+            self.upstream_writer = FrameWriter(self.upstream)
             self._upstream_open.set()
         return self.upstream
 
@@ -250,10 +258,28 @@ class ClientConnection:
             self._login_done.set()
             self.client_reader.decoder.set_limits(self.limits.max_frame_bytes, self.limits.buffer_size)
 
-    async def _send(self, data: bytes | memoryview) -> None:
+    def _hold(self, pieces: Sequence[bytes | memoryview]) -> None:
+        """An answer for the client, written with the next _flush_client."""
         if self._tap is not None:
-            self._tap.write(data)
-        await self.client.send_all(data)
+            for piece in pieces:
+                self._tap.write(piece)
+        self._to_client.extend(pieces)
+
+    async def _flush_client(self) -> None:
+        """The answers held, all their pieces in one system call when the kernel has room."""
+        if self._to_client:
+            pieces, self._to_client = self._to_client, []
+            await self.client_writer.send(pieces)
+
+    async def _send(self, pieces: Sequence[bytes | memoryview]) -> None:
+        self._hold(pieces)
+        await self._flush_client()
+
+    async def _flush_upstream(self) -> None:
+        if self._to_upstream:
+            pieces, self._to_upstream = self._to_upstream, []
+            assert self.upstream_writer is not None
+            await self.upstream_writer.send(pieces)
 
     async def _persist(self, records: list[Any]) -> None:
         """State changes (new links, learned topic ids) are durable before the client hears of them."""
@@ -264,18 +290,24 @@ class ClientConnection:
 
     async def _request_pump(self, connection_scope: trio.CancelScope) -> None:
         session = self.session
+        reader = self.client_reader
         with trio.CancelScope() as self._request_scope:
             while True:
                 # Like a broker muting a channel with a response pending: read no further ahead than this.
                 while len(session.in_flight) >= self.limits.max_in_flight:
+                    await self._flush_upstream()
                     await self._room.wait()
-                frame = await self.client_reader.next_frame()
+                if not reader.frame_ready():
+                    await self._flush_upstream()  # before the reader moves the bytes the frames held point into
+                frame = await reader.next_frame()
                 if frame is None:
                     break
                 self._last_active = trio.current_time()
                 telemetry = self.telemetry
                 started = time.time_ns() if telemetry is not None else 0
                 decision = session.on_request(frame)
+                if decision.action is not Action.FORWARD or decision.delay > 0:
+                    await self._flush_upstream()  # what went before waits for no check, delay, answer or close
                 while decision.action is Action.CHECK:  # slow work may lead to more (a listing, then deletes)
                     assert decision.resume is not None
                     if decision.work is not None:
@@ -290,18 +322,20 @@ class ClientConnection:
                 self.requests += 1
                 if decision.action is Action.FORWARD:
                     login = not session.ctx.relayed  # relayed: the broker authenticates the client itself
-                    upstream = self.upstream
-                    if upstream is None or self._upstream_login != login:
-                        upstream = await self._open_upstream(login)
+                    if self.upstream is None or self._upstream_login != login:
+                        await self._flush_upstream()
+                        await self._open_upstream(login)
+                    out = self._to_upstream
                     for before in decision.before or ():
                         assert before.frame is not None
-                        await upstream.send_all(before.frame)
+                        out.append(before.frame)
                         self._sent += 1
                     if decision.pieces is None:
-                        await upstream.send_all(frame)
+                        out.append(frame)
                     else:
-                        for piece in decision.pieces:
-                            await upstream.send_all(piece)
+                        out.extend(decision.pieces)
+                    if not reader.frame_ready():
+                        await self._flush_upstream()
                     if decision.pending is not None:
                         self._sent += 1
                     if trace is not None and telemetry is not None and decision.pending is None:
@@ -315,7 +349,9 @@ class ClientConnection:
                     # answers itself would hold the event loop for as long as its buffer lasts.
                     await trio.lowlevel.checkpoint()
                 self._wake()
-        # Client finished sending (EOF or drain): the response pump ends once everything is answered.
+        # Client finished sending (EOF or drain): what was read goes upstream; the response pump ends once
+        # everything is answered.
+        await self._flush_upstream()
         self._requests_done = True
         self._wake()
 
@@ -325,6 +361,7 @@ class ClientConnection:
             local = session.next_local_reply()
             if local is not None:
                 assert local.reply is not None
+                await self._flush_client()
                 if local.decide is not None and self.decide_state is not None:
                     # Decided again against the log, one replica at a time; answered once applied here.
                     body, local.writes = await self.decide_state(local.decide)
@@ -335,7 +372,7 @@ class ClientConnection:
                 if local.close_after and self.limits.failed_authentication_delay > 0:
                     # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
                     await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
-                await self._send(local.reply)
+                await self._send((local.reply,))
                 log_local_answer(local, self.name)
                 if self.telemetry is not None:
                     self.telemetry.on_reply(local, [local.reply], None)
@@ -346,6 +383,9 @@ class ClientConnection:
                     connection_scope.cancel()
                     return
                 continue
+            reader = self.upstream_reader
+            if reader is None or not reader.frame_ready():
+                await self._flush_client()  # before a wait, or a receive that moves the bytes the answers held use
             if not session.in_flight:
                 if self._requests_done:
                     connection_scope.cancel()
@@ -357,24 +397,29 @@ class ClientConnection:
                 continue
             if self.upstream_reader is None:
                 await self._upstream_open.wait()
-            assert self.upstream_reader is not None
-            frame = await self.upstream_reader.next_frame()
+            reader = self.upstream_reader
+            assert reader is not None
+            frame = await reader.next_frame()
             if frame is None:
                 self.close_reason = "upstream broker closed the connection"
                 raise trio.BrokenResourceError(self.close_reason)
             self._received += 1
             result = session.on_response(frame)
+            answered = result.exchange
+            if result.close is not None or result.brokers or result.writes or (answered and answered.close_after):
+                await self._flush_client()  # the answers before go out first, whatever this one waits for
             if result.close is not None:  # the proxy's own request on this connection failed
                 self._close(connection_scope, result.close)
                 return
-            answered = result.exchange
             if answered is not None and answered.close_after and self.limits.failed_authentication_delay > 0:
                 await trio.sleep(self.limits.failed_authentication_delay * answered.delay_factor)  # relayed login
             if result.brokers:
                 await self.on_brokers(result.brokers, result.full_broker_list)
             await self._persist(result.writes)
-            for piece in result.pieces:
-                await self._send(piece)
+            self._hold(result.pieces)
+            more = session.in_flight and session.in_flight[0].reply is None and self._received < self._sent
+            if not (more and reader.frame_ready()) or (answered is not None and answered.close_after):
+                await self._flush_client()
             if self.telemetry is not None and answered is not None:
                 self.telemetry.on_reply(answered, result.pieces, frame)
             self._answered()

@@ -1,14 +1,36 @@
-"""Reads Kafka frames from a Trio stream into a FrameDecoder.
+"""Kafka frames in and out of a Trio stream, with as few system calls and scheduling points as the work allows.
 
-Plain TCP streams are read with ``recv_into`` straight into the decoder's buffer (no copy);
-other streams (TLS) fall back to ``receive_some``.
+On plain TCP the reader receives straight into the decoder's reused buffer (``os.readv``, no copy) and
+hands out every frame that one receive brought before it receives again; the writer sends a frame's
+pieces (or several frames) with one ``os.writev``. Trio's socket calls each end with a scheduling point
+(a pass through its run loop: an ``epoll_wait`` and a task switch) even when the kernel had the bytes or
+the room; here a receive waits for readiness only when the last one drained the socket, a send waits only
+when the kernel's buffer is full, and a reader yields once per receive (and every FRAMES_PER_YIELD frames
+taken from one), never per frame. Back-pressure is the kernel's, as before: a send does not return until
+every byte is in the socket buffer, so a slow reader still stalls whoever writes to it.
+
+Other streams (TLS) use ``receive_some``/``send_all``.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
 import trio
 
 from ..protocol.framing import FrameDecoder, FrameError
+
+# Frames handed out from buffered bytes before the reader lets other tasks run: a client pipelining small
+# requests into a 1 MiB buffer must not hold the event loop for the whole of it.
+FRAMES_PER_YIELD = 16
+IOV_MAX = 1024  # os.writev's limit on pieces per call (Linux UIO_MAXIOV)
+
+
+def _plain_socket(
+    stream: trio.abc.Stream | trio.abc.ReceiveStream | trio.abc.SendStream,
+) -> trio.socket.SocketType | None:
+    return stream.socket if isinstance(stream, trio.SocketStream) else None
 
 
 class FrameReader:
@@ -17,32 +39,99 @@ class FrameReader:
     ):
         self.stream = stream
         self.decoder = FrameDecoder(max_frame_bytes, buffer_size, initial_size)
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._socket = _plain_socket(stream)
         self.bytes_read = 0
+        # The last receive left room in the buffer, so the kernel had no more: wait for readiness rather than
+        # try a receive that would fail with EAGAIN. True at first: the peer has not necessarily sent yet.
+        self._drained = True
+        self._unyielded = 0  # frames handed out since this reader last let other tasks run
+
+    def frame_ready(self) -> bool:
+        """A whole frame is buffered: next_frame() returns it without a system call."""
+        return self.decoder.frame_ready()
 
     async def next_frame(self) -> memoryview | None:
         """The next frame, or None at a clean end of stream. The previous frame is invalid after this."""
         while True:
             frame = self.decoder.next_frame()
             if frame is not None:
+                self._unyielded += 1
+                if self._unyielded > FRAMES_PER_YIELD:
+                    self._unyielded = 0
+                    await trio.lowlevel.checkpoint()  # the frame's bytes stay put: only a receive moves them
                 return frame
-            if self._socket is not None:
-                target = self.decoder.write_buffer()
-                try:
-                    n = await self._socket.recv_into(target)
-                except OSError as exc:
-                    raise trio.BrokenResourceError(str(exc)) from exc
-                finally:
-                    del target  # release the export so the decoder may compact its buffer
-                if n:
-                    self.decoder.commit(n)
-            else:
-                data = await self.stream.receive_some(self.decoder.buffer_limit)
-                n = len(data)
-                if n:
-                    self.decoder.receive_data(data)
+            n = await (self._receive_socket() if self._socket is not None else self._receive_stream())
             if not n:
                 if self.decoder.buffered:
                     raise FrameError(f"connection closed in the middle of a frame ({self.decoder.buffered} bytes)")
                 return None
             self.bytes_read += n
+
+    async def _receive_socket(self) -> int:
+        sock = self._socket
+        assert sock is not None
+        self._unyielded = 0
+        try:
+            if self._drained:
+                await trio.lowlevel.wait_readable(sock)
+            else:
+                await trio.lowlevel.checkpoint()  # one scheduling point per receive
+            while True:
+                target = self.decoder.write_buffer()
+                room = len(target)
+                try:
+                    n = os.readv(sock.fileno(), [target])
+                except BlockingIOError:
+                    n = -1
+                finally:
+                    del target  # release the export so the decoder may compact its buffer
+                if n >= 0:
+                    break
+                await trio.lowlevel.wait_readable(sock)
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+        if n:
+            self.decoder.commit(n)
+        self._drained = n < room
+        return n
+
+    async def _receive_stream(self) -> int:
+        data = await self.stream.receive_some(self.decoder.buffer_limit)
+        if data:
+            self.decoder.receive_data(data)
+        return len(data)
+
+
+class FrameWriter:
+    """Sends pieces of frames in order, all of them before it returns."""
+
+    def __init__(self, stream: trio.abc.SendStream):
+        self.stream = stream
+        self._socket = _plain_socket(stream)
+
+    async def send(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        sock = self._socket
+        if sock is None:
+            for piece in pieces:
+                await self.stream.send_all(piece)
+            return
+        views = [memoryview(p).cast("B") for p in pieces]
+        try:
+            while views:
+                try:
+                    n = os.writev(sock.fileno(), views[:IOV_MAX])
+                except BlockingIOError:
+                    n = 0
+                # Drop what was sent: whole pieces, then the front of the first one left.
+                i = 0
+                while i < len(views) and n >= len(views[i]):
+                    n -= len(views[i])
+                    i += 1
+                del views[:i]
+                if views:
+                    if n:
+                        views[0] = views[0][n:]
+                    else:
+                        await trio.lowlevel.wait_writable(sock)  # the kernel's buffer is full: the peer reads slowly
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc

@@ -3,8 +3,10 @@
 The decoder owns one receive buffer that the shell fills either with ``receive_data`` (any stream,
 e.g. TLS) or zero-copy through ``write_buffer``/``commit`` (``socket.recv_into``). Frames come out
 as memoryviews *into that buffer*, 4-byte size prefix included, so a frame that needs no rewriting
-is forwarded without ever being copied. The price: a frame view is valid only until the next call
-to ``write_buffer``/``receive_data``; the shell forwards each frame before it reads more.
+is forwarded without ever being copied. The price: a frame view is valid only while the bytes stay
+put, that is until ``next_frame`` returns None (it may compact the buffer then) or the next
+``write_buffer``/``receive_data``; the shell sends the frames it holds before it reads more
+(``frame_ready`` tells, without moving anything, whether ``next_frame`` has another).
 Frames too large for the shared buffer get a buffer of their own, sized exactly.
 """
 
@@ -68,13 +70,16 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        if self._big is not None:
-            return self._big_filled
-        return self._end - self._start
+        return (self._big_filled if self._big is not None else 0) + self._end - self._start
+
+    def _filling_big(self) -> bool:
+        """Received bytes go to the big frame's own buffer (once it is whole, what follows goes to the main one)."""
+        return self._big is not None and self._big_filled < len(self._big)
 
     def write_buffer(self) -> memoryview:
         """Where the next received bytes go; call ``commit(n)`` after writing n bytes into it."""
-        if self._big is not None:
+        if self._filling_big():
+            assert self._big is not None
             return self._big[self._big_filled :]
         if self._filled:
             self._filled = False
@@ -90,7 +95,7 @@ class FrameDecoder:
         return memoryview(self._buf)[self._end :]
 
     def commit(self, n: int) -> None:
-        if self._big is not None:
+        if self._filling_big():
             self._big_filled += n
         else:
             self._end += n
@@ -104,13 +109,23 @@ class FrameDecoder:
             target[:n] = view[:n]
             self.commit(n)
             view = view[n:]
-            if view and self._big is None and len(self._buf) - self._end == 0:
+            if view and not self._filling_big() and len(self._buf) - self._end == 0:
                 # Buffer full with a complete frame still unread: caller must drain frames first.
                 self._grow_for(len(view))
 
     def _grow_for(self, extra: int) -> None:
         # Only reachable through receive_data with more data than fits; keep it simple and safe.
         self._resize(max(len(self._buf) * 2, self._end - self._start + extra))
+
+    def frame_ready(self) -> bool:
+        """A whole frame (or an invalid size prefix) is buffered. Unlike next_frame, it moves no bytes: views of
+        frames already returned stay valid, so the shell may send several of them at once."""
+        if self._big is not None:
+            return self._big_filled == len(self._big)
+        if self._end - self._start < 4:
+            return False
+        size = INT32.unpack_from(self._buf, self._start)[0]
+        return size < 0 or size > self.max_frame_bytes or self._end - self._start >= 4 + size
 
     def next_frame(self) -> memoryview | None:
         """The next complete frame (size prefix included), or None if more bytes are needed."""

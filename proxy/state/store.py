@@ -7,13 +7,14 @@ object, or no value at all for a tombstone. One partition gives every replica th
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -28,10 +29,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from ..errors import InternalFault
 from ..tenancy.guard import decisions_id
+from .admin_handles import AdminHandles
 from .client_logs import client_log as _client_log  # the clients' own logs, levelled once there
 from .client_logs import decision_log as _decider_log
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 DEFAULT_STATE_TOPIC = "__vcproxy_state"
@@ -106,6 +110,20 @@ class Assembler:
         return [r for _, _, records in left for _, r in sorted(records.items())]
 
 
+def _admin_call(method: Callable[Concatenate[StateStore, P], R]) -> Callable[Concatenate[StateStore, P], R]:
+    """A store call that makes an admin client: once it has returned (its frame gone), the client is
+    destroyed on this thread, and its broker connections closed with it."""
+
+    @functools.wraps(method)
+    def call(store: StateStore, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(store, *args, **kwargs)
+        finally:
+            store._admins.sweep()
+
+    return call
+
+
 class StateStoreError(InternalFault, OSError):
     """The state topic cannot be used; `retriable` is False for misconfiguration (retrying won't help).
 
@@ -170,6 +188,7 @@ class StateStore:
         self._decider_ready = False  # init_transactions succeeded: this replica holds the current epoch
         self._ends: Consumer | None = None  # asks the partition's last stable offset
         self._ends_lock = threading.Lock()
+        self._admins = AdminHandles(lambda: AdminClient(self._conf({})))
 
     # -- clients ---------------------------------------------------------------------------------
 
@@ -178,7 +197,9 @@ class StateStore:
         return {**_RECONNECT, **self.client_config, **settings, "logger": _client_log}
 
     def _admin(self) -> AdminClient:
-        return AdminClient(self._conf({}))  # its logs reach _client_log when polled (see _admin_call)
+        # Its logs reach _client_log when polled. Held until unused and destroyed on a caller's thread:
+        # see admin_handles.py for the abort that prevents.
+        return self._admins.new()
 
     def _consumer(self, settings: dict[str, Any] | None = None) -> Consumer:
         return Consumer(
@@ -228,9 +249,11 @@ class StateStore:
             ends, self._ends = self._ends, None
         if ends is not None:
             ends.close()
+        self._admins.sweep()
 
     # -- topic -----------------------------------------------------------------------------------
 
+    @_admin_call
     def exists(self, timeout: float = 30) -> bool:
         admin = self._admin()
         try:
@@ -240,6 +263,7 @@ class StateStore:
         finally:
             admin.poll(0)  # hand its queued logs to _client_log
 
+    @_admin_call
     def topic_names(self, timeout: float = 30) -> set[str]:
         """Every topic on the upstream cluster (for orphan detection)."""
         admin = self._admin()
@@ -250,6 +274,7 @@ class StateStore:
         finally:
             admin.poll(0)
 
+    @_admin_call
     def delete_topics(self, names: Sequence[str], timeout: float = 30) -> dict[str, str | None]:
         """Delete physical topics; name -> None when deleted, else the error."""
         if not names:
@@ -269,6 +294,7 @@ class StateStore:
         finally:
             admin.poll(0)
 
+    @_admin_call
     def ensure_topic(self, timeout: float = 30, create: bool = True, new_cluster: bool = False) -> None:
         """Create the topic if missing (1 partition, compacted) and `create`; refuse an existing one that
         is not. Remembers the topic id, so `check()` can tell a deleted and re-created topic. On a cluster
@@ -295,9 +321,20 @@ class StateStore:
                     )
                 self._create(admin, len(metadata.brokers), timeout)
             self._verify(admin, self._wait_for_leader(admin, timeout), timeout)
-            self.topic_id = self._topic_id(admin, timeout)
+            self.topic_id = self._known_topic_id(admin, timeout)
         finally:
             admin.poll(0)
+
+    def _known_topic_id(self, admin: AdminClient, timeout: float) -> str:
+        """The id of a topic known to exist. A broker whose metadata has not caught up with a topic just
+        created answers as if it did not: ask again until the deadline, or `check()` could not tell a
+        deleted and re-created topic later."""
+        deadline = time.monotonic() + timeout
+        while (topic_id := self._topic_id(admin, timeout)) is None:
+            if time.monotonic() >= deadline:
+                raise StateStoreError(f"state topic {self.topic} exists but no broker describes it after {timeout} s")
+            time.sleep(0.2)
+        return topic_id
 
     def _topic_id(self, admin: AdminClient, timeout: float) -> str | None:
         try:
@@ -313,6 +350,7 @@ class StateStore:
         except TimeoutError:  # a slow or loaded cluster: retried like an unreachable one, never fatal
             raise StateStoreError(f"describing state topic {self.topic} timed out after {timeout} s") from None
 
+    @_admin_call
     def check(self, timeout: float = 10) -> str | None:
         """Why the state topic cannot take changes now, or None. Never creates anything: a state topic
         that was deleted, re-created (another topic id) or reconfigured needs an operator."""
@@ -545,8 +583,9 @@ class StateStore:
         self._decider_ready = True
 
     def committed_end(self, timeout: float = 30) -> int:
-        """The partition's last stable offset (read_committed): every decision committed before this call
-        lies below it."""
+        """The partition's last stable offset (read_committed). A commit returns before the coordinator
+        has written its marker: only after `begin_deciding` (whose init waits for the previous transaction
+        to complete) does every decision committed before lie below it."""
         with self._ends_lock:
             if self._ends is None:
                 self._ends = self._consumer()

@@ -10,7 +10,7 @@ import pytest
 from proxy.process import ProxyProcess, proxy_config
 
 from ..gobuild import go_build
-from . import franz_go
+from . import librdkafka
 from .ports import free_port_block
 
 
@@ -36,8 +36,9 @@ def go_client(tmp_path_factory) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
-    """franz-go's suite three ways (test_franz_go_suite.py), as the table of docs/compatibility.md."""
-    table = config.stash.get(franz_go.REPORT_KEY, None)
+    """librdkafka's suite three ways (test_librdkafka_suite.py: `make compat`, one process), as the table of
+    docs/compatibility.md. franz-go's table is printed by tests/conftest.py, from report properties."""
+    table = config.stash.get(librdkafka.REPORT_KEY, None)
     if table:
-        terminalreporter.section("franz-go pkg/kgo " + franz_go.VERSION + ": direct, proxy, virtual cluster")
+        terminalreporter.section("librdkafka " + librdkafka.VERSION + " tests: direct, proxy, virtual cluster")
         terminalreporter.write_line(table)

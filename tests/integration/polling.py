@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from confluent_kafka import KafkaError, KafkaException
+
 T = TypeVar("T")
 
 
@@ -26,3 +28,16 @@ def seconds_until(condition: Callable[[], object], what: str, timeout: float = 1
     start = time.monotonic()
     until(condition, what, timeout, step)
     return time.monotonic() - start
+
+
+def once_known(call: Callable[[], T], timeout: float = 60.0) -> T:
+    """`call`'s result once no broker answers it UNKNOWN_TOPIC_OR_PART. A topic just created reaches each
+    broker's metadata in its own time, and a describe goes to whichever broker the client picks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)

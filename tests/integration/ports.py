@@ -2,18 +2,32 @@
 share a machine and an outgoing connection never holds a port a test is about to bind.
 
 The range also stays below the demo's Kafka (29092...) so that `make run` and a suite can run side by side.
-Ports are chosen at random so that two suites choosing at the same moment rarely pick the same ones.
+Ports are chosen at random so that two suites choosing at the same moment rarely pick the same ones. The workers
+of one suite (pytest-xdist) each choose in a slice of their own: a block one worker has chosen but not bound yet
+would look free to another.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from proxy.kafka.cluster import plan_nodes
 
-LOW, HIGH = 20000, 29000  # below the ephemeral range and the demo's Kafka ports
+
+def _slice(low: int, high: int, env: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """This pytest-xdist worker's share of [low, high): gw0 the first of PYTEST_XDIST_WORKER_COUNT slices."""
+    worker, count = env.get("PYTEST_XDIST_WORKER", ""), int(env.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    index, width = int(worker[2:]) % count, (high - low) // count
+    return low + index * width, low + (index + 1) * width
+
+
+# Below the ephemeral range and the demo's Kafka ports; this worker's slice of it.
+LOW, HIGH = _slice(20000, 29000)
 BROKER_SLOTS = 8  # a proxy on `base` also binds base+1+node_id for node ids up to this
 _given: set[int] = set()  # ports handed out in this session: a block chosen but not bound yet is not free
 

@@ -30,7 +30,7 @@ from proxy.tenancy.model import (
     vc_record,
 )
 
-from .polling import until
+from .polling import once_known, until
 from .ports import free_port_block
 
 PROPAGATION_LIMIT = 1.0  # seconds: the "see each other's changes within a second"
@@ -71,7 +71,7 @@ def _describe(cluster, topic: str) -> tuple[int, int, dict[str, str]]:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 5})
     meta = admin.list_topics(topic, timeout=10).topics[topic]
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(30)
+    configs = once_known(lambda: admin.describe_configs([resource])[resource].result(30))
     rf = len(meta.partitions[0].replicas)
     return len(meta.partitions), rf, {k: v.value for k, v in configs.items()}
 
@@ -268,7 +268,9 @@ def test_decisions_take_turns_commit_whole_and_are_followed_as_one(kafka_cluster
     one.begin_deciding()  # fenced before: initialises again, fencing the second
     with pytest.raises(Fenced):
         two.commit([vc_record("late")])
-    one.commit([client_record("c", "won")])
+    [last] = one.commit([client_record("c", "won")])
+    # As above: the commit returns before its marker is written, and replay reads up to the marker.
+    until(lambda: one.committed_end() == last + 2, "the last commit marker", 60)
 
     image = _replayed(kafka_cluster, topic)  # read_committed: nothing of the fenced decisions
     assert sorted(image.vcs) == ["won"] and image.principals == {"User:w": "won"} and image.client_ids

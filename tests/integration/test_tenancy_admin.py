@@ -29,7 +29,7 @@ from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
 
-from .polling import until
+from .polling import once_known, until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 from .test_fail_closed import metadata_barrier
@@ -130,7 +130,7 @@ def test_replicas_span_racks_and_a_rack_aware_consumer_reads_from_its_rack(kafka
     rack_of = {b.node_id: b.rack for b in kafka_cluster.brokers}
     assert sorted(rack_of.values()) == ["r1", "r2", "r3"]
     direct = physical_admin(kafka_cluster)  # must outlive its futures
-    described = direct.describe_topics(TopicCollection([physical]))[physical].result(30)
+    described = once_known(lambda: direct.describe_topics(TopicCollection([physical]))[physical].result(30))
     for partition in described.partitions:
         assert len({rack_of[r.id] for r in partition.replicas}) == 3, partition
 

@@ -155,3 +155,17 @@ def test_limits_before_login_are_small_and_change_after():
     d.set_limits(100 << 20, 1 << 20)
     d.receive_data(frame(b"w" * 2_000_000))
     assert len(drain(d)) == 1
+
+
+def test_bytes_after_a_big_frame_in_the_same_receive_are_kept():
+    # The TLS path: a stranger's frame larger than its 16 KiB buffer, then the next frame in one read. The
+    # decoder once looped forever here (the big frame's buffer was full and nothing took the rest).
+    d = FrameDecoder(512 * 1024, 16 * 1024, 16 * 1024)
+    stream = frame(b"x" * 20000) + frame(b"y") + frame(b"z")[:3]
+    d.receive_data(stream[:16384])
+    assert d.next_frame() is None
+    d.receive_data(stream[16384:])
+    assert d.buffered == 20004 + 5 + 3
+    assert bytes(d.next_frame()) == frame(b"x" * 20000)
+    assert bytes(d.next_frame()) == frame(b"y")
+    assert d.next_frame() is None and d.buffered == 3

@@ -3,7 +3,7 @@ subtest, and what counts as a difference from the direct run."""
 
 from __future__ import annotations
 
-from tests.integration.franz_go import Run, differences, outcomes, table
+from tests.integration.franz_go import REPORT_PROPERTY, Run, differences, outcomes, row_of, row_property, table
 
 OUTPUT = """=== RUN   TestTxnEtl
 === RUN   TestTxnEtl/range
@@ -49,3 +49,14 @@ def test_a_race_franz_go_names_is_known_by_its_line_and_a_second_run_says_why(tm
     again = Run("proxy", "TestGroupETL", "PASS", 30.0, note="run 2, after KIP-848 stale commit before KIP-1251")
     text = table({"TestGroupETL": {"proxy": again}}, ["proxy"])
     assert "| TestGroupETL | PASS 30.0 s (run 2, after KIP-848 stale commit before KIP-1251) |" in text
+
+
+def test_a_row_travels_as_plain_values_and_makes_the_same_table():
+    """pytest-xdist runs the suite in workers: a test's row reaches the summary as a report property of plain
+    values (execnet sends nothing else), and the table made of it is the table made of the runs."""
+    runs = {"direct": Run("direct", "T", "PASS", 2.0), "proxy": Run("proxy", "T", "PASS", 3.5, note="run 2, after x")}
+    name, value = row_property("T", runs)
+    assert name == REPORT_PROPERTY
+    assert value == ("T", {"direct": ("PASS", 2.0, ""), "proxy": ("PASS", 3.5, "run 2, after x")})
+    test, cells = row_of(value)
+    assert table({test: cells}, ["direct", "proxy"]) == table({"T": runs}, ["direct", "proxy"])

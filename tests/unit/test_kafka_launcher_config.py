@@ -16,9 +16,11 @@ import pytest
 
 from proxy.kafka import cli, dist
 from proxy.kafka.cluster import (
+    BROKER_JVM_ENV,
     BROKER_JVM_FLAGS,
     _cmdline,
     broker_argv,
+    broker_jvm_flags,
     check_ports_free,
     format_args,
     internal_topic_rf,
@@ -169,11 +171,24 @@ def test_format_args():
     assert format_args("abc", Path("/x"), "4.1.1", sasl=False)[-2:] == ["--feature", "share.version=1"]
 
 
-def test_broker_argv():
+def test_broker_argv(monkeypatch):
+    monkeypatch.delenv(BROKER_JVM_ENV, raising=False)
     argv = broker_argv("/usr/bin/java", Path("/libs"), Path("/d/n2"), "768m")
     assert argv[:3] == ["/usr/bin/java", "-Xms768m", "-Xmx768m"]
     assert set(BROKER_JVM_FLAGS) <= set(argv)
     assert argv[-4:] == ["-cp", "/libs/*", "kafka.Kafka", "/d/n2/server.properties"]
+
+
+def test_a_short_lived_brokers_jvm_is_lean_when_asked(monkeypatch):
+    """The suite's brokers (VCPROXY_KAFKA_BROKER_JVM=lean): C1 and the serial GC in place of the service flags;
+    one garbage collector only, or the JVM refuses to start."""
+    monkeypatch.setenv(BROKER_JVM_ENV, "lean")
+    argv = broker_argv("/usr/bin/java", Path("/libs"), Path("/d/n2"), "768m")
+    assert "-XX:TieredStopAtLevel=1" in argv and "-XX:+UseSerialGC" in argv
+    assert not [
+        flag for flag in argv if flag.startswith("-XX:+Use") and flag.endswith("GC") and flag != "-XX:+UseSerialGC"
+    ]
+    assert broker_jvm_flags({BROKER_JVM_ENV: "server"}) == BROKER_JVM_FLAGS
 
 
 def test_new_cluster_id():

@@ -1,0 +1,242 @@
+"""What the Trio shell costs per small Produce request: proxy CPU, system calls and context switches.
+
+Starts one proxy per (checkout, mode) in front of a running cluster, all at once, and drives each in
+turn with the same client: a librdkafka producer sending single ~3.3 KB records, one record per
+Produce request (`batch.num.messages=1`, `linger.ms=0`, a 1-partition topic), either one request at a
+time (`depth 1`: produce, flush) or with up to 5 in flight (`depth 5`). Around each run it reads the
+proxy's utime+stime (/proc/PID/stat) and voluntary + involuntary context switches (/proc/PID/status);
+the order of the proxies rotates every round, so the machine's load hits all alike; medians reported.
+With --strace, one more run per proxy and depth under `strace -c -f`, counting system calls only
+(strace inflates CPU: that run's CPU is not used).
+
+Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
+    PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
+        --checkout before=/path/to/main --checkout after=. --rounds 5 --requests 3000 --strace
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CLIENT_ID = "vcbench"
+TOPIC = "shellcost"
+RECORD = b"x" * 3300
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Proxy:
+    checkout: str
+    mode: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    runs: dict[int, list[tuple[float, float, float]]] = field(default_factory=dict)  # depth -> (µs, vol, invol)
+    syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.checkout}/{self.mode}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    def switches(self) -> tuple[int, int]:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        invol = int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        return vol, invol
+
+
+def start_proxy(work: Path, checkout: str, src: Path, mode: str, port: int, upstream: str) -> Proxy:
+    cfg: dict[str, object] = {
+        "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
+        "upstream": {"bootstrap_servers": [upstream]},
+        "logging": {"level": "INFO"},
+    }
+    if mode == "tenant":
+        cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": "bench", "client_ids": [CLIENT_ID]}]}
+    path = work / f"{checkout}-{mode}.json"
+    path.write_text(json.dumps(cfg))
+    log = (work / f"{checkout}-{mode}.log").open("wb")
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1")
+    argv = [sys.executable, "-m", "proxy", "serve", "--config", str(path)]
+    proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 1200
+    while b"proxy ready:" not in (work / f"{checkout}-{mode}.log").read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"{checkout}/{mode} did not start: see {work}/{checkout}-{mode}.log")
+        time.sleep(0.2)
+    return Proxy(checkout, mode, port, proc)
+
+
+def create_topic(proxy: Proxy) -> None:
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap, "client.id": CLIENT_ID})
+    for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+        with contextlib.suppress(Exception):  # already there (a rerun)
+            future.result(60)
+
+
+def producer(proxy: Proxy, depth: int) -> Producer:
+    p = Producer(
+        {
+            "bootstrap.servers": proxy.bootstrap,
+            "client.id": CLIENT_ID,
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "acks": 1,
+            "compression.type": "none",
+            "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": depth,
+        }
+    )
+    p.produce(TOPIC, RECORD)  # connect and learn the leader before anything is measured
+    p.flush(60)
+    return p
+
+
+def drive(p: Producer, depth: int, n: int) -> None:
+    failed: list[object] = []
+
+    def done(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    if depth == 1:
+        for _ in range(n):
+            p.produce(TOPIC, RECORD, on_delivery=done)
+            p.flush(60)
+    else:
+        for _ in range(n):
+            while True:
+                try:
+                    p.produce(TOPIC, RECORD, on_delivery=done)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            p.poll(0)
+        p.flush(60)
+    if failed:
+        raise SystemExit(f"{len(failed)} deliveries failed, e.g. {failed[0]}")
+
+
+def measure(proxy: Proxy, p: Producer, depth: int, n: int) -> tuple[float, float, float]:
+    cpu0, (v0, i0) = proxy.cpu(), proxy.switches()
+    drive(p, depth, n)
+    cpu1, (v1, i1) = proxy.cpu(), proxy.switches()
+    return (cpu1 - cpu0) * 1e6 / n, (v1 - v0) / n, (i1 - i0) / n
+
+
+def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tuple[float, dict[str, float]]:
+    out = work / f"strace-{proxy.checkout}-{proxy.mode}-{depth}.txt"
+    tracer = subprocess.Popen(["strace", "-c", "-f", "-p", str(proxy.proc.pid), "-o", str(out)], stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached (strace prints nothing on success)
+    drive(p, depth, n)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(60)
+    calls: dict[str, float] = {}
+    total = 0.0
+    for line in out.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+            calls[parts[-1]] = int(parts[3]) / n
+        elif parts and parts[-1] == "total":
+            total = int(parts[3]) / n
+    return total, calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--checkout", action="append", required=True, help="NAME=DIR, a source tree of vcproxy")
+    ap.add_argument("--modes", default="passthrough,tenant")
+    ap.add_argument("--depths", default="1,5")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--port", type=int, default=29600)
+    ap.add_argument("--strace", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    depths = [int(d) for d in args.depths.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="shell-cost-"))
+    proxies: list[Proxy] = []
+    try:
+        port = args.port
+        for spec in args.checkout:
+            name, _, src = spec.partition("=")
+            for mode in args.modes.split(","):
+                proxies.append(start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap))
+                port += 20
+        for proxy in proxies:
+            create_topic(proxy)
+        producers = {(x.name, d): producer(x, d) for x in proxies for d in depths}
+        for x in proxies:  # warm-up, unmeasured
+            for d in depths:
+                drive(producers[x.name, d], d, args.requests // 3)
+        for r in range(args.rounds):
+            order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
+            for x in order:
+                for d in depths:
+                    x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests))
+            print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
+        if args.strace:
+            for x in proxies:
+                for d in depths:
+                    x.syscalls[d] = strace_run(x, producers[x.name, d], d, args.requests, work)
+        report(proxies, depths, args)
+        producers.clear()  # closed before their proxies stop: no reconnect noise
+    finally:
+        for x in proxies:
+            x.proc.send_signal(signal.SIGTERM)
+        for x in proxies:
+            try:
+                x.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                x.proc.kill()
+        print(f"logs: {work}", file=sys.stderr)
+
+
+def report(proxies: list[Proxy], depths: list[int], args: argparse.Namespace) -> None:
+    print(f"{args.requests} Produce requests of ~3.4 KB per run, {args.rounds} rounds, medians (range)")
+    print(f"{'proxy':24} {'depth':>5} {'CPU µs/req':>22} {'vol cs/req':>10} {'invol cs/req':>12} {'syscalls/req':>12}")
+    out = []
+    for x in proxies:
+        for d in depths:
+            us = [r[0] for r in x.runs[d]]
+            vol = statistics.median(r[1] for r in x.runs[d])
+            invol = statistics.median(r[2] for r in x.runs[d])
+            sc = x.syscalls.get(d, (float("nan"), {}))[0]
+            cpu = f"{statistics.median(us):.0f} ({min(us):.0f}..{max(us):.0f})"
+            print(f"{x.name:24} {d:>5} {cpu:>22} {vol:>10.2f} {invol:>12.2f} {sc:>12.1f}")
+            out.append({"proxy": x.name, "depth": d, "cpu_us": us, "vol": vol, "invol": invol,
+                        "syscalls": x.syscalls.get(d)})  # fmt: skip
+    for x in proxies:
+        for d, (_total, calls) in x.syscalls.items():
+            top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+            print(f"  {x.name} depth {d}: {top}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
