@@ -198,8 +198,7 @@ FIRST = ("0118", "0081", "0113", "0033", "0045", "0102", "0103", "0098", "0090",
 
 # The CI subset (test_librdkafka_suite.py without VCPROXY_LIBRDKAFKA_ALL): two fast tests that cover auto-creation,
 # produce and consume on every partition (0012), offset commits and a consumer group with either protocol (0030).
-# Not 0001: it asserts that a client's create-produce-destroy cycle takes under a second of wall time, which a
-# loaded machine missed by 137 ms through a VC (1136 ms) after passing directly and through the proxy.
+# Not 0001: its one-second wall-clock assert (a warning since the runner gets CI=true) is all it adds to 0012.
 CI_TESTS = ("0012", "0030")
 
 # Client ids the tests set besides their own names (test.c gives each client its test's name): the VC way binds
@@ -383,6 +382,10 @@ def run(
     log = logdir / f"{test}.{protocol}.{slug}{'' if attempt == 1 else f'.{attempt}'}.log"
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("CI", "TESTS", "TEST_DEBUG")},
+        # As librdkafka's own CI runs them: its wall-clock asserts (CreateTopics within 50 ms, a client's
+        # create-produce-destroy under 1 s) warn instead of failing, its time limits get the CI margin.
+        # Time stays a result here: the check compares each way's time with the direct one.
+        "CI": "true",
         "TESTS": test,
         "RDKAFKA_TEST_CONF": str(conf),
         "TEST_KAFKA_VERSION": kafka_version,
