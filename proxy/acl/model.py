@@ -255,12 +255,16 @@ class AclFilter:
 
 @dataclass
 class AclSet:
-    """One VC's bindings, indexed so a check looks only at those that can match: literal ones by
-    (type, name), the wildcard with them, prefixed ones per type (scanned)."""
+    """One VC's bindings, indexed so a check looks only at those that can match (as Kafka's
+    StandardAuthorizer does, not a scan): literal ones by (type, name), the wildcard with them, prefixed
+    ones by (type, prefix), found by looking up the resource name cut at each prefix length in use. A
+    check costs a few dictionary lookups however many bindings the VC has."""
 
     by_type: dict[ResourceType, set[AclBinding]] = field(default_factory=dict)
     literal: dict[tuple[ResourceType, str], set[AclBinding]] = field(default_factory=dict)
-    prefixed: dict[ResourceType, set[AclBinding]] = field(default_factory=dict)
+    prefixed: dict[tuple[ResourceType, str], set[AclBinding]] = field(default_factory=dict)
+    # type -> {prefix length: how many prefixes of that length}, shortest first (at most 249 lengths)
+    prefix_lengths: dict[ResourceType, dict[int, int]] = field(default_factory=dict)
     version: int = 0  # bumped on every change: keys what was computed from the set
 
     def __len__(self) -> int:
@@ -275,7 +279,12 @@ class AclSet:
 
     def add(self, b: AclBinding) -> None:
         self.by_type.setdefault(b.resource_type, set()).add(b)
-        self._index(b).setdefault(self._slot(b), set()).add(b)
+        slot = self._index(b).setdefault(self._slot(b), set())
+        if b.pattern is PatternType.PREFIXED and not slot:  # a prefix new to the index: its length too
+            lengths = self.prefix_lengths.setdefault(b.resource_type, {})
+            lengths[len(b.name)] = lengths.get(len(b.name), 0) + 1
+            self.prefix_lengths[b.resource_type] = dict(sorted(lengths.items()))
+        slot.add(b)
         self.version += 1
 
     def discard(self, b: AclBinding) -> None:
@@ -286,23 +295,37 @@ class AclSet:
             bindings.discard(b)
             if not bindings:
                 del index[slot]  # type: ignore[arg-type]  # empty means none: the open fast path
+                if index is self.prefixed:
+                    self._forget_length(b.resource_type, len(b.name))
         self.version += 1
 
-    def _index(self, b: AclBinding) -> dict[Any, set[AclBinding]]:
-        return self.prefixed if b.pattern is PatternType.PREFIXED else self.literal  # type: ignore[return-value]
+    def _forget_length(self, rtype: ResourceType, length: int) -> None:
+        lengths = self.prefix_lengths[rtype]
+        lengths[length] -= 1
+        if not lengths[length]:
+            del lengths[length]
+            if not lengths:
+                del self.prefix_lengths[rtype]
+
+    def _index(self, b: AclBinding) -> dict[tuple[ResourceType, str], set[AclBinding]]:
+        return self.prefixed if b.pattern is PatternType.PREFIXED else self.literal
 
     @staticmethod
-    def _slot(b: AclBinding) -> Any:
-        return b.resource_type if b.pattern is PatternType.PREFIXED else (b.resource_type, b.name)
+    def _slot(b: AclBinding) -> tuple[ResourceType, str]:
+        return b.resource_type, b.name
 
     def candidates(self, rtype: ResourceType, name: str) -> Iterator[AclBinding]:
         """The bindings whose pattern matches this resource."""
         yield from self.literal.get((rtype, name), ())
         if name != WILDCARD:
             yield from self.literal.get((rtype, WILDCARD), ())
-        for b in self.prefixed.get(rtype, ()):
-            if name.startswith(b.name):
-                yield b
+        lengths = self.prefix_lengths.get(rtype)
+        if lengths:
+            prefixed = self.prefixed
+            for length in lengths:
+                if length > len(name):
+                    break  # shortest first: no longer prefix fits either
+                yield from prefixed.get((rtype, name[:length]), ())
 
     def matching(self, flt: AclFilter) -> list[AclBinding]:
         return sorted((b for b in self if flt.matches(b)), key=lambda b: b.key_parts())

@@ -485,9 +485,36 @@ def test_indexed_decisions_equal_kafkas_rules_read_plainly(bindings, removed, rt
         if b not in bindings:
             acls.discard(b)
     kept = [b for b in dict.fromkeys(bindings)]
+    matching = {
+        b
+        for b in kept
+        if b.resource_type is rtype and (name.startswith(b.name) if b.pattern is P.PREFIXED else b.name in (name, "*"))
+    }
+    assert sorted(acls.candidates(rtype, name), key=repr) == sorted(matching, key=repr)  # exactly, each once
     auth = Authorizer(acls, default)
     for who in (CAROL, Subject("User:dave", "10.0.0.8")):
         assert auth.allows(who, op, rtype, name) == _reference(kept, who, op, rtype, name, default)
+
+
+def test_prefixes_are_found_by_their_length_and_forgotten_with_their_last_binding():
+    acls = AclSet()
+    short = AclBinding(R.TOPIC, "ord", P.PREFIXED, "User:carol", "*", Op.READ, Perm.ALLOW)
+    long = AclBinding(R.TOPIC, "orders-", P.PREFIXED, "User:carol", "*", Op.WRITE, Perm.ALLOW)
+    other = dataclasses.replace(long, principal="User:dave")
+    for b in (short, long, other, *(dataclasses.replace(short, name=f"x{i}") for i in range(1000))):
+        acls.add(b)
+    assert set(acls.candidates(R.TOPIC, "orders-eu")) == {short, long, other}
+    assert set(acls.candidates(R.TOPIC, "ord")) == {short}  # a prefix matches the name itself
+    assert set(acls.candidates(R.GROUP, "orders-eu")) == set()
+    acls.discard(long)
+    assert set(acls.candidates(R.TOPIC, "orders-eu")) == {short, other}  # the prefix stays while one binds it
+    acls.discard(other)
+    acls.discard(short)
+    assert set(acls.candidates(R.TOPIC, "orders-eu")) == set()
+    assert set(acls.prefix_lengths[R.TOPIC]) == {2, 3, 4}  # only the x0..x999 lengths are left
+    for i in range(1000):
+        acls.discard(dataclasses.replace(short, name=f"x{i}"))
+    assert acls.prefix_lengths == {} and acls.prefixed == {} and not len(acls)
 
 
 # -- authorized operations on the cluster: as a broker reports them (issue 25, librdkafka's 0081_admin) ----
