@@ -48,6 +48,9 @@ class Translation:
     probe_ids: bool = False
     probed: set[uuid.UUID] = field(default_factory=set)
     keep_unlearned_ids: bool = False
+    # Ids of topics the VC no longer has that a fetch session still holds: answered as deleted topics under the
+    # client's own id (proxy/tenancy/fetch_deleted.py).
+    deleted_ids: set[uuid.UUID] = field(default_factory=set)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -133,7 +136,7 @@ class Translation:
     def virtual_topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
         if topic_id in self.fake_ids:
             return self.fake_ids[topic_id]
-        if topic_id == ZERO_UUID or topic_id in self.probed or self.owns_id(topic_id):
+        if topic_id == ZERO_UUID or topic_id in self.probed or topic_id in self.deleted_ids or self.owns_id(topic_id):
             return topic_id
         if self.keep_unlearned_ids and self.unlearned(topic_id):
             return topic_id
@@ -157,7 +160,13 @@ class Translation:
         if kind == "txn":
             return self.vc.virtual_txn(value) is not None
         if kind == "topic_id":
-            return value == ZERO_UUID or value in self.fake_ids or value in self.probed or self.owns_id(value)
+            return (
+                value == ZERO_UUID
+                or value in self.fake_ids
+                or value in self.probed
+                or value in self.deleted_ids
+                or self.owns_id(value)
+            )
         return False
 
     # -- free text ------------------------------------------------------------------------------
