@@ -109,3 +109,40 @@ def test_a_deleted_topic_by_name_loses_its_records_too():
     got, _ = answer(session, FETCH, 12, response(12, [(physical["team-a"], 0)]), cid=2)
     (partition,) = got.responses[0].partitions
     assert partition.error_code == ErrorCode.unknown_topic_or_partition and partition.records is None
+
+
+@pytest.mark.parametrize("version", [13, 18])
+def test_an_id_the_vc_does_not_own_stays_the_clients_own_in_later_answers_of_its_session(version):
+    """A fetch session keeps the placeholder a request sent for an id the VC does not own (a topic it deleted):
+    the broker answers it UNKNOWN_TOPIC_ID in every later response, and the client must see its own id there,
+    as a broker shows it the id it added."""
+    image, physical = make_image()
+    session = tenant_session(image)
+    image.apply(*link_record("team-a", "orders", None))
+    image.apply(*topic_record(physical["team-a"], None))
+    sent = forward(session, FETCH, version, fetch_topic(version, TOPIC_ID))
+    (placeholder,) = [t.topic_id for t in sent.topics]
+    assert placeholder != TOPIC_ID
+    for cid in (1, 2):  # the exchange that added it, then an incremental one that names nothing
+        if cid == 2:
+            forward(session, FETCH, version, fetch(version, SESSION, 1), cid=cid)
+        got, _ = answer(
+            session, FETCH, version, response(version, [(placeholder, ErrorCode.unknown_topic_id)]), cid=cid
+        )
+        assert [t.topic_id for t in got.responses] == [TOPIC_ID]
+        assert got.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
+    # Another VC's request for the same id goes as another placeholder, and never maps back to it.
+    other = forward(tenant_session(image, "User:team-b-user"), FETCH, version, fetch_topic(version, TOPIC_ID))
+    assert other.topics[0].topic_id not in (TOPIC_ID, placeholder)
+
+
+def fetch_topic(version: int, topic_id: uuid.UUID):
+    """A full fetch (a new session) of partition 3 of `topic_id`."""
+    from proxy.protocol.apis import request_type
+
+    cls = request_type(FETCH, version)
+    topic_cls = entities.item_type(cls, "topics")
+    part_cls = entities.item_type(topic_cls, "partitions")
+    partition = entities.build(part_cls, partition=3, fetch_offset=0, partition_max_bytes=1 << 20)
+    topic = entities.build(topic_cls, topic_id=topic_id, partitions=(partition,))
+    return entities.build(cls, replica_id=-1, session_id=0, session_epoch=0, topics=(topic,))
