@@ -24,42 +24,52 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..protocol import codec, entities, walker
-from ..protocol.primitives import read_int32, read_uvarint
+from ..protocol.primitives import INT32, encode_uvarint, read_int32, read_uvarint
 from ..protocol.splice import read_string
 from .translate import Translation
 
 
 def answer_deleted(cls: type, frame: memoryview | bytes, body_offset: int, tx: Translation) -> bytes | None:
     """`frame` (a Fetch response, size prefix included) with each topic entry `tx` may not show replaced by
-    a deleted topic's answer; None when there is none. Ids so answered are shown to the client as they are."""
+    a deleted topic's answer; None when there is none. Ids so answered are shown to the client as they are.
+
+    A client that names such a topic again in its session sent it as a placeholder (proxy/tenancy/placeholders.py)
+    that the broker's session then holds beside the id: a broker has the one entry the client added, so the
+    placeholder's entry goes."""
     flexible = cls.__flexible__  # type: ignore[attr-defined]
     topic_cls = entities.item_type(cls, "responses")
     by_id = "topic_id" in entities.field_names(topic_cls)
     skip = walker.entity_skipper(topic_cls)
-    offset, _ = walker.layout(cls, frame, body_offset).fields["responses"]
+    array, _ = walker.layout(cls, frame, body_offset).fields["responses"]
     if flexible:
-        count, offset = read_uvarint(frame, offset)
+        count, offset = read_uvarint(frame, array)
         count -= 1
     else:
-        count, offset = read_int32(frame, offset)
-    edits: list[tuple[int, int, bytes]] = []
+        count, offset = read_int32(frame, array)
+    entries: list[tuple[int, int, Any]] = []  # (start, end, topic id or name)
     for _ in range(max(count, 0)):
         start, offset = offset, skip(frame, offset)
         if by_id:
-            topic_id = uuid.UUID(bytes=bytes(frame[start : start + 16]))
-            if tx.visible("topic_id", topic_id):
-                continue
-            tx.deleted_ids.add(topic_id)
+            entries.append((start, offset, uuid.UUID(bytes=bytes(frame[start : start + 16]))))
         else:
-            name, _ = read_string(frame, start, flexible)
-            if tx.visible("topic", name):
-                continue
-        entry, _ = codec.decode(topic_cls, frame, start)
-        edits.append((start, offset, codec.encode(_deleted(entry))))
-    if not edits:
+            entries.append((start, offset, read_string(frame, start, flexible)[0]))
+    kind = "topic_id" if by_id else "topic"
+    deleted = {value for _, _, value in entries if not tx.visible(kind, value)}
+    if not deleted:
         return None
-    pieces: list[bytes] = []
-    position = 4
+    edits: list[tuple[int, int, bytes]] = []
+    for start, end, value in entries:
+        if value in deleted:
+            if by_id:
+                tx.deleted_ids.add(value)
+            entry, _ = codec.decode(topic_cls, frame, start)
+            edits.append((start, end, codec.encode(_deleted(entry))))
+        elif by_id and tx.sent_for(value) in deleted:
+            edits.append((start, end, b""))
+    kept = len(entries) - sum(1 for _, _, new in edits if not new)
+    counted = encode_uvarint(kept + 1) if flexible else INT32.pack(kept)
+    pieces: list[bytes] = [bytes(frame[4:array]), counted]
+    position = entries[0][0]
     for start, end, replacement in edits:
         pieces += [bytes(frame[position:start]), replacement]
         position = end

@@ -145,6 +145,12 @@ class Translation:
             return topic_id
         return ZERO_UUID
 
+    def sent_for(self, placeholder: uuid.UUID) -> uuid.UUID | None:
+        """The client's id a placeholder of this VC's stands for; None for any other id."""
+        if placeholder in self.fake_ids:
+            return self.fake_ids[placeholder]
+        return placeholders.PLACEHOLDERS.client_id(self.vc.id, placeholder)
+
     def unlearned(self, topic_id: uuid.UUID) -> bool:
         """An id the image knows as no one's topic (not another VC's either)."""
         return self.image.physical_for_id(topic_id) is None and topic_id not in self.new_ids

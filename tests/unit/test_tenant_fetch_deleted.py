@@ -3,6 +3,7 @@ franz-go's TestIssue434 ran in 1-5 s through a VC against 15 s directly)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -146,3 +147,27 @@ def fetch_topic(version: int, topic_id: uuid.UUID):
     partition = entities.build(part_cls, partition=3, fetch_offset=0, partition_max_bytes=1 << 20)
     topic = entities.build(topic_cls, topic_id=topic_id, partitions=(partition,))
     return entities.build(cls, replica_id=-1, session_id=0, session_epoch=0, topics=(topic,))
+
+
+@pytest.mark.parametrize("version", [13, 18])
+def test_a_deleted_topic_named_again_in_its_session_is_one_entry_as_at_a_broker(version):
+    """franz-go names a deleted topic's partition again in its session: through the VC it goes as a placeholder
+    that the broker's session holds beside the id (two entries for one partition: 'duplicate partition'). A
+    broker has the one entry, the session's, answered UNKNOWN_TOPIC_OR_PARTITION."""
+    image, physical = make_image()
+    session = tenant_session(image)
+    forward(session, FETCH, version, fetch(version, 0, 0))
+    answer(session, FETCH, version, response(version, []))
+    image.apply(*link_record("team-a", "orders", None))
+    image.apply(*topic_record(physical["team-a"], None))
+    again = fetch_topic(version, TOPIC_ID)
+    again = dataclasses.replace(again, session_id=SESSION, session_epoch=1)
+    (placeholder,) = [t.topic_id for t in forward(session, FETCH, version, again, cid=2).topics]
+    for cid in (2, 3):
+        if cid == 3:
+            forward(session, FETCH, version, fetch(version, SESSION, 2), cid=cid)
+        both = [(placeholder, ErrorCode.unknown_topic_id), (TOPIC_ID, ErrorCode.none)]
+        got, _ = answer(session, FETCH, version, response(version, both), cid=cid)
+        (entry,) = got.responses
+        assert entry.topic_id == TOPIC_ID
+        assert [p.error_code for p in entry.partitions] == [ErrorCode.unknown_topic_or_partition]
