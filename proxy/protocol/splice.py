@@ -26,7 +26,7 @@ Step = Callable[[Buf, int, Edits, Translate], int]
 Paths = frozenset[tuple[str, str]]  # {(path, kind)}
 
 
-def _read_string(buf: Buf, offset: int, flexible: bool) -> tuple[str | None, int]:
+def read_string(buf: Buf, offset: int, flexible: bool) -> tuple[str | None, int]:
     if flexible:
         length, offset = read_uvarint(buf, offset)
         length -= 1
@@ -49,7 +49,7 @@ def encode_string(value: str, flexible: bool) -> bytes:
 def _string_step(flexible: bool, kind: str) -> Step:
     def step(buf: Buf, offset: int, edits: Edits, fn: Translate) -> int:
         start = offset
-        value, offset = _read_string(buf, offset, flexible)
+        value, offset = read_string(buf, offset, flexible)
         if value is not None:
             new = fn(kind, value)
             if new != value:

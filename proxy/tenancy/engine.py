@@ -33,12 +33,14 @@ KindFn = Callable[["TenantEngine", "TenantCall", Any, bool], Any]
 class Handler:
     """An API's extra logic (proxy/tenancy/handlers.py), each part optional: `request` edits the decoded
     request (or raises LocalAnswer), `response` edits the decoded response before the generic
-    translation, `finish` after it, `spliced` reads a spliced response's fixed fields."""
+    translation, `finish` after it, `spliced` reads a spliced response's fixed fields, `unseen` re-encodes a
+    spliced response that names a topic the VC may not see (None: nothing to re-encode)."""
 
     request: Callable[[TenantEngine, TenantCall, Any], Any] | None = None
     response: Callable[[TenantEngine, TenantCall, Any], Any] | None = None
     finish: Callable[[TenantEngine, TenantCall, Any], Any] | None = None
     spliced: Callable[[TenantEngine, TenantCall, memoryview, int], None] | None = None
+    unseen: Callable[[TenantEngine, TenantCall, memoryview, int], bytes | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,12 +188,24 @@ class TenantEngine:
     def response_spliced(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> list[bytes | memoryview]:
         """A response carrying record batches: names rewritten in place, records never decoded."""
         rule = ex.rule
-        hook = self.registry.handlers[rule.handler].spliced if rule.handler else None
-        if hook is not None:  # facts at fixed offsets (fetch session ids), read without decoding
-            hook(self, ex, frame, body_offset)  # type: ignore[arg-type]
+        handler = self.registry.handlers[rule.handler] if rule.handler else None
+        if handler is not None and handler.spliced is not None:  # facts at fixed offsets (fetch session ids)
+            handler.spliced(self, ex, frame, body_offset)  # type: ignore[arg-type]
         cls = response_type(ex.api_key, ex.version)
         paths = frozenset(identifier_paths(cls))
-        return splice.rewrite_fields(cls, frame, body_offset, paths, lambda k, v: ex.tx.to_virtual(k, v))
+        unseen = handler.unseen if handler is not None else None
+        hidden = False
+
+        def translate(kind: str, value: Any) -> Any:
+            nonlocal hidden
+            if unseen is not None and kind in ("topic", "topic_id") and not ex.tx.visible(kind, value):
+                hidden = True
+            return ex.tx.to_virtual(kind, value)
+
+        pieces = splice.rewrite_fields(cls, frame, body_offset, paths, translate)
+        if hidden and (again := unseen(self, ex, frame, body_offset)) is not None:  # type: ignore[misc, arg-type]
+            pieces = splice.rewrite_fields(cls, memoryview(again), body_offset, paths, ex.tx.to_virtual)
+        return pieces
 
     def translate_response(self, ex: TenantCall, body: Any) -> Any:
         rule = ex.rule

@@ -27,6 +27,7 @@ from ..protocol.apikey import ApiKey
 from ..rules import tenant_rules
 from . import names
 from .engine import Handler, LocalAnswer, Registry, TenantCall, TenantEngine
+from .fetch_deleted import answer_deleted
 from .fetch_sessions import FETCH_SESSIONS, FIRST_SESSION_VERSION
 from .model import (
     TenancyError,
@@ -261,6 +262,11 @@ def fetch_spliced(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_
     if ex.version >= FIRST_SESSION_VERSION:
         # The broker now: the one the answer came from (a bootstrap connection knows it once connected).
         FETCH_SESSIONS.on_response(engine.vc.id, engine.broker(), ex.state.get("fetch_session"), frame[body_offset:])
+
+
+def fetch_unseen(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_offset: int) -> bytes | None:
+    """A session's topic the VC has deleted: answered as a broker answers a deleted topic (fetch_deleted.py)."""
+    return answer_deleted(_response_cls(ex), frame, body_offset, ex.tx)
 
 
 def replica_id_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
@@ -994,7 +1000,7 @@ def list_config_resources_response(engine: TenantEngine, ex: TenantCall, body: A
 
 HANDLERS: dict[str, Handler] = {
     "metadata": Handler(request=metadata_request, response=metadata_response, finish=metadata_finish),
-    "fetch": Handler(request=fetch_request, spliced=fetch_spliced),
+    "fetch": Handler(request=fetch_request, spliced=fetch_spliced, unseen=fetch_unseen),
     "replica_id": Handler(request=replica_id_request),
     "find_coordinator": Handler(request=find_coordinator_request, response=find_coordinator_response),
     "join_group": Handler(request=join_group_request, response=join_group_response),

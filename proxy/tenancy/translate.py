@@ -5,9 +5,9 @@ in (physical name -> the name the client used, substituted ids -> the ids the cl
 response says exactly what the client asked about.
 
 Unknown names and foreign ids never reach the broker as themselves: an unknown topic name becomes
-a fresh `UUID.name` that exists nowhere, a topic id the VC does not own becomes a fresh random id.
-The broker then answers UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID in the API's own response
-shape, and the proxy maps the placeholder back. Nothing of another tenant can be named or probed.
+a fresh `UUID.name` that exists nowhere, a topic id the VC does not own becomes a placeholder id
+(proxy/tenancy/placeholders.py). The broker then answers UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID in the
+API's own response shape, and the proxy maps the placeholder back. Nothing of another tenant can be named or probed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import placeholders
 from .model import TenancyImage, VirtualCluster
 from .names import DESCRIBED_INTERNAL
 
@@ -48,6 +49,9 @@ class Translation:
     probe_ids: bool = False
     probed: set[uuid.UUID] = field(default_factory=set)
     keep_unlearned_ids: bool = False
+    # Ids of topics the VC no longer has that a fetch session still holds: answered as deleted topics under the
+    # client's own id (proxy/tenancy/fetch_deleted.py).
+    deleted_ids: set[uuid.UUID] = field(default_factory=set)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -97,7 +101,7 @@ class Translation:
         elif self.probe_ids and self.unlearned(topic_id):
             self.probed.add(topic_id)  # the VC's ACLs are asked once the broker has named it
             return topic_id
-        fake = uuid.uuid4()
+        fake = placeholders.PLACEHOLDERS.of(self.vc.id, topic_id)
         self.fake_ids[fake] = topic_id
         return fake
 
@@ -133,11 +137,19 @@ class Translation:
     def virtual_topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
         if topic_id in self.fake_ids:
             return self.fake_ids[topic_id]
-        if topic_id == ZERO_UUID or topic_id in self.probed or self.owns_id(topic_id):
+        if (sent := placeholders.PLACEHOLDERS.client_id(self.vc.id, topic_id)) is not None:
+            return sent  # a placeholder an earlier request put in a fetch session
+        if topic_id == ZERO_UUID or topic_id in self.probed or topic_id in self.deleted_ids or self.owns_id(topic_id):
             return topic_id
         if self.keep_unlearned_ids and self.unlearned(topic_id):
             return topic_id
         return ZERO_UUID
+
+    def sent_for(self, placeholder: uuid.UUID) -> uuid.UUID | None:
+        """The client's id a placeholder of this VC's stands for; None for any other id."""
+        if placeholder in self.fake_ids:
+            return self.fake_ids[placeholder]
+        return placeholders.PLACEHOLDERS.client_id(self.vc.id, placeholder)
 
     def unlearned(self, topic_id: uuid.UUID) -> bool:
         """An id the image knows as no one's topic (not another VC's either)."""
@@ -157,7 +169,14 @@ class Translation:
         if kind == "txn":
             return self.vc.virtual_txn(value) is not None
         if kind == "topic_id":
-            return value == ZERO_UUID or value in self.fake_ids or value in self.probed or self.owns_id(value)
+            return (
+                value == ZERO_UUID
+                or value in self.fake_ids
+                or placeholders.PLACEHOLDERS.client_id(self.vc.id, value) is not None
+                or value in self.probed
+                or value in self.deleted_ids
+                or self.owns_id(value)
+            )
         return False
 
     # -- free text ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from kio.schema.add_offsets_to_txn.v4.request import AddOffsetsToTxnRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.end_txn.v4.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v13.request import FetchPartition, FetchRequest, FetchTopic
@@ -36,6 +37,7 @@ from proxy.process import ProxyProcess
 from proxy.protocol import codec
 
 from .hardening_attacks import coordinator, heartbeat, login
+from .polling import until
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import replayed, sasl_tenants_config
@@ -44,7 +46,7 @@ from .test_availability import warm_up
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 ROOT = Path(__file__).resolve().parents[2]
 PHYSICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-METADATA, CREATE_TOPICS, FETCH, HEARTBEAT = 3, 19, 1, 68
+METADATA, CREATE_TOPICS, DELETE_TOPICS, FETCH, HEARTBEAT = 3, 19, 20, 1, 68
 ATTACK = [sys.executable, "-m", "tests.integration.hardening_attacks"]
 
 
@@ -285,6 +287,73 @@ def test_a_foreign_fetch_session_is_not_found_like_a_random_one_and_full_fetches
     _, next_fetch = alice.request(FETCH, 13, 16, fetch(reopened.session_id, 1))
     assert next_fetch.error_code == 0 and next_fetch.session_id == reopened.session_id
     alice.close()
+
+
+def deleted_in_session(
+    client: RawClient, name: str, leader: RawClient, session: int, settled: frozenset[int] | None = None
+) -> tuple[Any, bytes]:
+    """Delete `name`, then fetch incrementally in `session` until its partition shows an error (one of `settled`,
+    if given): (entry, raw)."""
+    delete = DeleteTopicsRequest(
+        topics=(DeleteTopicState(name=name, topic_id=uuid.UUID(int=0)),), timeout=datetime.timedelta(seconds=30)
+    )
+    _, deleted = client.request(DELETE_TOPICS, 6, 70, delete)
+    assert int(deleted.responses[0].error_code) == 0, deleted
+    epoch, seen = 0, {}
+
+    def errored() -> bool:
+        nonlocal epoch
+        epoch += 1
+        leader.send_raw(RawClient.encode(FETCH, 13, 100 + epoch, fetch(session, epoch)))
+        raw = leader.read_frame()
+        _, body = RawClient.decode(FETCH, 13, raw)
+        assert body.error_code == 0 and body.session_id == session
+        entries = [
+            t
+            for t in body.responses
+            if any(int(p.error_code) and (settled is None or int(p.error_code) in settled) for p in t.partitions)
+        ]
+        if entries:
+            seen.update(entry=entries[0], raw=raw)
+        return bool(entries)
+
+    until(errored, f"an error for deleted topic {name} in fetch session {session}", timeout=60, step=0.1)
+    return seen["entry"], seen["raw"]
+
+
+def test_a_deleted_topic_still_in_a_fetch_session_is_answered_as_kafka_answers_it(proxy, kafka_cluster):
+    """Issue 25 (franz-go's TestIssue434 through a VC): the entry came back under the zero id with the records
+    of the physical topic the delete left (KIP-1134's unlink); the client dropped it at once."""
+    with physical_client(kafka_cluster) as direct:
+        name = f"fsd-{uuid.uuid4().hex[:6]}"
+        assert int(create_topics(direct, name)[name].error_code) == 0
+        topic, leader = ready_topic(direct, name)
+        with RawClient(leader, timeout=30) as fetcher:
+            _, opened = fetcher.request(FETCH, 13, 10, fetch(0, 0, topic.topic_id))
+            assert opened.error_code == 0 and opened.session_id != 0
+            # While the deletion reaches the leader it answers NOT_LEADER_OR_FOLLOWER for a moment; then, for as
+            # long as the session holds the partition, UNKNOWN_TOPIC_OR_PARTITION (KafkaApis.handleFetchRequest).
+            final = frozenset({int(ErrorCode.unknown_topic_or_partition), int(ErrorCode.unknown_topic_id)})
+            kafka, _ = deleted_in_session(direct, name, fetcher, opened.session_id, final)
+    assert kafka.topic_id == topic.topic_id
+
+    name = f"fsd-{uuid.uuid4().hex[:6]}"
+    with as_user(proxy, "alice") as alice:
+        ensure_topic(alice, name)
+        topic, leader = ready_topic(alice, name)
+        producer = Producer(client_conf(proxy, "alice", acks="all"))
+        producer.produce(name, b"alice-deleted-record")
+        assert producer.flush(30) == 0
+        with as_user(proxy, "alice", leader) as fetcher:
+            _, opened = fetcher.request(FETCH, 13, 10, fetch(0, 0, topic.topic_id))
+            assert b"alice-deleted-record" in bytes(opened.responses[0].partitions[0].records or b"")
+            ours, raw = deleted_in_session(alice, name, fetcher, opened.session_id)
+    # The client's own id, Kafka's error for it, and none of the records the physical topic still holds.
+    assert ours.topic_id == topic.topic_id
+    assert [(p.partition_index, p.error_code) for p in ours.partitions] == [
+        (p.partition_index, p.error_code) for p in kafka.partitions
+    ]
+    assert b"alice-deleted-record" not in raw
 
 
 # -- class 9: names ------------------------------------------------------------------------------------

@@ -27,7 +27,15 @@ from proxy.protocol.headers import response_body_offset
 from proxy.quotas.meter import Meters
 from proxy.quotas.model import FETCH, PRODUCE, entity
 from proxy.tenancy.engine import Policy
-from proxy.tenancy.model import TenancyImage, admin_record, link_record, principal_record, quota_record, vc_record
+from proxy.tenancy.model import (
+    TenancyImage,
+    admin_record,
+    link_record,
+    principal_record,
+    quota_record,
+    topic_record,
+    vc_record,
+)
 
 from .wire import request_frame, response_frame
 
@@ -51,6 +59,9 @@ class _Tenancy:
     refuse_unbound: bool = False
 
 
+ORDERS_ID = uuid.UUID("0b0b0b0b-1111-2222-3333-444444444444")
+
+
 def image(clock: Clock) -> TenancyImage:
     img = TenancyImage()
     img.quotas.meters = Meters(clock=clock)
@@ -62,6 +73,7 @@ def image(clock: Clock) -> TenancyImage:
         principal_record("User:bob", "team-b"),
         admin_record("team-a", "User:alice", True),
         link_record("team-a", "orders", "phys.orders"),
+        topic_record("phys.orders", ORDERS_ID),
     ):
         img.apply(*record)
     return img
@@ -157,7 +169,8 @@ def fetch_response(correlation_id: int) -> bytes:
         throttle_time=T0,
         error_code=ErrorCode.none,
         session_id=i32(9),
-        responses=(FetchableTopicResponse(topic_id=uuid.uuid4(), partitions=(partition,)),),
+        # the VC's topic: one it no longer has is answered without its records (proxy/tenancy/fetch_deleted.py)
+        responses=(FetchableTopicResponse(topic_id=ORDERS_ID, partitions=(partition,)),),
         node_endpoints=(),
     )
     return response_frame(1, 16, correlation_id, body)
