@@ -3,7 +3,7 @@ checked, authorized and turned into state records, sans-I/O. Refusals are per VC
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -11,10 +11,8 @@ from ..acl.model import Operation as Op
 from ..errors import Refusal
 from ..tenancy import settings
 from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, setting_delete, setting_record
+from ..tenancy.rights import Caller
 from . import schema as m
-
-if TYPE_CHECKING:
-    from .plane import Caller
 
 Record = tuple[str, dict[str, Any] | None]
 
