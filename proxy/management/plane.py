@@ -25,7 +25,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16
 
-from ..acl import plane as acl_plane
 from ..acl.model import (
     VC_OPERATIONS,
     AclBinding,
@@ -37,6 +36,7 @@ from ..acl.model import (
     acl_record,
 )
 from ..errors import Refusal
+from ..protocol import management as m
 from ..tenancy import limits, settings
 from ..tenancy.model import (
     KAFKA_CLUSTER,
@@ -56,7 +56,7 @@ from ..tenancy.model import (
     vc_record,
 )
 from ..tenancy.rights import ANONYMOUS, Caller, Rights, admin_bindings
-from . import schema as m
+from . import acl_plane
 from .inventory import Listing, groups_of, named, own_groups, own_txns, txns_of
 from .vc_settings import SettingsRefused, alter_settings
 
@@ -627,7 +627,7 @@ def _within(plan: _Plan, vc: str, what: str, table: dict[str, str | None]) -> No
 # -- VC-scoped ACLs for operators (Describe/Create/DeleteVirtualClusterAcls) ------------------------------
 # Kafka's ACL RPCs with the VC named in each item. A VC's ACLs are managed by those holding
 # ALTER_VIRTUAL_CLUSTER on it (DESCRIBE_VIRTUAL_CLUSTER to read them); the bindings are checked and
-# matched as Kafka's ACL APIs inside a VC check them (proxy/acl/plane.py). A prefixed VC pattern means
+# matched as Kafka's ACL APIs inside a VC check them (proxy/management/acl_plane.py). A prefixed VC pattern means
 # every VC, among those the caller may manage, whose name starts with it, as they are now (a VC made
 # later gets none). `kafka-cluster` (literal) names the cluster-wide ACLs: the rights over VCs and the
 # physical names its proxy-authenticated members may use, managed as Kafka manages ACLs (ALTER on the

@@ -9,10 +9,10 @@ from kio.schema.errors import ErrorCode
 
 from ..acl.model import Operation as Op
 from ..errors import Refusal
+from ..protocol import management as m
 from ..tenancy import settings
 from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, setting_delete, setting_record
 from ..tenancy.rights import Caller
-from . import schema as m
 
 Record = tuple[str, dict[str, Any] | None]
 

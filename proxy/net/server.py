@@ -17,11 +17,12 @@ import trio
 
 from ..auth import ANONYMOUS
 from ..auth.credentials import CredentialStore
+from ..auth.guard import LoginGuard
 from ..auth.sasl import Preauthenticated, SaslServer
 from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
 from ..config import ProxyConfig
 from ..core import apiversions
-from ..core.admission import ConnectionLimiter, LoginGuard
+from ..core.admission import ConnectionLimiter
 from ..core.endpoints import BrokerEndpoint, ListenerLayout, SniRouting, UnknownServerName
 from ..core.session import Authenticator, ProxySession
 from ..tenancy.engine import Policy
