@@ -23,9 +23,7 @@ from kio.schema.errors import ErrorCode
 from .acl import operations
 from .acl.access import Access, Listing, Need, need
 from .acl.model import Operation
-from .core import refusals
-from .management import schema as management
-from .protocol import codec
+from .protocol import codec, management, refusals
 from .protocol.apikey import ApiKey
 from .protocol.apis import request_type, response_type
 from .rules import ApiRule, EndpointRule, TenantRule, api_rules, endpoint_rules, tenant_rules

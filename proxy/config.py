@@ -29,6 +29,8 @@ from pydantic import (
 from .auth import SASL_MECHANISMS
 from .auth.credentials import MAX_ITERATIONS, MIN_ITERATIONS, CredentialError, ScramCredential
 from .errors import MalformedInput
+from .tenancy.policy import LIMIT_MINIMUMS
+from .tenancy.settings import SettingError, check_description, check_labels
 
 
 class ConfigError(MalformedInput):
@@ -374,11 +376,11 @@ class TopicPolicyConfig(_Strict):
     max.message.bytes <= 8 MiB... and no flush.*, preallocate, index or tiered-storage settings)."""
     allow_unlisted_configs: bool = False
     """Keys no rule names: settable (true) or refused with POLICY_VIOLATION (false, the default)."""
-    max_partitions_per_topic: int | None = Field(128, ge=1)
+    max_partitions_per_topic: int | None = Field(128, ge=LIMIT_MINIMUMS["max_partitions_per_topic"])
     """Partitions a topic may have (CreateTopics, CreatePartitions, Streams topics); null: no limit."""
-    max_topics: int | None = Field(500, ge=0)
+    max_topics: int | None = Field(500, ge=LIMIT_MINIMUMS["max_topics"])
     """Topics a VC may have, links included (CreateTopics, Metadata auto-creation, Streams); null: no limit."""
-    max_partitions: int | None = Field(5000, ge=0)
+    max_partitions: int | None = Field(5000, ge=LIMIT_MINIMUMS["max_partitions"])
     """Partitions a VC may have in all its topics; null: no limit."""
 
     @field_validator("configs")
@@ -462,8 +464,6 @@ class VirtualClusterSeedConfig(_Strict):
     @field_validator("description")
     @classmethod
     def _description(cls, description: str | None) -> str | None:
-        from .tenancy.settings import SettingError, check_description
-
         if description is None:
             return None
         try:
@@ -474,8 +474,6 @@ class VirtualClusterSeedConfig(_Strict):
     @field_validator("labels")
     @classmethod
     def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        from .tenancy.settings import SettingError, check_labels
-
         try:
             return check_labels(labels)
         except SettingError as exc:

@@ -33,3 +33,7 @@ class InternalFault(ProxyError):
 class CodecError(MalformedInput):
     """A body the proxy must rewrite could not be decoded or encoded (proxy/protocol/codec.py), or an entity
     could not be built (proxy/protocol/entities.py)."""
+
+
+class ProtocolViolation(MalformedInput):
+    """The client or the broker broke the protocol: close this one connection."""

@@ -3,7 +3,7 @@
 (docs/acls-operators.md). Also the requests the ACL migration of `vcproxy virtual-clusters alter` makes.
 
 Blocking and small: it builds the requests (pure functions, unit-tested), sends them over one
-connection (proxy/management/client.py) and prints what came back.
+connection (proxy/admin_client.py) and prints what came back.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from ..management import schema as m
-from ..management.client import ConfigProblem, ConnectError, Connection, login_from
+from ..admin_client import ConfigProblem, ConnectError, Connection, login_from
+from ..protocol import management as m
 from ..protocol.apikey import ApiKey
 from . import migrate as migrate_model
 from .model import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType

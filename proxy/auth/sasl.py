@@ -49,16 +49,16 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramMechanism
 from scramp.utils import ScramException
 
-from ..core.admission import LoginGuard
-from ..core.exchange import PasswordCheck, ProtocolViolation
-from ..core.stages.authenticate import SaslReply
-from ..observability.quoting import bare, shown
+from ..errors import ProtocolViolation
 from ..protocol import codec
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from ..protocol.headers import RequestHeader
+from ..quoting import bare, shown
 from . import SASL_MECHANISMS, SCRAM_MECHANISMS
 from .credentials import DEFAULT_ITERATIONS, CredentialStore, ScramCredential
+from .guard import LoginGuard
+from .replies import PasswordCheck, SaslReply
 from .sasl_messages import PRINCIPAL_CLAIM, Login, Refused, read_login, read_plain, read_scram_first
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..auth.replies import PasswordCheck
 from ..catalogue import ApiSpec, catalogue
-from ..errors import MalformedInput
 from ..protocol import codec
 from ..protocol.apis import ApiInfo, response_type
 from ..protocol.headers import RequestHeader, response_body_offset
@@ -21,24 +21,11 @@ from ..protocol.primitives import INT32
 from ..rules import EndpointRule
 
 
-class ProtocolViolation(MalformedInput):
-    """The client or the broker broke the protocol: close this one connection."""
-
-
 class Action(enum.Enum):
     FORWARD = "forward"  # send the request upstream; a response follows unless `pending` is None (acks=0)
     LOCAL = "local"  # answer with the exchange's `reply`, in request order
     CLOSE = "close"  # close the connection (what a broker does with a request it cannot parse)
     CHECK = "check"  # run `check.run` off the event loop (or await `work`), then `resume(result)` decides
-
-
-@dataclass(slots=True)
-class PasswordCheck:
-    """Work too slow for the event loop (a PLAIN key derivation): the shell runs `run` in a worker thread,
-    then `finish` with its result on the loop, which gives the reply."""
-
-    run: Callable[[], bool]
-    finish: Callable[[bool], Any]
 
 
 @dataclass(slots=True, eq=False)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..catalogue import catalogue
+from ..errors import ProtocolViolation
 from ..protocol import kip1313
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import ApiInfo, known_apis
@@ -37,7 +38,6 @@ from .exchange import (
     Exchange,
     PasswordCheck,
     Pending,
-    ProtocolViolation,
     RequestDecision,
     ResponseMessage,
     ResponseResult,

@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from ..acl import cli as acl_cli
-from . import schema as m
-from .client import ConfigProblem, ConnectError, Connection, login_from
+from ..admin_client import ConfigProblem, ConnectError, Connection, login_from
+from ..protocol import management as m
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 

@@ -17,7 +17,6 @@ operations on CLUSTER resources in `kafka-cluster`'s own ACLs, the config's supe
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +25,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16
 
-from ..acl import plane as acl_plane
 from ..acl.model import (
-    CLUSTER_NAME,
     VC_OPERATIONS,
     AclBinding,
     AclError,
@@ -39,6 +36,7 @@ from ..acl.model import (
     acl_record,
 )
 from ..errors import Refusal
+from ..protocol import management as m
 from ..tenancy import limits, settings
 from ..tenancy.model import (
     KAFKA_CLUSTER,
@@ -57,8 +55,8 @@ from ..tenancy.model import (
     vc_delete,
     vc_record,
 )
-from ..tenancy.rights import ANONYMOUS, Rights, admin_bindings
-from . import schema as m
+from ..tenancy.rights import ANONYMOUS, Caller, Rights, admin_bindings
+from . import acl_plane
 from .inventory import Listing, groups_of, named, own_groups, own_txns, txns_of
 from .vc_settings import SettingsRefused, alter_settings
 
@@ -68,48 +66,6 @@ Op = Operation
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PRINCIPAL = re.compile(r"^[^:\s]+:\S.*$")
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who asks, from where, and the rights over the image the request is decided on (`on`)."""
-
-    principal: str | None
-    super_admins: frozenset[str] = frozenset()
-    host: str = "*"
-    image: TenancyImage | None = None
-
-    def on(self, image: TenancyImage) -> Caller:
-        return self if self.image is image else dataclasses.replace(self, image=image)
-
-    @property
-    def rights(self) -> Rights:
-        return Rights(self.image if self.image is not None else TenancyImage(), self.super_admins)
-
-    @property
-    def super_admin(self) -> bool:
-        return self.principal is not None and self.principal in self.super_admins
-
-    def may(self, op: Operation, vc: str) -> bool:
-        return self.rights.may(self.principal, op, vc, self.host)
-
-    @property
-    def operator(self) -> bool:
-        """Holds ALTER_VIRTUAL_CLUSTER on kafka-cluster: may reach beyond one VC."""
-        return self.rights.cluster_operator(self.principal, self.host)
-
-    def acl_admin(self, op: Operation = Op.ALTER) -> bool:
-        """May manage kafka-cluster's own ACLs: Kafka's rule, ALTER (DESCRIBE to read) on the cluster."""
-        if self.super_admin:
-            return True
-        if self.principal is None or self.principal == ANONYMOUS:
-            return False
-        from ..tenancy.rights import decide
-
-        implied = {Op.DESCRIBE: frozenset({Op.ALTER})}  # as in Kafka: who may alter ACLs may read them
-        return decide(
-            self.rights.image.cluster_acls, self.principal, self.host, op, ResourceType.CLUSTER, [CLUSTER_NAME], implied
-        )
 
 
 def administered(image: TenancyImage, caller: Caller, op: Operation = Op.LIST_VIRTUAL_CLUSTERS) -> list[str]:
@@ -671,7 +627,7 @@ def _within(plan: _Plan, vc: str, what: str, table: dict[str, str | None]) -> No
 # -- VC-scoped ACLs for operators (Describe/Create/DeleteVirtualClusterAcls) ------------------------------
 # Kafka's ACL RPCs with the VC named in each item. A VC's ACLs are managed by those holding
 # ALTER_VIRTUAL_CLUSTER on it (DESCRIBE_VIRTUAL_CLUSTER to read them); the bindings are checked and
-# matched as Kafka's ACL APIs inside a VC check them (proxy/acl/plane.py). A prefixed VC pattern means
+# matched as Kafka's ACL APIs inside a VC check them (proxy/management/acl_plane.py). A prefixed VC pattern means
 # every VC, among those the caller may manage, whose name starts with it, as they are now (a VC made
 # later gets none). `kafka-cluster` (literal) names the cluster-wide ACLs: the rights over VCs and the
 # physical names its proxy-authenticated members may use, managed as Kafka manages ACLs (ALTER on the

@@ -31,6 +31,7 @@ from kio.schema.describe_user_scram_credentials.v0 import response as describe_v
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from .. import audit
 from ..acl.model import VC_OPERATIONS, Operation, Permission, ResourceType
 from ..auth.credentials import CredentialError
 from ..auth.users import (
@@ -42,8 +43,7 @@ from ..auth.users import (
     credential_from_salted,
     scram_record,
 )
-from ..observability import audit
-from ..observability.quoting import cut, shown
+from ..quoting import cut, shown
 from ..tenancy import limits
 from ..tenancy.model import TenancyImage, principal_record
 from . import plane

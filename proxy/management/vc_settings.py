@@ -3,18 +3,16 @@ checked, authorized and turned into state records, sans-I/O. Refusals are per VC
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..acl.model import Operation as Op
 from ..errors import Refusal
+from ..protocol import management as m
 from ..tenancy import settings
 from ..tenancy.model import KAFKA_CLUSTER, TenancyImage, setting_delete, setting_record
-from . import schema as m
-
-if TYPE_CHECKING:
-    from .plane import Caller
+from ..tenancy.rights import Caller
 
 Record = tuple[str, dict[str, Any] | None]
 

@@ -27,9 +27,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import trio
 
+from .. import audit
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
-from ..observability import audit
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
 from ..protocol.framing import FrameError

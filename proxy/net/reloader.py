@@ -1,31 +1,37 @@
 """The Trio task that reloads the configuration: polls the watched files' stamps, and reloads at once on
-SIGHUP. What to do with an edit is proxy/reload.py's decision; applying it is ProxyServer.reconfigure."""
+SIGHUP. What to do with an edit is proxy/reload.py's decision; applying it is the server's (`Reconfigurable`:
+ProxyServer.reconfigure), which this task knows by that interface alone."""
 
 from __future__ import annotations
 
 import logging
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from .. import reload
-from ..config import ConfigError, load_config
-
-if TYPE_CHECKING:
-    from ..config import ProxyConfig
-    from .server import ProxyServer
+from ..config import ConfigError, ProxyConfig, load_config
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 2.0  # a rotated certificate is in use for new handshakes within this (plus a file read)
 
 
+class Reconfigurable(Protocol):
+    """What a reload reads and applies: the running config, and the applying of an accepted decision."""
+
+    @property
+    def config(self) -> ProxyConfig: ...
+
+    def reconfigure(self, decision: reload.Decision) -> None: ...
+
+
 class Reloader:
     def __init__(
         self,
-        server: ProxyServer,
+        server: Reconfigurable,
         config_path: str | Path,
         poll_seconds: float = POLL_SECONDS,
         keep_log_level: bool = False,

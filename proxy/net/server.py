@@ -6,6 +6,7 @@ import contextvars
 import dataclasses
 import errno
 import logging
+import signal
 import ssl
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -16,11 +17,12 @@ import trio
 
 from ..auth import ANONYMOUS
 from ..auth.credentials import CredentialStore
+from ..auth.guard import LoginGuard
 from ..auth.sasl import Preauthenticated, SaslServer
 from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
 from ..config import ProxyConfig
 from ..core import apiversions
-from ..core.admission import ConnectionLimiter, LoginGuard
+from ..core.admission import ConnectionLimiter
 from ..core.endpoints import BrokerEndpoint, ListenerLayout, SniRouting, UnknownServerName
 from ..core.session import Authenticator, ProxySession
 from ..tenancy.engine import Policy
@@ -29,6 +31,7 @@ from ..tenancy.settings import VcSettings
 from . import upstream as up
 from .connection import ClientConnection, ConnectionLimits
 from .listings import UpstreamListings
+from .reloader import Reloader
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry, Telemetry
@@ -606,10 +609,6 @@ def _peer(stream: trio.SocketStream) -> str:
 async def serve(config: ProxyConfig, config_path: str | Path | None = None, log_level: str | None = None) -> None:
     """Run until SIGINT/SIGTERM, then drain; with `config_path`, reload it when it (or a file it names)
     changes, and on SIGHUP (`log_level`: the command line's, which a reload does not override)."""
-    import signal
-
-    from .reloader import Reloader
-
     server = ProxyServer(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:

@@ -13,13 +13,13 @@ import trio
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 
-from ..auth.upstream import SaslLogin, authenticate
 from ..core.endpoints import BrokerEndpoint
 from ..identity import CLIENT_ID
 from ..protocol import codec
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset
 from .frames import FrameReader
+from .upstream_auth import SaslLogin, authenticate
 
 if TYPE_CHECKING:
     from ..config import UpstreamConfig

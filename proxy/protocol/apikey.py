@@ -1,6 +1,6 @@
 """Every API key the proxy knows, by name: Kafka's (kio's schema index, plus the removed keys 4-7 and the
 keys kio has no schema for, which rewrite_rules/apis.yaml lists so that they are refused) and the proxy's own
-management RPCs (KIP-1134 and ours, 1134-1141: proxy/management/schema.py).
+management RPCs (KIP-1134 and ours, 1134-1141: proxy/protocol/management.py).
 
 An `IntEnum`, so a key read off the wire compares and hashes as its number. What the proxy knows about each
 API is its `ApiSpec` (proxy/catalogue.py); this module only names the keys, at the bottom of the layers.

@@ -2,7 +2,7 @@
 
 The version ranges come from kio, which is generated from Kafka's own JSON schemas: a version
 kio does not know is a version the proxy cannot parse, so it is never advertised (fail closed).
-The proxy's own APIs (the KIP-1134 management RPCs, proxy/management/schema.py) are listed beside
+The proxy's own APIs (the KIP-1134 management RPCs, proxy/protocol/management.py) are listed beside
 Kafka's, so that every layer parses, validates and refuses them like any other API.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 
-from ..management import schema as management
+from . import management
 from .apikey import ApiKey
 
 

@@ -38,6 +38,8 @@ VIRTUAL_CLUSTER = "virtual-cluster"
 USER = "user"
 CLIENT_ID = "client-id"
 ENTITY_TYPES = (CLIENT_ID, USER, VIRTUAL_CLUSTER)  # sorted: entities are kept in this order
+# DescribeClientQuotas' component match types (ComponentData.match_type), as Kafka numbers them.
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 PHYSICAL = "kafka-cluster"  # the KIP's name of the physical cluster: in the protocol, the global levels
 
 PRODUCE = "producer_byte_rate"  # bytes/s of Produce requests

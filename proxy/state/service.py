@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .. import audit
 from ..auth.users import seed_user_records
 from ..identity import CLIENT_ID
-from ..observability import audit
 from ..tenancy.guard import StateTopicGuard
 from ..tenancy.model import TenancyImage, vc_record
 from .seed import VirtualClusterSeed, seed_records

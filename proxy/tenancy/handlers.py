@@ -21,9 +21,9 @@ from kio.static.primitive import i8, i32
 
 from ..acl.model import ALL_CLUSTER_OPERATIONS
 from ..acl.operations import ALL_OPERATIONS_UNSET
-from ..observability.quoting import cut, shown
 from ..protocol import codec, entities
 from ..protocol.apikey import ApiKey
+from ..quoting import cut, shown
 from ..rules import tenant_rules
 from . import names
 from .engine import Handler, LocalAnswer, Registry, TenantCall, TenantEngine

@@ -124,6 +124,10 @@ KAFKA_TOPIC_CONFIGS = frozenset(
 )
 
 
+# The least each limit may be set to, in `tenancy.topic_policy` (proxy/config.py) and as a VC's setting.
+LIMIT_MINIMUMS = {"max_partitions_per_topic": 1, "max_topics": 0, "max_partitions": 0}
+
+
 @dataclass(frozen=True)
 class TopicPolicy:
     """One VC's topic policy. None for a limit: no limit."""

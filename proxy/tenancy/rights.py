@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..acl.model import (
+    CLUSTER_NAME,
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,
@@ -155,3 +158,43 @@ def decide(
         if not (name == KAFKA_CLUSTER and b.pattern is PatternType.PREFIXED)
     )
     return judge(candidates, principal, host, op, granting)[1]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks, from where, and the rights over the image the request is decided on (`on`)."""
+
+    principal: str | None
+    super_admins: frozenset[str] = frozenset()
+    host: str = "*"
+    image: TenancyImage | None = None
+
+    def on(self, image: TenancyImage) -> Caller:
+        return self if self.image is image else dataclasses.replace(self, image=image)
+
+    @property
+    def rights(self) -> Rights:
+        return Rights(self.image if self.image is not None else TenancyImage(), self.super_admins)
+
+    @property
+    def super_admin(self) -> bool:
+        return self.principal is not None and self.principal in self.super_admins
+
+    def may(self, op: Operation, vc: str) -> bool:
+        return self.rights.may(self.principal, op, vc, self.host)
+
+    @property
+    def operator(self) -> bool:
+        """Holds ALTER_VIRTUAL_CLUSTER on kafka-cluster: may reach beyond one VC."""
+        return self.rights.cluster_operator(self.principal, self.host)
+
+    def acl_admin(self, op: Operation = Op.ALTER) -> bool:
+        """May manage kafka-cluster's own ACLs: Kafka's rule, ALTER (DESCRIBE to read) on the cluster."""
+        if self.super_admin:
+            return True
+        if self.principal is None or self.principal == ANONYMOUS:
+            return False
+        implied = {Op.DESCRIBE: frozenset({Op.ALTER})}  # as in Kafka: who may alter ACLs may read them
+        return decide(
+            self.rights.image.cluster_acls, self.principal, self.host, op, ResourceType.CLUSTER, [CLUSTER_NAME], implied
+        )

@@ -18,15 +18,14 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from ..errors import Refusal
 from . import limits as state_limits
-from .policy import TopicPolicy
-
-if TYPE_CHECKING:
-    from ..config import TenancyConfig
-    from .model import TenancyImage
+from .model import TenancyImage
+from .policy import LIMIT_MINIMUMS, TopicPolicy
 
 DESCRIPTION = "description"
 LABELS = "labels"
@@ -42,6 +41,7 @@ MAX_LABELS = 64
 _LABEL_KEY = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9._/-]{0,62})$")
 _LABEL_VALUE = re.compile(r"^[a-zA-Z0-9._/-]{0,63}$")
 _BOOLS = {"true": True, "false": False}
+_LIMITS = {key: TypeAdapter(Annotated[int, Field(ge=minimum)]) for key, minimum in LIMIT_MINIMUMS.items()}
 
 
 class SettingError(Refusal, ValueError):
@@ -92,11 +92,8 @@ def _state_limit(key: str, text: str) -> int | float | None:
 
 
 def _limit(key: str, text: str) -> int | None:
-    """A topic policy limit, within the bounds `tenancy.topic_policy` has (proxy/config.py)."""
-    from pydantic import ValidationError
-
-    from ..config import TopicPolicyConfig
-
+    """A topic policy limit, within the bounds `tenancy.topic_policy` has (both read them from
+    proxy/tenancy/policy.py, and pydantic words the refusal alike)."""
     raw = text.strip().lower()
     if raw in ("null", "none"):
         return None
@@ -105,7 +102,7 @@ def _limit(key: str, text: str) -> int | None:
     except ValueError:
         raise SettingError(key, f"must be a whole number, or null for no limit (got {text!r})") from None
     try:
-        TopicPolicyConfig.model_validate({key: number})
+        _LIMITS[key].validate_python(number)
     except ValidationError as exc:
         raise SettingError(key, exc.errors()[0]["msg"]) from None
     return number
@@ -166,11 +163,21 @@ def seeded(seed: Any) -> dict[str, Any]:
     return out
 
 
+class StaticSettings(Protocol):
+    """What the static config says of a VC (config.TenancyConfig): the fallback of its stored settings."""
+
+    def allow_if_no_acl(self, vc: str) -> bool: ...
+
+    def delete_physical_topics_for(self, vc: str) -> bool: ...
+
+    def topic_policy_for(self, vc: str) -> TopicPolicy: ...
+
+
 class VcSettings:
     """The run-time lookups: a VC's stored setting first, then the static config's (its seed entry's,
     else the global key). Cheap enough per request; topic policies are built once per distinct value."""
 
-    def __init__(self, config: TenancyConfig, image: Callable[[], TenancyImage]):
+    def __init__(self, config: StaticSettings, image: Callable[[], TenancyImage]):
         self.config = config
         self.image = image
         self._policies: dict[tuple[str, tuple[tuple[str, Any], ...]], TopicPolicy] = {}

@@ -35,8 +35,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from ..observability.quoting import cut, shown
 from ..protocol import codec, entities
+from ..quoting import cut, shown
 from . import names
 from .engine import LocalAnswer, TenantCall, TenantEngine
 from .model import derived_topic_for, link_record, partitions_record

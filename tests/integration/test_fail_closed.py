@@ -399,7 +399,7 @@ def test_denied_apis_are_answered_by_the_proxy_and_change_nothing(kafka_cluster,
                 if tenant.is_advertised(key, version):
                     expected = codec.error_response_body(key, version, rule.error) or refusal_body(
                         key, version, rule.error, body, 0
-                    )  # per item where the response has no top-level error (proxy/core/refusals.py)
+                    )  # per item where the response has no top-level error (proxy/protocol/refusals.py)
                     assert expected is not None, f"{rule.api} v{version} is advertised but cannot carry its error"
                 else:
                     expected = expected_unadvertised(key, version)

@@ -30,9 +30,9 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from proxy.auth.credentials import make_entry
 from proxy.kafka.tools import run_tool
-from proxy.management import schema
 from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
+from proxy.protocol import management as schema
 from proxy.protocol.apikey import ApiKey
 
 from .hardening_attacks import login

@@ -44,10 +44,10 @@ from confluent_kafka.admin import (
 )
 
 from proxy import cli
+from proxy.admin_client import ConnectError, Connection, login_from
 from proxy.auth.credentials import make_entry
 from proxy.demo import java_client_properties
 from proxy.kafka.tools import run_tool
-from proxy.management.client import ConnectError, Connection, login_from
 from proxy.process import ProxyProcess, proxy_config
 
 from .polling import until

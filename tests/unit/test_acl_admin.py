@@ -15,9 +15,9 @@ from proxy.acl import migrate
 from proxy.acl.model import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType, acl_record
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession
-from proxy.management import schema as m
 from proxy.management.plane import Caller, advertised, handle
 from proxy.protocol import codec
+from proxy.protocol import management as m
 from proxy.protocol.apikey import ApiKey
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy

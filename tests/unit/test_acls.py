@@ -1,5 +1,5 @@
 """VC-scoped ACLs: Kafka's ACL semantics (proxy/acl/model.py), the ACL APIs answered in a VC
-(proxy/acl/plane.py), and enforcement through the sans-I/O session (proxy/acl/access.py and the
+(proxy/management/acl_plane.py), and enforcement through the sans-I/O session (proxy/acl/access.py and the
 authorization stage), with frames built by kio."""
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from proxy.auth.credentials import CredentialStore, make_entry
+from proxy.auth.guard import FailureBudget, LoginGuard
 from proxy.auth.sasl import SaslServer
-from proxy.core.admission import ConnectionLimiter, FailureBudget, LoginGuard
+from proxy.core.admission import ConnectionLimiter
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header

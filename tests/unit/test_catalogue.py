@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kio.schema.index import api_key_map
 
-from proxy.management import schema as management
+from proxy.protocol import management as management
 from proxy.protocol.apikey import ApiKey
 from proxy.rules import api_rules
 
@@ -112,7 +112,7 @@ LISTED = {"CreateTopics": 1}
 def test_each_spec_holds_what_the_stages_tables_held():
     from proxy.acl import operations
     from proxy.catalogue import catalogue, spec
-    from proxy.core import refusals
+    from proxy.protocol import refusals
 
     specs = catalogue()
     assert set(specs) == set(ApiKey)

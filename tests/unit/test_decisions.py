@@ -283,7 +283,7 @@ _RESPONSE = AlterUserScramCredentialsResponse
 
 def test_a_management_change_is_decided_again_against_the_image_of_the_moment():
     from proxy.core.session import Action
-    from proxy.management import schema as m
+    from proxy.protocol import management as m
 
     from .test_management_plane import _local_body, _session
     from .test_management_plane import image as plane_image

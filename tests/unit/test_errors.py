@@ -12,7 +12,7 @@ from proxy.errors import InternalFault, MalformedInput, ProxyError, Refusal
 
 # The tools (Kafka launcher, analytics, command-line clients) and control flow that is no error.
 NOT_RUNTIME = ("proxy.kafka", "proxy.analytics", "proxy.bench", "proxy.demo", "proxy.probe")
-TOOL_MODULES = ("cli", "client", "migrate", "__main__", "bench_results")
+TOOL_MODULES = ("cli", "client", "admin_client", "migrate", "__main__", "bench_results")
 NOT_ERRORS = {"LocalAnswer"}  # a tenancy handler's answer, raised to end the handler
 
 

@@ -10,9 +10,9 @@ from kio.static.primitive import i8
 
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession
-from proxy.management import schema as m
 from proxy.management.plane import Caller, advertised, handle
 from proxy.protocol import codec
+from proxy.protocol import management as m
 from proxy.protocol.apikey import ApiKey
 from proxy.protocol.apis import request_type
 from proxy.protocol.headers import response_body_offset

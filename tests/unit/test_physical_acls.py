@@ -1,11 +1,12 @@
-"""kafka-cluster's own ACLs for its proxy-authenticated members who are not super-admins (proxy/acl/physical.py)."""
+"""kafka-cluster's own ACLs for its proxy-authenticated members who are not super-admins
+(proxy/core/physical_acls.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from proxy.acl.model import AclBinding, AclSet, Operation, PatternType, Permission, ResourceType
-from proxy.acl.physical import PhysicalAuthorizer
+from proxy.core.physical_acls import PhysicalAuthorizer
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type
 from proxy.protocol.headers import parse_request_header

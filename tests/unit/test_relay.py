@@ -18,14 +18,14 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 
 from proxy.auth.credentials import CredentialStore, make_entry
+from proxy.auth.guard import SLOW_DOWN, LoginGuard
 from proxy.auth.sasl import SaslServer, oauth_subject, peek_user
 from proxy.config import ConfigError, parse_config
-from proxy.core.admission import SLOW_DOWN, LoginGuard
 from proxy.core.apiversions import with_table
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession, RequestDecision
-from proxy.management import schema as m
 from proxy.protocol import codec
+from proxy.protocol import management as m
 from proxy.protocol.apikey import ApiKey
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header, response_body_offset

@@ -10,7 +10,7 @@ from proxy.rules import api_rules, endpoint_rules
 
 
 def test_every_api_key_has_a_rule():
-    from proxy.management import schema
+    from proxy.protocol import management as schema
 
     assert sorted(api_rules()) == list(range(95)) + sorted(schema.REQUESTS)
     assert all(api_rules()[key].physical == "local" for key in schema.REQUESTS)

@@ -11,9 +11,9 @@ from scramp import ScramClient
 
 from proxy.auth.credentials import CredentialStore, make_entry
 from proxy.auth.sasl import Preauthenticated, SaslServer
-from proxy.auth.upstream import SaslClient, SaslLogin, UpstreamAuthError
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession, RequestDecision, SaslReply
+from proxy.net.upstream_auth import SaslClient, SaslLogin, UpstreamAuthError
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header, peek_request, response_body_offset
@@ -275,8 +275,8 @@ def test_upstream_client_reports_refusals(mechanism):
 
 
 def test_librdkafka_settings_mirror_the_upstream_config():
-    from proxy.auth.upstream import librdkafka_settings
     from proxy.config import parse_config
+    from proxy.net.upstream_auth import librdkafka_settings
 
     upstream = {
         "bootstrap_servers": ["k:9094"],
@@ -340,7 +340,7 @@ def test_a_login_with_a_huge_or_forging_name_makes_one_short_log_line(caplog):
 
 
 def test_principals_are_logged_as_ever_unless_they_could_forge_or_flood_a_line():
-    from proxy.observability.quoting import bare
+    from proxy.quoting import bare
 
     assert bare("User:alice") == "User:alice"
     assert bare("User:a\nb") == repr("User:a\nb")

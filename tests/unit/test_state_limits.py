@@ -11,17 +11,16 @@ from typing import Any
 import pytest
 from kio.schema.alter_client_quotas.v1.response import AlterClientQuotasResponse
 
-from proxy.acl import plane as acl_plane
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, Subject
 from proxy.config import ConfigError, parse_config
 from proxy.core.session import Action
-from proxy.management import plane, users
-from proxy.management import schema as m
+from proxy.management import acl_plane, plane, users
 from proxy.management.vc_settings import SettingsRefused, alter_settings
-from proxy.observability.quoting import cut, shown
 from proxy.protocol import entities
+from proxy.protocol import management as m
 from proxy.protocol.apis import request_type, response_type
 from proxy.quotas.model import PRODUCE
+from proxy.quoting import cut, shown
 from proxy.tenancy import limits, orphans
 from proxy.tenancy.model import (
     KAFKA_CLUSTER,

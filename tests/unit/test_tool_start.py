@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.management.client import ConnectError, Connection, Login
+from proxy.admin_client import ConnectError, Connection, Login
 from proxy.protocol import apis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +27,9 @@ _TOOL_START = textwrap.dedent(
     from proxy.cli import _without_test_tools, build_parser
     _without_test_tools()
     build_parser().parse_args(["virtual-clusters", "list", "--bootstrap-server", "h:1"])
-    from proxy.management import schema as m
+    from proxy.protocol import management as m
     from proxy.protocol.apikey import ApiKey
-    from proxy.management.client import Login, prepare
+    from proxy.admin_client import Login, prepare
     from proxy.protocol import codec
     from proxy.protocol.apis import api_info
     from proxy.protocol.headers import encode_request_header

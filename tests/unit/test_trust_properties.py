@@ -52,9 +52,9 @@ from proxy.acl.model import (
     acl_record,
 )
 from proxy.auth.users import credential_from_salted, scram_record
-from proxy.management import schema as m
 from proxy.management import users
 from proxy.management.plane import Caller, handle
+from proxy.protocol import management as m
 from proxy.tenancy.model import KAFKA_CLUSTER, TenancyImage, admin_record, link_record, principal_record, vc_record
 from proxy.tenancy.rights import ANONYMOUS, Rights, admin_bindings
 

@@ -10,10 +10,10 @@ import trio
 
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession
-from proxy.management import schema as m
 from proxy.management.inventory import Listing
 from proxy.management.plane import groups_to_purge, handle
 from proxy.protocol import codec
+from proxy.protocol import management as m
 from proxy.protocol.apikey import ApiKey
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy

@@ -13,9 +13,9 @@ from proxy.acl.model import AclBinding, Operation, PatternType, Permission, Reso
 from proxy.cli import build_parser
 from proxy.config import TenancyConfig
 from proxy.management import cli as vc_cli
-from proxy.management import schema as m
 from proxy.management.plane import Caller, handle
 from proxy.protocol import codec
+from proxy.protocol import management as m
 from proxy.state.backup import image_records, replay_records
 from proxy.state.seed import seed_records
 from proxy.tenancy import settings

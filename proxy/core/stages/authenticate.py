@@ -13,11 +13,13 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.guard import SLOW_DOWN
+from ...auth.replies import SaslReply
+from ...errors import ProtocolViolation
 from ...identity import CLIENT_ID
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
@@ -25,12 +27,9 @@ from ...protocol.apis import api_info, request_type, response_type
 from ...protocol.framing import frame as framed
 from ...protocol.headers import RequestHeader, encode_request_header, response_body_offset
 from ...protocol.primitives import MALFORMED
-from ..admission import SLOW_DOWN
 from ..exchange import (
     Action,
     Exchange,
-    PasswordCheck,
-    ProtocolViolation,
     RequestDecision,
     ResponseMessage,
     answer,
@@ -43,15 +42,6 @@ log = logging.getLogger(__name__)
 
 RELAY_HANDSHAKE_VERSION = 1
 _internal_correlation = itertools.count(0x7F000000)  # the proxy's own requests on relayed connections
-
-
-@dataclass(slots=True)
-class SaslReply:
-    body: bytes  # the response body (header added by the session)
-    close: bool = False  # failed authentication: close the connection once this is sent
-    check: PasswordCheck | None = None  # the reply is not known yet: run this first
-    slow: bool = False  # a failure from an address whose failure budget is spent: answer it slowly
-    relay: str | None = None  # no reply: relay this request, and the rest of the exchange, with this mechanism
 
 
 class Authenticator(Protocol):

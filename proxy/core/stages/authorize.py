@@ -18,11 +18,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...acl import plane as acl_plane
 from ...acl.access import Access
 from ...acl.model import AclSet, Authorizer, ResourceType, Subject
-from ...acl.physical import PhysicalAuthorizer
-from ...management import plane
+from ...management import acl_plane, plane
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.codec import CodecError
@@ -31,6 +29,7 @@ from ...tenancy import limits
 from ...tenancy.fields import identifier_paths
 from ...tenancy.model import KAFKA_CLUSTER
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refusal, refuse
+from ..physical_acls import PhysicalAuthorizer
 from .context import ConnectionState
 from .management import Caller, refuse_all
 
@@ -156,7 +155,7 @@ class AuthorizationStage:
         access = ex.access
         if access is None:
             return
-        if isinstance(access, tuple):  # a kafka-cluster member's request (proxy/acl/physical.py)
+        if isinstance(access, tuple):  # a kafka-cluster member's request (proxy/core/physical_acls.py)
             auth, verdict = access
             body = msg.entity()
             if verdict.fixes_response:

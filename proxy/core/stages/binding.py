@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from ...observability.quoting import bare, shown
+from ...quoting import bare, shown
 from ...tenancy.model import KAFKA_CLUSTER
 from ...tenancy.rights import Rights
 from ..exchange import Exchange, RequestDecision, close

@@ -12,11 +12,12 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import ProtocolViolation
 from ...protocol import kip1313
 from ...protocol.apikey import ApiKey
 from ...protocol.headers import parse_request_header, response_body_offset
 from ...protocol.primitives import MALFORMED
-from ..exchange import Exchange, ProtocolViolation, RequestDecision, ResponseMessage, refuse
+from ..exchange import Exchange, RequestDecision, ResponseMessage, refuse
 from .context import ConnectionState
 
 

@@ -14,9 +14,8 @@ from typing import Any, Protocol
 from kio.static.primitive import i16
 
 from ...management import plane
-from ...management import schema as management
 from ...management.inventory import Listing
-from ...protocol import codec
+from ...protocol import codec, management
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy.rights import Rights

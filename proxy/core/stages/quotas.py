@@ -15,7 +15,7 @@ quota book changes, so a request of a client without quotas costs an attribute c
   so clients back off by themselves too.
 
 DescribeClientQuotas and AlterClientQuotas from a principal in a VC are answered here, scoped to the VC
-(proxy/quotas/rpc.py); so are a cluster operator's that name the `virtual-cluster` entity type. Everything
+(proxy/management/quota_plane.py); so are a cluster operator's that name the `virtual-cluster` entity type. Everything
 else about quotas (a kafka-cluster member's own) goes to the broker as before.
 
 Who is a cluster operator (holds the right on `kafka-cluster`: may name the `virtual-cluster` entity
@@ -35,12 +35,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...management import quota_plane as rpc
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type, response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
-from ...quotas import rpc
 from ...quotas.model import FETCH, MUTATION, PRODUCE, REQUEST, Limit, Resolved
 from ...quotas.throttle import set_throttle
 from ...tenancy import limits

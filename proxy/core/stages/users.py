@@ -12,8 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ... import audit
 from ...management import users
-from ...observability import audit
 from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type

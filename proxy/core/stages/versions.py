@@ -8,8 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...management import schema as management
-from ...protocol import codec, kip1313
+from ...protocol import codec, kip1313, management
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import known_apis
 from ...rules import api_rules

@@ -15,11 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from ..protocol import entities
-from ..protocol.apikey import ApiKey
-from ..protocol.apis import response_type
-from ..tenancy.limits import MAX_ACLS, Room, count_refusal, record_size_refusal
-from .model import (
+from ..acl.model import (
     CLUSTER_NAME,
     AclBinding,
     AclError,
@@ -33,6 +29,10 @@ from .model import (
     Subject,
     acl_record,
 )
+from ..protocol import entities
+from ..protocol.apikey import ApiKey
+from ..protocol.apis import response_type
+from ..tenancy.limits import MAX_ACLS, Room, count_refusal, record_size_refusal
 
 Record = tuple[str, dict[str, Any] | None]
 

@@ -29,13 +29,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl.access import ERROR_OF_KIND, RESOURCE_OF_KIND, Listing, _fix, may_write_idempotently
+from ..acl.model import CLUSTER_NAME, AclSet, Operation, ResourceType
 from ..catalogue import spec
 from ..protocol import codec, splice
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type
 from ..tenancy.fields import apply_path, identifier_paths
-from .access import ERROR_OF_KIND, RESOURCE_OF_KIND, Listing, may_write_idempotently
-from .model import CLUSTER_NAME, AclSet, Operation, ResourceType
+from ..tenancy.rights import decide
 
 Op = Operation
 CONFIG_RESOURCE = {2: ResourceType.TOPIC, 32: ResourceType.GROUP}  # any other resource type: the cluster
@@ -61,8 +62,6 @@ class Verdict:
 
     def fix_response(self, body: Any, paths: tuple[tuple[str, str], ...]) -> Any:
         """Placeholders named back; their items get TOPIC_AUTHORIZATION_FAILED."""
-        from .access import _fix
-
         for path, kind in paths:
             if kind == "topic":
                 body = apply_path(body, path, lambda v: self.placeholders.get(v, v))
@@ -82,8 +81,6 @@ class PhysicalAuthorizer:
     topic_ids: dict[uuid.UUID, str] = field(default_factory=dict)  # ids this connection was shown
 
     def allows(self, op: Operation, rtype: ResourceType, name: str) -> bool:
-        from ..tenancy.rights import decide
-
         granted = {Op.DESCRIBE: {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER}, Op.DESCRIBE_CONFIGS: {Op.ALTER_CONFIGS}}
         return decide(
             self.acls, self.principal, self.host, op, rtype, (name,), {k: frozenset(v) for k, v in granted.items()}

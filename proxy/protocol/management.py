@@ -23,7 +23,7 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32
 
-from ..protocol.apikey import ApiKey
+from .apikey import ApiKey
 
 KEYS = (
     ApiKey.CREATE_VIRTUAL_CLUSTERS,

@@ -28,13 +28,23 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64, i32Timedelta
 
+from ..quotas import model
+from ..quotas.model import (
+    CLIENT_ID,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    MATCH_SPECIFIED,
+    PHYSICAL,
+    USER,
+    VIRTUAL_CLUSTER,
+    Entity,
+    QuotaBook,
+    QuotaError,
+)
 from ..tenancy import limits
-from . import model
-from .model import CLIENT_ID, PHYSICAL, USER, VIRTUAL_CLUSTER, Entity, QuotaBook, QuotaError
 
 MAX_ENTITIES = 1000  # per VC (and for the global levels) without a room: each is a state record on every replica
 
-MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 IP = "ip"
 _KAFKA_TYPES = (USER, CLIENT_ID, IP)  # ClientQuotaEntity's
 _KNOWN_TYPES = {*_KAFKA_TYPES, VIRTUAL_CLUSTER}

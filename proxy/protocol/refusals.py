@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import codec, entities
-from ..protocol.apikey import ApiKey
-from ..protocol.codec import CLUSTER_AUTHORIZATION_MESSAGE
+from . import codec, entities
+from .apikey import ApiKey
+from .codec import CLUSTER_AUTHORIZATION_MESSAGE
 
 Build = Callable[[Any, type, ErrorCode], Any]  # (request, response class, error) -> response
 

@@ -15,15 +15,15 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 from scramp.utils import ScramException
 
+from ..auth import SASL_MECHANISMS
 from ..errors import InternalFault
 from ..identity import CLIENT_ID
-from ..net.frames import FrameReader
 from ..protocol import codec
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type, response_type
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset, response_correlation_id
-from . import SASL_MECHANISMS
+from .frames import FrameReader
 
 if TYPE_CHECKING:
     from ..config import UpstreamConfig
