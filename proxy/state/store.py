@@ -457,7 +457,10 @@ class StateStore:
                 time.sleep(0.2)
 
     def replay(self, image: Applies, timeout: float = 30) -> int:
-        """Apply every record up to the end offset seen at the start; returns how many were applied."""
+        """Apply every record up to the end offset seen at the start; returns how many were applied.
+
+        `timeout` bounds the time without progress, not the whole replay: a large state topic on a busy
+        host (300,000 records take 5-6 s of CPU alone) must not time out and start over for ever."""
         deadline = time.monotonic() + timeout
         consumer = self._consumer()
         try:
@@ -469,7 +472,7 @@ class StateStore:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StateStoreError(
-                        f"replay of {self.topic} timed out at offset {position} of {high} after {timeout} s"
+                        f"replay of {self.topic} made no progress for {timeout} s at offset {position} of {high}"
                     )
                 msg = consumer.poll(min(remaining, 1.0))
                 if msg is None:
@@ -484,6 +487,7 @@ class StateStore:
                         log.warning("replay of %s: %s (retrying)", self.topic, err.str())
                     continue
                 position = msg.offset() + 1
+                deadline = time.monotonic() + timeout  # progress: the bound starts again
                 if msg.offset() >= high:
                     break  # written after we started: the follower applies it
                 if _apply(image, msg):
