@@ -122,26 +122,57 @@ class ResponseResult:
 class ResponseMessage:
     """A broker response on its way back through the stages. Stages that need the body decoded share
     one decode (`entity()`); edits that must come last (broker endpoints) wait in `post` until the
-    body is encoded once, in `materialize()`."""
+    body is encoded once, in `materialize()`. An edit that can splice the bytes or edit the entity
+    waits in `deferred`: if a stage decodes the body it becomes an entity edit (one decode, one
+    encode), else it splices the bytes as soon as they are read (or at the end)."""
 
-    __slots__ = ("_entity", "body_offset", "brokers", "ex", "full_broker_list", "pieces", "post", "writes")
+    __slots__ = (
+        "_entity",
+        "_pieces",
+        "body_offset",
+        "brokers",
+        "deferred",
+        "ex",
+        "full_broker_list",
+        "post",
+        "writes",
+    )
 
     def __init__(self, ex: Exchange, frame: memoryview):
         self.ex = ex
-        self.pieces: list[bytes | memoryview] = [frame]
+        self._pieces: list[bytes | memoryview] = [frame]
         self.body_offset = response_body_offset(frame, ex.response_header_version)
         self._entity: Any = None
         self.post: list[Callable[[Any], Any]] = []
+        # (splice the frame -> new pieces, the same edit on the entity)
+        self.deferred: list[tuple[Callable[[bytes | memoryview, int], list[bytes | memoryview]], Callable[[Any], Any]]]
+        self.deferred = []
         self.brokers: list[Any] = []
         self.full_broker_list = False
         self.writes: list[Any] = []
 
     @property
+    def pieces(self) -> list[bytes | memoryview]:
+        """The frame's pieces, size prefix first, with every deferred edit spliced in."""
+        while self.deferred:
+            splice, _ = self.deferred.pop(0)
+            self._pieces = splice(self._joined(), self.body_offset)
+        return self._pieces
+
+    @pieces.setter
+    def pieces(self, pieces: list[bytes | memoryview]) -> None:
+        self._pieces = pieces
+
+    def _joined(self) -> bytes | memoryview:
+        if len(self._pieces) > 1:
+            self._pieces = [join(self._pieces)]
+        return self._pieces[0]
+
+    @property
     def frame(self) -> bytes | memoryview:
         """The response as one buffer (pieces joined if an edit split it)."""
-        if len(self.pieces) > 1:
-            self.pieces = [b"".join(bytes(p) for p in self.pieces)]
-        return self.pieces[0]
+        self.pieces  # noqa: B018 (deferred splices first)
+        return self._joined()
 
     @property
     def decoded(self) -> bool:
@@ -150,8 +181,11 @@ class ResponseMessage:
 
     def entity(self) -> Any:
         if self._entity is None:
+            if self.deferred:  # decoded anyway: the deferred edits apply to the entity, once, at the end
+                self.post.extend(edit for _, edit in self.deferred)
+                self.deferred = []
             self._entity, _ = codec.decode(
-                response_type(self.ex.api_key, self.ex.api_version), self.frame, self.body_offset
+                response_type(self.ex.api_key, self.ex.api_version), self._joined(), self.body_offset
             )
         return self._entity
 
@@ -171,11 +205,20 @@ class ResponseMessage:
         for edit in self.post:
             entity = edit(entity)
         self.post = []
-        body = codec.encode(entity)
-        head = self.frame[4 : self.body_offset]
-        self.pieces = [INT32.pack(len(head) + len(body)), head, body]
+        self.pieces = with_body(self._joined(), self.body_offset, codec.encode(entity))
         self._entity = None
         return self.pieces
+
+
+def join(pieces: list[bytes | memoryview]) -> bytes:
+    """Frame pieces as one buffer (a copy: for a stage that must read the whole message)."""
+    return b"".join(bytes(p) for p in pieces)
+
+
+def with_body(frame: bytes | memoryview, body_offset: int, body: bytes) -> list[bytes | memoryview]:
+    """The frame rebuilt with a new body after the same header: size prefix, header, body."""
+    head = frame[4:body_offset]
+    return [INT32.pack(len(head) + len(body)), head, body]
 
 
 class Stage(Protocol):
