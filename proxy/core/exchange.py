@@ -15,9 +15,9 @@ from typing import Any, Protocol
 from ..catalogue import ApiSpec, catalogue
 from ..errors import MalformedInput
 from ..protocol import codec
-from ..protocol.apis import ApiInfo, response_type
+from ..protocol.apis import ApiInfo, request_type, response_type
+from ..protocol.framing import join, with_body
 from ..protocol.headers import RequestHeader, response_body_offset
-from ..protocol.primitives import INT32
 from ..rules import EndpointRule
 
 
@@ -75,10 +75,29 @@ class Exchange:
     # The proxy's own request on the client's connection (the relayed login's SaslHandshake): its answer is
     # given to this instead of the stages and never reaches the client; it returns a reason to close, or None.
     internal: Callable[[memoryview], str | None] | None = None
+    received_body: Any = None  # the request's body as received, once decoded (`received()`)
+    edited: Any = None  # the request's body as a stage changed it (`edit_request`), encoded once when forwarded
 
     def __post_init__(self) -> None:
         if self.spec is None:  # made outside the session's parse (the relayed login's own request)
             self.spec = catalogue().get(self.api_key)
+
+    def received(self) -> Any:
+        """The request's body as the client sent it (in the version sent upstream): decoded, and
+        validated, once, on first use, and shared by every stage that reads it."""
+        if self.received_body is None:
+            assert self.header is not None and self.frame is not None
+            cls = request_type(self.api_key, self.api_version)
+            self.received_body, _ = codec.decode(cls, self.frame, self.header.body_offset)
+        return self.received_body
+
+    def request(self) -> Any:
+        """The request's body as the stages before left it."""
+        return self.edited if self.edited is not None else self.received()
+
+    def edit_request(self, body: Any) -> None:
+        """Forward `body` instead: encoded once, when the request leaves the stages (the session)."""
+        self.edited = body
 
     @property
     def version_seen_by_client(self) -> int:
@@ -208,17 +227,6 @@ class ResponseMessage:
         self.pieces = with_body(self._joined(), self.body_offset, codec.encode(entity))
         self._entity = None
         return self.pieces
-
-
-def join(pieces: list[bytes | memoryview]) -> bytes:
-    """Frame pieces as one buffer (a copy: for a stage that must read the whole message)."""
-    return b"".join(bytes(p) for p in pieces)
-
-
-def with_body(frame: bytes | memoryview, body_offset: int, body: bytes) -> list[bytes | memoryview]:
-    """The frame rebuilt with a new body after the same header: size prefix, header, body."""
-    head = frame[4:body_offset]
-    return [INT32.pack(len(head) + len(body)), head, body]
 
 
 class Stage(Protocol):

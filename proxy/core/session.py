@@ -24,10 +24,11 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..catalogue import catalogue
-from ..protocol import kip1313
+from ..protocol import codec, kip1313
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
+from ..protocol.framing import with_body
 from ..protocol.headers import parse_request_header, peek_request, response_correlation_id
 from ..protocol.primitives import INT16, MALFORMED, read_int16, read_uvarint
 from . import apiversions
@@ -260,6 +261,9 @@ class ProxySession:
             return decision
         if ex.frame is not received:  # KIP-1313: the proxy sends the version before
             decision.frame = ex.frame
+        if ex.edited is not None:  # a stage changed the decoded request: encoded once, here
+            assert ex.pieces is None and ex.header is not None and ex.frame is not None
+            ex.pieces = with_body(ex.frame, ex.header.body_offset, codec.encode(ex.edited))
         if decision.pieces is None and ex.pieces is not None:
             decision.pieces = ex.pieces
         if ex.api_key == ApiKey.PRODUCE and _produce_acks(ex) == 0:

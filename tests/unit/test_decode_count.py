@@ -51,8 +51,6 @@ APIS = {
 TODAY: dict[tuple[str, ApiKey], dict[str, dict[str, int]]] = {
     ("tenant", ApiKey.FETCH): {"response": {"decode": 1, "validate": 1, "rebuild": 3}},
     ("kafka-cluster", ApiKey.PRODUCE): {"request": {"rebuild": 2}},
-    ("kafka-cluster", ApiKey.METADATA): {"request": {"decode": 2, "validate": 2, "rebuild": 1}},
-    ("kafka-cluster", ApiKey.DELETE_TOPICS): {"request": {"decode": 2, "validate": 2, "rebuild": 2}},
 }
 
 

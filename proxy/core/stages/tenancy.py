@@ -99,7 +99,7 @@ class TenancyStage:
         assert info is not None and header is not None and isinstance(ex.frame, memoryview)
         try:
             outcome = state_guard.check(
-                guard, self.ctx.principal, ex.api_key, ex.api_version, ex.frame, header.body_offset
+                guard, self.ctx.principal, ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.received
             )
         except (CodecError, ValueError, IndexError, KeyError) as exc:  # TruncatedError is a ValueError
             # Fails closed: the broker might accept what kio does not (e.g. an unknown tagged field).
@@ -119,18 +119,15 @@ class TenancyStage:
         if ex.api_key != ApiKey.DELETE_TOPICS:
             return None
         assert ex.info is not None and ex.header is not None and ex.frame is not None
-        # The request as the stages before left it (kafka-cluster's ACLs may have swapped refused topics).
-        request = b"".join(bytes(p) for p in ex.pieces) if ex.pieces is not None else ex.frame
-        offset = ex.header.body_offset
         try:
-            found = linked.check(self.tenancy.image, ex.api_version, request, offset)
+            # The request as the stages before left it (kafka-cluster's ACLs may have swapped refused topics).
+            found = linked.check(self.tenancy.image, ex.request())
         except (CodecError, *MALFORMED) as exc:
             return close(f"cannot check {ex.info.name} v{ex.api_version} for linked topics: {exc}")
         if found is None:
             return None
         body, ex.tenant = found
-        head = bytes(request[4:offset])
-        ex.pieces = [(len(head) + len(body)).to_bytes(4, "big"), head, body]
+        ex.edit_request(body)
         return None
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
