@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ..catalogue import ApiSpec, catalogue
 from ..errors import MalformedInput
-from ..protocol import codec
+from ..protocol import codec, splice
 from ..protocol.apis import ApiInfo, request_type, response_type
 from ..protocol.framing import join, with_body
 from ..protocol.headers import RequestHeader, response_body_offset
@@ -154,17 +154,19 @@ class ResponseMessage:
         "ex",
         "full_broker_list",
         "post",
+        "received",
         "writes",
     )
 
     def __init__(self, ex: Exchange, frame: memoryview):
         self.ex = ex
+        self.received = frame
         self._pieces: list[bytes | memoryview] = [frame]
         self.body_offset = response_body_offset(frame, ex.response_header_version)
         self._entity: Any = None
         self.post: list[Callable[[Any], Any]] = []
-        # (splice the frame -> new pieces, the same edit on the entity)
-        self.deferred: list[tuple[Callable[[bytes | memoryview, int], list[bytes | memoryview]], Callable[[Any], Any]]]
+        # (the frame -> its splice edits, the same edit on the entity or None when it has none)
+        self.deferred: list[tuple[Callable[[bytes | memoryview, int], splice.Edits], Callable[[Any], Any] | None]]
         self.deferred = []
         self.brokers: list[Any] = []
         self.full_broker_list = False
@@ -172,10 +174,17 @@ class ResponseMessage:
 
     @property
     def pieces(self) -> list[bytes | memoryview]:
-        """The frame's pieces, size prefix first, with every deferred edit spliced in."""
-        while self.deferred:
-            splice, _ = self.deferred.pop(0)
-            self._pieces = splice(self._joined(), self.body_offset)
+        """The frame's pieces, size prefix first, with every deferred edit spliced in: in one pass over
+        the frame as received (the stages' edits are of different fields), else one after another."""
+        if self.deferred:
+            edits, self.deferred = self.deferred, []
+            if len(self._pieces) == 1 and self._pieces[0] is self.received:
+                plan = sorted(e for find, _ in edits for e in find(self.received, self.body_offset))
+                self._pieces = splice.apply(self.received, plan)
+            else:
+                for find, _ in edits:
+                    frame = self._joined()
+                    self._pieces = splice.apply(frame, find(frame, self.body_offset))
         return self._pieces
 
     @pieces.setter
@@ -186,6 +195,10 @@ class ResponseMessage:
         if len(self._pieces) > 1:
             self._pieces = [join(self._pieces)]
         return self._pieces[0]
+
+    def unedited(self) -> bytes | memoryview:
+        """The response before the deferred edits (as received, unless a stage replaced it)."""
+        return self._joined()
 
     @property
     def frame(self) -> bytes | memoryview:
@@ -200,9 +213,11 @@ class ResponseMessage:
 
     def entity(self) -> Any:
         if self._entity is None:
-            if self.deferred:  # decoded anyway: the deferred edits apply to the entity, once, at the end
-                self.post.extend(edit for _, edit in self.deferred)
+            if self.deferred and all(edit is not None for _, edit in self.deferred):
+                # Decoded anyway: the deferred edits apply to the entity, once, at the end.
+                self.post.extend(edit for _, edit in self.deferred)  # type: ignore[misc]
                 self.deferred = []
+            self.pieces  # noqa: B018 (edits with no entity form are spliced first)
             self._entity, _ = codec.decode(
                 response_type(self.ex.api_key, self.ex.api_version), self._joined(), self.body_offset
             )

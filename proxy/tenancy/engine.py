@@ -183,15 +183,18 @@ class TenantEngine:
     def splices_response(self, ex: TenantCall) -> bool:
         return "response" in ex.rule.splice
 
-    def response_spliced(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> list[bytes | memoryview]:
-        """A response carrying record batches: names rewritten in place, records never decoded."""
+    def response_facts(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> None:
+        """A spliced response's facts at fixed offsets (fetch session ids), read without decoding."""
         rule = ex.rule
         hook = self.registry.handlers[rule.handler].spliced if rule.handler else None
-        if hook is not None:  # facts at fixed offsets (fetch session ids), read without decoding
+        if hook is not None:
             hook(self, ex, frame, body_offset)  # type: ignore[arg-type]
+
+    def response_edits(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> splice.Edits:
+        """A spliced response's names, to the client's terms: edits for the response's one splice."""
         cls = response_type(ex.api_key, ex.version)
         paths = frozenset(identifier_paths(cls))
-        return splice.rewrite_fields(cls, frame, body_offset, paths, lambda k, v: ex.tx.to_virtual(k, v))
+        return splice.edits_for(cls, frame, body_offset, paths, lambda k, v: ex.tx.to_virtual(k, v))  # type: ignore[arg-type]
 
     def translate_response(self, ex: TenantCall, body: Any) -> Any:
         rule = ex.rule

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from ...protocol.apikey import ApiKey
-from ...rules import EndpointRule
 from ..endpoints import BrokerEndpoint, EndpointRewriter, rules_for
 from ..exchange import Exchange, RequestDecision, ResponseMessage
 
@@ -32,13 +31,12 @@ class EndpointStage:
             return self.rewriter.rewrite_entity(rule, body, seen)
 
         if rule.mode == "splice":  # spliced unless another stage decodes the body anyway (then edited there)
-            msg.deferred.append((lambda frame, offset: self._splice(ex, rule, frame, offset, seen), entity_edit))
+            api_key, version = ex.api_key, ex.api_version
+            msg.deferred.append(
+                (
+                    lambda frame, offset: self.rewriter.splice_edits(rule, api_key, version, frame, offset, seen),
+                    entity_edit,
+                )
+            )
             return
         msg.post.append(entity_edit)
-
-    def _splice(
-        self, ex: Exchange, rule: EndpointRule, frame: Any, offset: int, seen: list[BrokerEndpoint]
-    ) -> list[bytes | memoryview]:
-        pieces, found = self.rewriter.rewrite_body(rule, ex.api_key, ex.api_version, frame, offset)
-        seen.extend(found)
-        return pieces

@@ -144,8 +144,9 @@ class TenancyStage:
         assert engine is not None
         if call.rule.action == "pass":
             return
-        if engine.splices_response(call):
-            msg.replace(engine.response_spliced(call, msg.frame, msg.body_offset))
+        if engine.splices_response(call):  # names spliced with any other stage's edits, in one pass
+            engine.response_facts(call, msg.unedited(), msg.body_offset)
+            msg.deferred.append((lambda frame, offset: engine.response_edits(call, frame, offset), None))
         else:
             msg.set_entity(engine.translate_response(call, msg.entity()))
         msg.writes.extend(call.writes)
