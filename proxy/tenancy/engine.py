@@ -17,6 +17,7 @@ from typing import Any
 
 from ..protocol import codec, splice, walker
 from ..protocol.apis import request_type, response_type
+from ..protocol.framing import with_body
 from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
 from .model import TenancyImage, VirtualCluster
@@ -140,10 +141,17 @@ class TenantEngine:
     # -- requests ---------------------------------------------------------------------------------
 
     def request(
-        self, api_key: int, version: int, frame: memoryview | bytes, body_offset: int, access: Any = None
+        self,
+        api_key: int,
+        version: int,
+        frame: memoryview | bytes,
+        body_offset: int,
+        access: Any = None,
+        decoded: Callable[[], Any] | None = None,
     ) -> tuple[TenantCall, Any]:
         """Returns the call and either new frame pieces (forward) or a response entity (answer).
-        `access` (proxy/acl/access.py) is asked about each name translated: the VC's ACLs."""
+        `access` (proxy/acl/access.py) is asked about each name translated: the VC's ACLs. `decoded`:
+        the request's body decoded (the exchange's one decode), else decoded here."""
         rule = tenant_rules()[api_key]
         ex = TenantCall(api_key, version, rule, Translation(self.vc, self.image, access=access))
         if rule.action == "pass":
@@ -155,7 +163,7 @@ class TenantEngine:
             # newer broker might read as a name to translate) is refused, as a decode refuses it (docs/security.md).
             walker.validate(cls, frame, body_offset)
             return ex, splice.rewrite_fields(cls, frame, body_offset, frozenset(paths), self._to_physical(ex))
-        body, _ = codec.decode(cls, frame, body_offset)
+        body = decoded() if decoded is not None else codec.decode(cls, frame, body_offset)[0]
         hook = self.registry.handlers[rule.handler].request if rule.handler else None
         try:
             if hook is not None:
@@ -164,9 +172,7 @@ class TenantEngine:
                 body = self._translate(body, path, kind, ex, to_physical=True)
         except LocalAnswer as answer:
             return ex, answer.response
-        new_body = codec.encode(body)
-        head = frame[4:body_offset]
-        return ex, [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
+        return ex, with_body(frame, body_offset, codec.encode(body))
 
     def _to_physical(self, ex: TenantCall) -> Callable[[str, Any], Any]:
         return lambda kind, value: ex.tx.to_physical(kind, value)

@@ -57,7 +57,7 @@ class TenancyStage:
             error = (rule.error if rule is not None else 0) or ErrorCode.cluster_authorization_failed
             return refuse(ex, error, f"{info.name} in virtual cluster {engine.vc.name}")
         try:
-            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access)
+            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access, ex.received)
         except (CodecError, TenancyError, KeyError, *MALFORMED) as exc:
             return close(f"cannot translate {info.name} v{ex.api_version}: {exc}")
         ex.tenant = call
@@ -84,7 +84,7 @@ class TenancyStage:
         assert ex.header is not None and ex.frame is not None
         if self.tenancy.image.vcs.get(engine.vc.name) is not engine.vc:
             return refusal(ex, ErrorCode.cluster_authorization_failed) or b"", []
-        call, out = engine.request(ex.api_key, ex.api_version, ex.frame, ex.header.body_offset, ex.access)
+        call, out = engine.request(ex.api_key, ex.api_version, ex.frame, ex.header.body_offset, ex.access, ex.received)
         if isinstance(out, list):
             return refusal(ex, ErrorCode.unknown_topic_or_partition) or b"", []
         return codec.encode(out), list(call.writes)
