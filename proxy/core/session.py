@@ -262,8 +262,11 @@ class ProxySession:
         if ex.frame is not received:  # KIP-1313: the proxy sends the version before
             decision.frame = ex.frame
         if ex.edited is not None:  # a stage changed the decoded request: encoded once, here
-            assert ex.pieces is None and ex.header is not None and ex.frame is not None
-            ex.pieces = with_body(ex.frame, ex.header.body_offset, codec.encode(ex.edited))
+            assert ex.pieces is None and ex.header is not None and ex.frame is not None and ex.info is not None
+            try:
+                ex.pieces = with_body(ex.frame, ex.header.body_offset, codec.encode(ex.edited))
+            except CodecError as exc:  # e.g. a name made too long to send
+                return close(f"cannot forward {ex.info.name} v{ex.api_version}: {exc}")
         if decision.pieces is None and ex.pieces is not None:
             decision.pieces = ex.pieces
         if ex.api_key == ApiKey.PRODUCE and _produce_acks(ex) == 0:
