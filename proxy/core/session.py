@@ -13,7 +13,10 @@ login's SaslHandshake); they queue in `in_flight` like any other, and their answ
 forwarded request is sent as the same bytes (a memoryview into the receive buffer) unless a stage
 rewrote it. Responses are matched to their request by order and correlation id
 (Kafka answers in order per connection) and pass back through the stages the request passed, in
-reverse order; a body that any stage decodes is decoded and encoded once.
+reverse order. Each message is decoded at most once: a request's body on the exchange (`Exchange.received`,
+on first use), encoded once here if a stage edited it (`edit_request`); a response's in `ResponseMessage`,
+whose stages' splice edits are made in one pass over the frame (or, once it is decoded anyway, on the
+entity) and encoded once (tests/unit/test_decode_count.py counts them).
 """
 
 from __future__ import annotations
