@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Refusal
-from ..protocol import codec, entities, walker
+from ..protocol import codec, entities, splice, walker
 from ..protocol.apis import response_type
-from ..protocol.primitives import INT32, encode_uvarint, read_uvarint
+from ..protocol.framing import with_body
+from ..protocol.primitives import encode_uvarint, read_uvarint
 from ..rules import EndpointRule, api_rules, endpoint_rules
 
 
@@ -141,37 +142,39 @@ class EndpointRewriter:
         cls = response_type(api_key, version)
         if rule.mode == "decode":
             body, _ = codec.decode(cls, frame, body_offset)
-            new_body = codec.encode(self.rewrite_entity(rule, body, seen))
-            head = frame[4:body_offset]
-            return [INT32.pack(len(head) + len(new_body)), head, new_body], seen
-        return self._splice(rule, cls, frame, body_offset, seen), seen
+            return with_body(frame, body_offset, codec.encode(self.rewrite_entity(rule, body, seen))), seen
+        return splice.apply(frame, self.splice_edits(rule, api_key, version, frame, body_offset, seen)), seen
 
-    def _splice(
-        self, rule: EndpointRule, cls: type, frame: memoryview, body_offset: int, seen: list[BrokerEndpoint]
-    ) -> list[bytes | memoryview]:
+    def splice_edits(
+        self,
+        rule: EndpointRule,
+        api_key: int,
+        version: int,
+        frame: bytes | memoryview,
+        body_offset: int,
+        seen: list[BrokerEndpoint],
+    ) -> splice.Edits:
+        """The endpoint array re-encoded, as an edit of the frame (none if it has no endpoint)."""
+        cls = response_type(api_key, version)
         lay = walker.layout(cls, frame, body_offset)
         item_cls = entities.item_type(cls, rule.path)
         if rule.path in lay.fields:
             start, end = lay.fields[rule.path]
             new_field = self._rewrite_array(item_cls, frame[start:end], seen)
-            if new_field is None:
-                return [frame]
-            size = len(frame) - 4 - (end - start) + len(new_field)
-            return [INT32.pack(size), frame[4:start], new_field, frame[end:]]
+            return [] if new_field is None else [(start, end, new_field)]
         tag = walker.tag_of(cls, rule.path)
         if tag not in lay.tags:
-            return [frame]
+            return []
         start, end = lay.tags[tag]
         new_field = self._rewrite_array(item_cls, frame[start:end], seen)
         if new_field is None:
-            return [frame]
+            return []
         # Re-encode the (small) trailing tagged section with the new field in place.
         section = bytearray(encode_uvarint(len(lay.tags)))
         for t, (s, e) in sorted(lay.tags.items()):
             data = new_field if t == tag else frame[s:e]
             section += encode_uvarint(t) + encode_uvarint(len(data)) + bytes(data)
-        size = lay.tags_start - 4 + len(section) + (len(frame) - lay.end)
-        return [INT32.pack(size), frame[4 : lay.tags_start], bytes(section), frame[lay.end :]]
+        return [(lay.tags_start, lay.end, bytes(section))]
 
     def _rewrite_array(self, item_cls: type, data: memoryview, seen: list[BrokerEndpoint]) -> bytes | None:
         count, offset = read_uvarint(data, 0)

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 from ..auth.replies import PasswordCheck
 from ..catalogue import ApiSpec, catalogue
-from ..protocol import codec
-from ..protocol.apis import ApiInfo, response_type
+from ..protocol import codec, splice
+from ..protocol.apis import ApiInfo, request_type, response_type
+from ..protocol.framing import join, with_body
 from ..protocol.headers import RequestHeader, response_body_offset
-from ..protocol.primitives import INT32
 from ..rules import EndpointRule
 
 
@@ -62,10 +62,29 @@ class Exchange:
     # The proxy's own request on the client's connection (the relayed login's SaslHandshake): its answer is
     # given to this instead of the stages and never reaches the client; it returns a reason to close, or None.
     internal: Callable[[memoryview], str | None] | None = None
+    received_body: Any = None  # the request's body as received, once decoded (`received()`)
+    edited: Any = None  # the request's body as a stage changed it (`edit_request`), encoded once when forwarded
 
     def __post_init__(self) -> None:
         if self.spec is None:  # made outside the session's parse (the relayed login's own request)
             self.spec = catalogue().get(self.api_key)
+
+    def received(self) -> Any:
+        """The request's body as the client sent it (in the version sent upstream): decoded, and
+        validated, once, on first use, and shared by every stage that reads it."""
+        if self.received_body is None:
+            assert self.header is not None and self.frame is not None
+            cls = request_type(self.api_key, self.api_version)
+            self.received_body, _ = codec.decode(cls, self.frame, self.header.body_offset)
+        return self.received_body
+
+    def request(self) -> Any:
+        """The request's body as the stages before left it."""
+        return self.edited if self.edited is not None else self.received()
+
+    def edit_request(self, body: Any) -> None:
+        """Forward `body` instead: encoded once, when the request leaves the stages (the session)."""
+        self.edited = body
 
     @property
     def version_seen_by_client(self) -> int:
@@ -109,26 +128,70 @@ class ResponseResult:
 class ResponseMessage:
     """A broker response on its way back through the stages. Stages that need the body decoded share
     one decode (`entity()`); edits that must come last (broker endpoints) wait in `post` until the
-    body is encoded once, in `materialize()`."""
+    body is encoded once, in `materialize()`. An edit that can splice the bytes or edit the entity
+    waits in `deferred`: if a stage decodes the body it becomes an entity edit (one decode, one
+    encode), else it splices the bytes as soon as they are read (or at the end)."""
 
-    __slots__ = ("_entity", "body_offset", "brokers", "ex", "full_broker_list", "pieces", "post", "writes")
+    __slots__ = (
+        "_entity",
+        "_pieces",
+        "body_offset",
+        "brokers",
+        "deferred",
+        "ex",
+        "full_broker_list",
+        "post",
+        "received",
+        "writes",
+    )
 
     def __init__(self, ex: Exchange, frame: memoryview):
         self.ex = ex
-        self.pieces: list[bytes | memoryview] = [frame]
+        self.received = frame
+        self._pieces: list[bytes | memoryview] = [frame]
         self.body_offset = response_body_offset(frame, ex.response_header_version)
         self._entity: Any = None
         self.post: list[Callable[[Any], Any]] = []
+        # (the frame -> its splice edits, the same edit on the entity or None when it has none)
+        self.deferred: list[tuple[Callable[[bytes | memoryview, int], splice.Edits], Callable[[Any], Any] | None]]
+        self.deferred = []
         self.brokers: list[Any] = []
         self.full_broker_list = False
         self.writes: list[Any] = []
 
     @property
+    def pieces(self) -> list[bytes | memoryview]:
+        """The frame's pieces, size prefix first, with every deferred edit spliced in: in one pass over
+        the frame as received (the stages' edits are of different fields), else one after another."""
+        if self.deferred:
+            edits, self.deferred = self.deferred, []
+            if len(self._pieces) == 1 and self._pieces[0] is self.received:
+                plan = sorted(e for find, _ in edits for e in find(self.received, self.body_offset))
+                self._pieces = splice.apply(self.received, plan)
+            else:
+                for find, _ in edits:
+                    frame = self._joined()
+                    self._pieces = splice.apply(frame, find(frame, self.body_offset))
+        return self._pieces
+
+    @pieces.setter
+    def pieces(self, pieces: list[bytes | memoryview]) -> None:
+        self._pieces = pieces
+
+    def _joined(self) -> bytes | memoryview:
+        if len(self._pieces) > 1:
+            self._pieces = [join(self._pieces)]
+        return self._pieces[0]
+
+    def unedited(self) -> bytes | memoryview:
+        """The response before the deferred edits (as received, unless a stage replaced it)."""
+        return self._joined()
+
+    @property
     def frame(self) -> bytes | memoryview:
         """The response as one buffer (pieces joined if an edit split it)."""
-        if len(self.pieces) > 1:
-            self.pieces = [b"".join(bytes(p) for p in self.pieces)]
-        return self.pieces[0]
+        self.pieces  # noqa: B018 (deferred splices first)
+        return self._joined()
 
     @property
     def decoded(self) -> bool:
@@ -137,8 +200,13 @@ class ResponseMessage:
 
     def entity(self) -> Any:
         if self._entity is None:
+            if self.deferred and all(edit is not None for _, edit in self.deferred):
+                # Decoded anyway: the deferred edits apply to the entity, once, at the end.
+                self.post.extend(edit for _, edit in self.deferred)  # type: ignore[misc]
+                self.deferred = []
+            self.pieces  # noqa: B018 (edits with no entity form are spliced first)
             self._entity, _ = codec.decode(
-                response_type(self.ex.api_key, self.ex.api_version), self.frame, self.body_offset
+                response_type(self.ex.api_key, self.ex.api_version), self._joined(), self.body_offset
             )
         return self._entity
 
@@ -158,9 +226,7 @@ class ResponseMessage:
         for edit in self.post:
             entity = edit(entity)
         self.post = []
-        body = codec.encode(entity)
-        head = self.frame[4 : self.body_offset]
-        self.pieces = [INT32.pack(len(head) + len(body)), head, body]
+        self.pieces = with_body(self._joined(), self.body_offset, codec.encode(entity))
         self._entity = None
         return self.pieces
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,8 @@ class Verdict:
     why: str = ""
     filter_topics: bool = False  # a listing of topics: leave out what may not be described
     all_topics: bool = False  # the listing asked for every topic (else for named ones: refused ones stay, refused)
-    pieces: list[bytes | memoryview] | None = None  # the request with refused topics as placeholders
+    pieces: list[bytes | memoryview] | None = None  # the request with refused topics as placeholders (spliced)
+    body: Any = None  # or the decoded request with them, for the session to encode once
     placeholders: dict[str, str] = field(default_factory=dict)  # placeholder name -> the name asked
     fake_ids: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # placeholder id -> the id asked
 
@@ -87,7 +88,10 @@ class PhysicalAuthorizer:
         )
 
     # -- requests -------------------------------------------------------------------------------------
-    def check(self, api_key: int, version: int, frame: memoryview, body_offset: int) -> Verdict:
+    def check(
+        self, api_key: int, version: int, frame: memoryview, body_offset: int, decoded: Callable[[], Any] | None = None
+    ) -> Verdict:
+        """`decoded`: the request's body decoded (the exchange's one decode), else decoded here."""
         api = spec(api_key)
         acl = api.rule.cluster_acl if api is not None else None
         if acl == "none":
@@ -103,9 +107,10 @@ class PhysicalAuthorizer:
                 ErrorCode.cluster_authorization_failed, f"API {api_key} is not open to kafka-cluster's members"
             )
         cls = request_type(api_key, version)
+        decode = decoded or (lambda: codec.decode(cls, frame, body_offset)[0])
         verdict = Verdict()
         if acl is not None:  # config APIs: per resource, a topic's, a group's or the cluster's operation
-            body, _ = codec.decode(cls, frame, body_offset)
+            body = decode()
             return self._configs(_operation(acl), body, verdict)
         assert need is not None
         refused: list[tuple[str, Any]] = []  # (kind, name) of a group or transactional id
@@ -135,7 +140,7 @@ class PhysicalAuthorizer:
         if api_key == ApiKey.PRODUCE:  # record batches are walked over, never decoded
             pieces = splice.rewrite_fields(cls, frame, body_offset, paths, see)
         else:
-            body, _ = codec.decode(cls, frame, body_offset)
+            body = decode()
             for path, kind in identifier_paths(cls):
                 body = apply_path(body, path, lambda v, kind=kind: see(kind, v))
             pieces = None
@@ -144,11 +149,7 @@ class PhysicalAuthorizer:
             verdict.error, verdict.why = ERROR_OF_KIND[kind], f"{need.ops[kind].name} on {kind} {name!r}"
             return verdict
         if verdict.fixes_response:
-            if pieces is None:
-                new_body = codec.encode(body)
-                head = frame[4:body_offset]
-                pieces = [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
-            verdict.pieces = pieces
+            verdict.pieces, verdict.body = (pieces, None) if pieces is not None else (None, body)
         if api_key == ApiKey.CREATE_TOPICS and body is not None:
             for topic in body.topics:
                 if not (

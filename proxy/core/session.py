@@ -13,7 +13,10 @@ login's SaslHandshake); they queue in `in_flight` like any other, and their answ
 forwarded request is sent as the same bytes (a memoryview into the receive buffer) unless a stage
 rewrote it. Responses are matched to their request by order and correlation id
 (Kafka answers in order per connection) and pass back through the stages the request passed, in
-reverse order; a body that any stage decodes is decoded and encoded once.
+reverse order. Each message is decoded at most once: a request's body on the exchange (`Exchange.received`,
+on first use), encoded once here if a stage edited it (`edit_request`); a response's in `ResponseMessage`,
+whose stages' splice edits are made in one pass over the frame (or, once it is decoded anyway, on the
+entity) and encoded once (tests/unit/test_decode_count.py counts them).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from typing import Any
 
 from ..catalogue import catalogue
 from ..errors import ProtocolViolation
-from ..protocol import kip1313
+from ..protocol import codec, kip1313
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
+from ..protocol.framing import with_body
 from ..protocol.headers import parse_request_header, peek_request, response_correlation_id
 from ..protocol.primitives import INT16, MALFORMED, read_int16, read_uvarint
 from . import apiversions
@@ -260,6 +264,12 @@ class ProxySession:
             return decision
         if ex.frame is not received:  # KIP-1313: the proxy sends the version before
             decision.frame = ex.frame
+        if ex.edited is not None:  # a stage changed the decoded request: encoded once, here
+            assert ex.pieces is None and ex.header is not None and ex.frame is not None and ex.info is not None
+            try:
+                ex.pieces = with_body(ex.frame, ex.header.body_offset, codec.encode(ex.edited))
+            except CodecError as exc:  # e.g. a name made too long to send
+                return close(f"cannot forward {ex.info.name} v{ex.api_version}: {exc}")
         if decision.pieces is None and ex.pieces is not None:
             decision.pieces = ex.pieces
         if ex.api_key == ApiKey.PRODUCE and _produce_acks(ex) == 0:

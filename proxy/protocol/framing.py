@@ -170,3 +170,15 @@ class FrameDecoder:
 def frame(payload: bytes) -> bytes:
     """Prefix a payload with its size."""
     return INT32.pack(len(payload)) + payload
+
+
+def join(pieces: list[bytes | memoryview]) -> bytes:
+    """Frame pieces as one buffer (a copy: for a reader that needs the whole message)."""
+    return b"".join(bytes(p) for p in pieces)
+
+
+def with_body(frame: bytes | memoryview, body_offset: int, body: bytes) -> list[bytes | memoryview]:
+    """The frame rebuilt with a new body after the same header: size prefix, header, body. Every
+    message the proxy re-encodes goes back on the wire through here."""
+    head = frame[4:body_offset]
+    return [INT32.pack(len(head) + len(body)), head, body]

@@ -124,17 +124,30 @@ def rewrite_fields(
     Paths are top-level names or "array[].field" chains of arrays of structs. Returns pieces: a new
     size prefix then original slices and replacements in order; with no change, the original view.
     """
+    return apply(frame, edits_for(cls, frame, body_offset, paths, fn))
+
+
+def edits_for(cls: type, frame: memoryview, body_offset: int, paths: Paths, fn: Translate) -> Edits:
+    """The edits `rewrite_fields` makes, in frame order, for a caller that has more to splice in."""
     for path, _ in paths:
         _check_path(cls, path)
     edits: Edits = []
     if _compiled(cls, paths)(frame, body_offset, edits, fn) > len(frame):
         raise TruncatedError(f"{cls.__qualname__} body past end of frame")
+    return edits
+
+
+def apply(frame: bytes | memoryview, edits: Edits) -> list[bytes | memoryview]:
+    """The frame with `edits` (in frame order, none overlapping) spliced in: a new size prefix, then
+    original slices and replacements; with no edit, the original view. One pass, whatever the edits' source."""
     if not edits:
         return [frame]
     pieces: list[bytes | memoryview] = []
     position = 4
     size = len(frame) - 4
     for start, end, replacement in edits:
+        if start < position:
+            raise ValueError(f"overlapping splice edits at offset {start}")
         pieces.append(frame[position:start])
         pieces.append(replacement)
         size += len(replacement) - (end - start)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..protocol import codec, splice, walker
 from ..protocol.apis import request_type, response_type
+from ..protocol.framing import with_body
 from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
 from .model import TenancyImage, VirtualCluster
@@ -142,10 +143,17 @@ class TenantEngine:
     # -- requests ---------------------------------------------------------------------------------
 
     def request(
-        self, api_key: int, version: int, frame: memoryview | bytes, body_offset: int, access: Any = None
+        self,
+        api_key: int,
+        version: int,
+        frame: memoryview | bytes,
+        body_offset: int,
+        access: Any = None,
+        decoded: Callable[[], Any] | None = None,
     ) -> tuple[TenantCall, Any]:
         """Returns the call and either new frame pieces (forward) or a response entity (answer).
-        `access` (proxy/acl/access.py) is asked about each name translated: the VC's ACLs."""
+        `access` (proxy/acl/access.py) is asked about each name translated: the VC's ACLs. `decoded`:
+        the request's body decoded (the exchange's one decode), else decoded here."""
         rule = tenant_rules()[api_key]
         ex = TenantCall(api_key, version, rule, Translation(self.vc, self.image, access=access))
         if rule.action == "pass":
@@ -157,7 +165,7 @@ class TenantEngine:
             # newer broker might read as a name to translate) is refused, as a decode refuses it (docs/security.md).
             walker.validate(cls, frame, body_offset)
             return ex, splice.rewrite_fields(cls, frame, body_offset, frozenset(paths), self._to_physical(ex))
-        body, _ = codec.decode(cls, frame, body_offset)
+        body = decoded() if decoded is not None else codec.decode(cls, frame, body_offset)[0]
         hook = self.registry.handlers[rule.handler].request if rule.handler else None
         try:
             if hook is not None:
@@ -166,9 +174,7 @@ class TenantEngine:
                 body = self._translate(body, path, kind, ex, to_physical=True)
         except LocalAnswer as answer:
             return ex, answer.response
-        new_body = codec.encode(body)
-        head = frame[4:body_offset]
-        return ex, [(len(head) + len(new_body)).to_bytes(4, "big"), head, new_body]
+        return ex, with_body(frame, body_offset, codec.encode(body))
 
     def _to_physical(self, ex: TenantCall) -> Callable[[str, Any], Any]:
         return lambda kind, value: ex.tx.to_physical(kind, value)
@@ -185,15 +191,23 @@ class TenantEngine:
     def splices_response(self, ex: TenantCall) -> bool:
         return "response" in ex.rule.splice
 
-    def response_spliced(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> list[bytes | memoryview]:
-        """A response carrying record batches: names rewritten in place, records never decoded."""
+    def response_facts(self, ex: TenantCall, frame: memoryview | bytes, body_offset: int) -> None:
+        """A spliced response's facts at fixed offsets (fetch session ids), read without decoding."""
         rule = ex.rule
         handler = self.registry.handlers[rule.handler] if rule.handler else None
-        if handler is not None and handler.spliced is not None:  # facts at fixed offsets (fetch session ids)
+        if handler is not None and handler.spliced is not None:
             handler.spliced(self, ex, frame, body_offset)  # type: ignore[arg-type]
+
+    def response_edits(
+        self, ex: TenantCall, frame: memoryview | bytes, body_offset: int, answer_unseen: bool = True
+    ) -> tuple[splice.Edits, bytes | None]:
+        """A spliced response's names, to the client's terms: edits for the response's one splice. Where
+        it names a topic the VC may not see and its handler answers that as a broker would (`unseen`),
+        the new frame comes too, and the edits are of it (`answer_unseen=False`: names only)."""
+        handler = self.registry.handlers[ex.rule.handler] if ex.rule.handler and answer_unseen else None
+        unseen = handler.unseen if handler is not None else None
         cls = response_type(ex.api_key, ex.version)
         paths = frozenset(identifier_paths(cls))
-        unseen = handler.unseen if handler is not None else None
         hidden = False
 
         def translate(kind: str, value: Any) -> Any:
@@ -202,10 +216,10 @@ class TenantEngine:
                 hidden = True
             return ex.tx.to_virtual(kind, value)
 
-        pieces = splice.rewrite_fields(cls, frame, body_offset, paths, translate)
+        edits = splice.edits_for(cls, frame, body_offset, paths, translate)  # type: ignore[arg-type]
         if hidden and (again := unseen(self, ex, frame, body_offset)) is not None:  # type: ignore[misc, arg-type]
-            pieces = splice.rewrite_fields(cls, memoryview(again), body_offset, paths, ex.tx.to_virtual)
-        return pieces
+            return splice.edits_for(cls, memoryview(again), body_offset, paths, ex.tx.to_virtual), again  # type: ignore[arg-type]
+        return edits, None
 
     def translate_response(self, ex: TenantCall, body: Any) -> Any:
         rule = ex.rule

@@ -99,20 +99,29 @@ class ListingFilter:
 
 
 def check(
-    guard: StateTopicGuard, principal: str | None, api_key: int, version: int, frame: memoryview, body_offset: int
+    guard: StateTopicGuard,
+    principal: str | None,
+    api_key: int,
+    version: int,
+    frame: memoryview,
+    body_offset: int,
+    decoded: Callable[[], Any] | None = None,
 ) -> Refusal | ListingFilter | None:
-    """What to do with one request of a principal bound to no VC: refuse, filter its answer, or pass (None)."""
+    """What to do with one request of a principal bound to no VC: refuse, filter its answer, or pass (None).
+    `decoded`: the request's body decoded (the exchange's one decode), else decoded here, once."""
+    if decoded is None:
+        decoded = functools.cache(lambda: codec.decode(request_type(api_key, version), frame, body_offset)[0])
     api = spec(api_key)
     rules = api.state_guard if api is not None else _NOTHING
     if rules.uses_txn_id and guard._decisions_needle.search(frame) is not None:
-        refused = _uses_decisions_id(guard, principal, api_key, version, frame, body_offset)
+        refused = _uses_decisions_id(guard, principal, api_key, version, decoded())
         if refused is not None:
             return refused
     reader = principal is not None and principal in guard.readers
     if rules.lists_topics and not reader:
-        if not guard.mentioned(frame) and not _may_list_all(api_key, version, frame, body_offset):
+        if not guard.mentioned(frame) and not _may_list_all(api_key, version, decoded()):
             return None
-        body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+        body = decoded()
         if not _names_state_topic(guard, api_key, version, body, None):
             topics = getattr(body, "topics", None)
             everything = topics is None or (api_key == ApiKey.METADATA and version == 0 and not topics)
@@ -126,9 +135,9 @@ def check(
     if api_key == ApiKey.PRODUCE:  # record batches are walked over, never decoded
         if not _names_state_topic(guard, api_key, version, None, (frame, body_offset)):
             return None
-        body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+        body = decoded()
     else:
-        body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
+        body = decoded()
         if not _names_state_topic(guard, api_key, version, body, None):
             return None
     what = "write to" if rules.writes else "read"
@@ -137,9 +146,8 @@ def check(
 
 
 def _uses_decisions_id(
-    guard: StateTopicGuard, principal: str | None, api_key: int, version: int, frame: memoryview, body_offset: int
+    guard: StateTopicGuard, principal: str | None, api_key: int, version: int, body: Any
 ) -> Refusal | None:
-    body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
     found = False
 
     def see(value: Any) -> Any:
@@ -158,10 +166,9 @@ def _uses_decisions_id(
     return Refusal(codec._empty(cls, error_code=error) if "error_code" in entities.field_names(cls) else None, why)
 
 
-def _may_list_all(api_key: int, version: int, frame: memoryview, body_offset: int) -> bool:
+def _may_list_all(api_key: int, version: int, body: Any) -> bool:
     """Whether a Metadata/DescribeTopicPartitions request could ask for every topic (so its answer
     needs filtering): decoded, as these requests are small."""
-    body, _ = codec.decode(request_type(api_key, version), frame, body_offset)
     topics = getattr(body, "topics", None)
     return (
         topics is None or (api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS and not topics) or (version == 0 and not topics)

@@ -23,9 +23,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import codec
-from ..protocol.apikey import ApiKey
-from ..protocol.apis import request_type
 from .model import TenancyImage
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -50,12 +47,9 @@ def refusal_message(image: TenancyImage, physical: str) -> str | None:
     )
 
 
-def check(
-    image: TenancyImage, version: int, request: bytes | memoryview, body_offset: int
-) -> tuple[bytes, LinkedDeletes] | None:
-    """None: nothing linked, send the request as it is. Else the request's new body, linked topics
-    swapped for placeholders, and what to set back in the answer."""
-    body, _ = codec.decode(request_type(ApiKey.DELETE_TOPICS, version), request, body_offset)
+def check(image: TenancyImage, body: Any) -> tuple[Any, LinkedDeletes] | None:
+    """None: nothing linked, send the DeleteTopics request (`body`, decoded) as it is. Else its new
+    body, linked topics swapped for placeholders, and what to set back in the answer."""
     out = LinkedDeletes()
 
     def name(physical: str) -> str:
@@ -89,7 +83,7 @@ def check(
         body = dataclasses.replace(body, topic_names=tuple(name(n) for n in body.topic_names))
     if not (out.names or out.ids):
         return None
-    return codec.encode(body), out
+    return body, out
 
 
 def fix_response(linked: LinkedDeletes, body: Any) -> Any:

@@ -96,3 +96,22 @@ def test_an_unlinked_topic_is_sent_unchanged_and_a_member_needs_its_acl_first():
     sent = forward(ops, 20, 6, _v6((physical["team-b"], ZERO)))
     got, _ = answer(ops, 20, 6, _echo(sent))
     assert [(r.name, r.error_code) for r in got.responses] == [(physical["team-b"], ErrorCode.policy_violation)]
+
+
+def test_a_members_refused_and_linked_topics_leave_in_one_request():
+    """kafka-cluster's ACLs and the linked-topics check edit the request's one decode; it is encoded once,
+    with both edits, and each comes back with its own error."""
+    image, physical = make_image()
+    image.apply(*principal_record("User:ops", KAFKA_CLUSTER))
+    grant = AclBinding(
+        ResourceType.TOPIC, physical["team-b"], PatternType.LITERAL, "User:ops", "*", Operation.DELETE, Permission.ALLOW
+    )
+    image.apply(*acl_record(KAFKA_CLUSTER, grant, True))
+    ops = admin_session(image, "User:ops")
+    sent = forward(ops, 20, 6, _v6((physical["team-b"], ZERO), (physical["team-a"], ZERO)))
+    assert not {physical["team-a"], physical["team-b"]} & {t.name for t in sent.topics}  # both placeholders
+    got, _ = answer(ops, 20, 6, _echo(sent))
+    assert [(r.name, r.error_code) for r in got.responses] == [
+        (physical["team-b"], ErrorCode.policy_violation),  # linked by team-b
+        (physical["team-a"], ErrorCode.topic_authorization_failed),  # no DELETE on it
+    ]

@@ -113,13 +113,15 @@ class AuthorizationStage:
             auth = self._physical_authorizer = PhysicalAuthorizer(self.ctx.principal or "", self.host, AclSet())
         auth.acls = self.image().cluster_acls
         try:
-            verdict = auth.check(ex.api_key, ex.api_version, memoryview(ex.frame), ex.header.body_offset)
+            verdict = auth.check(ex.api_key, ex.api_version, memoryview(ex.frame), ex.header.body_offset, ex.request)
         except (CodecError, *MALFORMED) as exc:
             return close(f"malformed {ex.info.name} request: {exc}")
         if verdict.error:
             return refuse(ex, verdict.error, f"{ex.info.name} in kafka-cluster: not authorized: {verdict.why}")
         if verdict.pieces is not None:
             ex.pieces = verdict.pieces
+        if verdict.body is not None:
+            ex.edit_request(verdict.body)
         if (
             verdict.fixes_response
             or verdict.filter_topics

@@ -3,6 +3,8 @@ edits come after every other (a decoded body is edited once, when it is encoded)
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.apikey import ApiKey
 from ..endpoints import BrokerEndpoint, EndpointRewriter, rules_for
 from ..exchange import Exchange, RequestDecision, ResponseMessage
@@ -22,12 +24,19 @@ class EndpointStage:
         if rule is None:
             return
         msg.full_broker_list = ex.api_key == ApiKey.METADATA
-        if rule.mode == "splice":
-            pieces, msg.brokers = self.rewriter.rewrite_body(
-                rule, ex.api_key, ex.api_version, msg.frame, msg.body_offset
-            )  # type: ignore[arg-type]
-            msg.replace(pieces)
-            return
         seen: list[BrokerEndpoint] = []
-        msg.brokers = seen  # filled when the body is encoded
-        msg.post.append(lambda body: self.rewriter.rewrite_entity(rule, body, seen))
+        msg.brokers = seen  # filled when the body is spliced or encoded
+
+        def entity_edit(body: Any) -> Any:
+            return self.rewriter.rewrite_entity(rule, body, seen)
+
+        if rule.mode == "splice":  # spliced unless another stage decodes the body anyway (then edited there)
+            api_key, version = ex.api_key, ex.api_version
+            msg.deferred.append(
+                (
+                    lambda frame, offset: self.rewriter.splice_edits(rule, api_key, version, frame, offset, seen),
+                    entity_edit,
+                )
+            )
+            return
+        msg.post.append(entity_edit)

@@ -13,6 +13,7 @@ from ...protocol import codec
 from ...protocol.apikey import ApiKey
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
+from ...protocol.splice import Edits
 from ...rules import tenant_rules
 from ...tenancy import guard as state_guard
 from ...tenancy import linked
@@ -57,7 +58,7 @@ class TenancyStage:
             error = (rule.error if rule is not None else 0) or ErrorCode.cluster_authorization_failed
             return refuse(ex, error, f"{info.name} in virtual cluster {engine.vc.name}")
         try:
-            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access)
+            call, out = engine.request(ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.access, ex.received)
         except (CodecError, TenancyError, KeyError, *MALFORMED) as exc:
             return close(f"cannot translate {info.name} v{ex.api_version}: {exc}")
         ex.tenant = call
@@ -84,7 +85,7 @@ class TenancyStage:
         assert ex.header is not None and ex.frame is not None
         if self.tenancy.image.vcs.get(engine.vc.name) is not engine.vc:
             return refusal(ex, ErrorCode.cluster_authorization_failed) or b"", []
-        call, out = engine.request(ex.api_key, ex.api_version, ex.frame, ex.header.body_offset, ex.access)
+        call, out = engine.request(ex.api_key, ex.api_version, ex.frame, ex.header.body_offset, ex.access, ex.received)
         if isinstance(out, list):
             return refusal(ex, ErrorCode.unknown_topic_or_partition) or b"", []
         return codec.encode(out), list(call.writes)
@@ -99,7 +100,7 @@ class TenancyStage:
         assert info is not None and header is not None and isinstance(ex.frame, memoryview)
         try:
             outcome = state_guard.check(
-                guard, self.ctx.principal, ex.api_key, ex.api_version, ex.frame, header.body_offset
+                guard, self.ctx.principal, ex.api_key, ex.api_version, ex.frame, header.body_offset, ex.received
             )
         except (CodecError, ValueError, IndexError, KeyError) as exc:  # TruncatedError is a ValueError
             # Fails closed: the broker might accept what kio does not (e.g. an unknown tagged field).
@@ -119,18 +120,15 @@ class TenancyStage:
         if ex.api_key != ApiKey.DELETE_TOPICS:
             return None
         assert ex.info is not None and ex.header is not None and ex.frame is not None
-        # The request as the stages before left it (kafka-cluster's ACLs may have swapped refused topics).
-        request = b"".join(bytes(p) for p in ex.pieces) if ex.pieces is not None else ex.frame
-        offset = ex.header.body_offset
         try:
-            found = linked.check(self.tenancy.image, ex.api_version, request, offset)
+            # The request as the stages before left it (kafka-cluster's ACLs may have swapped refused topics).
+            found = linked.check(self.tenancy.image, ex.request())
         except (CodecError, *MALFORMED) as exc:
             return close(f"cannot check {ex.info.name} v{ex.api_version} for linked topics: {exc}")
         if found is None:
             return None
         body, ex.tenant = found
-        head = bytes(request[4:offset])
-        ex.pieces = [(len(head) + len(body)).to_bytes(4, "big"), head, body]
+        ex.edit_request(body)
         return None
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
@@ -147,8 +145,20 @@ class TenancyStage:
         assert engine is not None
         if call.rule.action == "pass":
             return
-        if engine.splices_response(call):
-            msg.replace(engine.response_spliced(call, msg.frame, msg.body_offset))
+        if engine.splices_response(call):  # names spliced with any other stage's edits, in one pass
+            frame = msg.unedited()
+            engine.response_facts(call, frame, msg.body_offset)
+            # Found now (one walk): a topic the VC may not see can change the frame itself.
+            edits, again = engine.response_edits(call, frame, msg.body_offset)
+            if again is not None:
+                msg.replace([again])
+                frame = msg.unedited()
+
+            def find(buf: bytes | memoryview, offset: int, seen: bytes | memoryview = frame) -> Edits:
+                # Another stage's edit came first: the names again, on its frame (already answered).
+                return edits if buf is seen else engine.response_edits(call, buf, offset, answer_unseen=False)[0]
+
+            msg.deferred.append((find, None))
         else:
             msg.set_entity(engine.translate_response(call, msg.entity()))
         msg.writes.extend(call.writes)
