@@ -22,6 +22,7 @@ from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
 from .model import TenancyImage, VirtualCluster
 from .policy import SAFE_DEFAULT, Budget, TopicPolicy, usage_of
+from .subscribed_names import NameSubscriptions
 from .translate import Translation
 
 Record = tuple[str, dict[str, Any] | None]
@@ -128,6 +129,7 @@ class TenantEngine:
         self.group_protocols: dict[str, str] = {}  # virtual group id -> protocol type (JoinGroup)
         # group -> (regex, expansion last sent), least recently used first (bounded by the handler)
         self.regex_subscriptions: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.name_subscriptions = NameSubscriptions()  # group -> names and their physical topics last sent
 
     # -- the VC's topic policy ----------------------------------------------------------------------
 

@@ -469,6 +469,7 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     group = body.group_id
     ex.tx.keep_unlearned_ids = True  # the assignment names the group's own topics (translate.Translation)
     ex.tx.to_physical("group", group)  # READ on the group first, as Kafka: before any answer about the regex
+    body = _names_again(engine, body)
     subscriptions = engine.regex_subscriptions
     if int(body.member_epoch) < 0:  # leaving the group
         subscriptions.pop(group, None)
@@ -493,8 +494,25 @@ def consumer_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body:
     return body
 
 
+def share_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
+    """As ConsumerGroupHeartbeat's names: sent again when the VC's topics behind them change."""
+    ex.tx.keep_unlearned_ids = True  # the assignment names the group's own topics (translate.Translation)
+    ex.tx.to_physical("group", body.group_id)  # READ on the group first, as Kafka
+    return _names_again(engine, body)
+
+
+def _names_again(engine: TenantEngine, body: Any) -> Any:
+    """The member's SubscribedTopicNames, or the ones it sent before when a name's topic in the VC is another
+    physical topic now (re-created, deleted, created): proxy/tenancy/subscribed_names.py."""
+    names = getattr(body, "subscribed_topic_names", None)
+    send = engine.name_subscriptions.names_to_send(engine.vc, body.group_id, int(body.member_epoch), names)
+    if send is not None and names is None:
+        return dataclasses.replace(body, subscribed_topic_names=send)
+    return body
+
+
 def group_assignment_request(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
-    """ShareGroupHeartbeat, ConsumerGroupDescribe: an assignment names only the group's own topics, so an
+    """ConsumerGroupDescribe: an assignment names only the group's own topics, so an
     id the proxy has not learned yet is shown as it is (translate.Translation.keep_unlearned_ids)."""
     ex.tx.keep_unlearned_ids = True
     return body
@@ -1007,6 +1025,7 @@ HANDLERS: dict[str, Handler] = {
     "sync_group": Handler(request=sync_group_request, response=sync_group_response),
     "describe_groups": Handler(response=describe_groups_response),
     "consumer_group_heartbeat": Handler(request=consumer_group_heartbeat_request),
+    "share_group_heartbeat": Handler(request=share_group_heartbeat_request),
     "group_assignment": Handler(request=group_assignment_request),
     "streams_group_heartbeat": Handler(
         request=streams_group_heartbeat_request, response=streams_group_heartbeat_response
