@@ -11,6 +11,7 @@ from tests.integration.librdkafka import (
     Run,
     client_ids,
     differences,
+    known_race,
     only_slower,
     outcomes,
     table,
@@ -153,3 +154,17 @@ def test_the_vc_binds_every_test_by_name_and_the_ids_tests_set_themselves(tmp_pa
     ids = client_ids(tmp_path)
     assert {"0001_multiobj", "0045_subscribe_update_mock", "rdkafka", "client1Leader", "c" * 270} <= set(ids)
     assert len(ids) == len(set(ids))
+
+
+def test_a_known_race_is_named_only_by_its_own_line_in_a_failed_run(tmp_path: Path) -> None:
+    lost = tmp_path / "lost.log"
+    lost.write_text(
+        'Test assertion failed: "cons->rebalance_cnt <= cons->max_rebalance_cnt": '
+        "0091_max_poll_interval_timeout#consumer-6 rebalanced 3 times, max was 2\n"
+    )
+    other = tmp_path / "other.log"
+    other.write_text("Test assertion failed: expected 30 msgs, got 0\n")
+    assert "close" in (known_race(Run("virtual cluster", "0091", "consumer", "FAIL", 43.5, log=lost)) or "")
+    assert known_race(Run("virtual cluster", "0091", "consumer", "FAIL", 43.5, log=other)) is None  # another failure
+    assert known_race(Run("virtual cluster", "0091", "consumer", "PASS", 65.0, log=lost)) is None  # not failed
+    assert known_race(Run("virtual cluster", "0184", "n/a", "FAIL", 74.4, log=lost)) is None  # not its test's race
