@@ -358,7 +358,7 @@ class StateStore:
         try:
             topic_id = self._topic_id(admin, timeout)
             if topic_id is None:
-                return f"state topic {self.topic} does not exist (deleted?); restore it with `vcproxy state import`"
+                return self._missing()
             if self.topic_id is not None and topic_id != self.topic_id:
                 return (
                     f"state topic {self.topic} was deleted and re-created (topic id {topic_id}, replayed "
@@ -368,12 +368,19 @@ class StateStore:
             try:
                 self._verify(admin, metadata, timeout)
             except StateStoreError as exc:
+                # Deleted between the looks: the broker that described it had not heard yet. Say so, not
+                # "cannot describe" (an operator restores a deleted topic; /readyz says which it is).
+                if exc.retriable and self._topic_id(admin, timeout) is None:
+                    return self._missing()
                 return str(exc)
             return None
         except KafkaException as exc:
             raise StateStoreError(f"cannot reach the upstream cluster: {exc}") from None
         finally:
             admin.poll(0)
+
+    def _missing(self) -> str:
+        return f"state topic {self.topic} does not exist (deleted?); restore it with `vcproxy state import`"
 
     def _wait_for_leader(self, admin: AdminClient, timeout: float) -> Any:
         """The topic's metadata once its partitions have leaders (not so right after creation)."""
