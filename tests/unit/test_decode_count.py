@@ -46,10 +46,6 @@ APIS = {
     ApiKey.API_VERSIONS: 4,
 }
 
-# (kind, api) -> {side: {what: count}} where the session does more than once today (the test fails
-# once one is fixed, until its entry goes: the table is what is left to do).
-TODAY: dict[tuple[str, ApiKey], dict[str, dict[str, int]]] = {}
-
 
 class Counts:
     """Counters around the codec, the splicer and the frame (monkeypatched for the test only)."""
@@ -124,12 +120,7 @@ def session(kind: str) -> tuple[ProxySession, dict[str, Any]]:
 def cases() -> Iterator[Any]:
     for kind in ("plain", "tenant", "kafka-cluster"):
         for api, version in APIS.items():
-            today = TODAY.get((kind, api))
-            marks = []
-            if today is not None:
-                why = "; ".join(f"{side}: {c}" for side, c in today.items())
-                marks.append(pytest.mark.xfail(strict=True, reason=f"more than one today ({why})"))
-            yield pytest.param(kind, api, version, id=f"{kind}-{api.name}-v{version}", marks=marks)
+            yield pytest.param(kind, api, version, id=f"{kind}-{api.name}-v{version}")
 
 
 @pytest.mark.parametrize(("kind", "api", "version"), cases())
