@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
 import gc
 import json
@@ -28,16 +27,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+import acl_cost  # beside this file: run as benchmarks/scaling.py
+from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v9.request import ProduceRequest
 from kio.schema.produce.v9.response import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
-from kio.schema.types import BrokerId, TopicName
+from kio.schema.types import BrokerId
 from kio.static.primitive import i16, i32, i64
 
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
@@ -45,7 +45,7 @@ from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import ProxySession
 from proxy.protocol import codec
 from proxy.protocol.entities import empty
-from proxy.protocol.headers import encode_request_header, encode_response_header
+from proxy.protocol.headers import encode_response_header
 from proxy.state.store import decode, encode_value
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.model import (
@@ -57,7 +57,7 @@ from proxy.tenancy.model import (
     vc_record,
 )
 
-TOPICS = ("orders", "payments", "audit")
+TOPICS = acl_cost.TOPICS
 PRINCIPAL = "User:carol"
 VC = "team-a"
 Record = tuple[str, dict[str, Any] | None]
@@ -128,35 +128,9 @@ def image_of(vcs: int = 1, links: int = 3, acls: int = 0, physical: int = 0) -> 
 # -- requests and a synthetic upstream ------------------------------------------------------------------
 
 
-def request(api_key: int, version: int, body: object) -> memoryview:
-    raw = encode_request_header(api_key, version, 1, "bench", 2) + codec.encode(body)
-    return memoryview(bytearray(len(raw).to_bytes(4, "big") + raw))
-
-
-PRODUCE = request(
-    0,
-    9,
-    ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=tuple(
-            TopicProduceData(
-                name=TopicName(t), partition_data=(PartitionProduceData(index=i32(0), records=b"x" * 1024),)
-            )
-            for t in TOPICS
-        ),
-    ),
-)
-METADATA_NAMED = request(
-    3,
-    12,
-    MetadataRequest(
-        topics=tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in TOPICS),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    ),
-)
+# The same Produce and named Metadata as acl_cost.py measures (its three topics), so the rows compare.
+PRODUCE, METADATA_NAMED = acl_cost.PRODUCE, acl_cost.METADATA
+request = acl_cost.frame
 METADATA_ALL = request(
     3, 12, MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
 )
