@@ -122,7 +122,7 @@ class TenantRule:
     response: tuple[tuple[str, str], ...] = ()  # ... and in responses
     filters: tuple[tuple[str, str, str], ...] = ()  # (array path, item field, kind)
     splice: frozenset[str] = frozenset()  # "request" / "response": walked, never decoded
-    handler: str | None = None  # the name of the API's handler (proxy/tenancy/handlers.py HANDLERS)
+    handler: str | None = None  # the name of the API's handler (proxy/tenancy/handlers/__init__.py HANDLERS)
     versions: VersionRange | None = None  # None: every version the proxy can parse
 
 

@@ -33,7 +33,7 @@ KindFn = Callable[["TenantEngine", "TenantCall", Any, bool], Any]
 
 @dataclass(frozen=True)
 class Handler:
-    """An API's extra logic (proxy/tenancy/handlers.py), each part optional: `request` edits the decoded
+    """An API's extra logic (proxy/tenancy/handlers/), each part optional: `request` edits the decoded
     request (or raises LocalAnswer), `response` edits the decoded response before the generic
     translation, `finish` after it, `spliced` reads a spliced response's fixed fields, `unseen` re-encodes a
     spliced response that names a topic the VC may not see (None: nothing to re-encode)."""

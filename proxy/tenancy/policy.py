@@ -4,7 +4,7 @@ Members of a VC share the physical cluster: a topic with `segment.ms=1` or `flus
 every tenant's brokers, and a VC with ten thousand topics costs everyone's controller. Operators set
 what a VC may do (`tenancy.topic_policy`, overridable per VC in its seed entry: proxy/config.py, and its
 limits at runtime: proxy/tenancy/settings.py); the
-handlers (proxy/tenancy/handlers.py, streams.py) ask this module before anything reaches the broker:
+handlers (proxy/tenancy/handlers/) ask this module before anything reaches the broker:
 
 * topic configs (CreateTopics, AlterConfigs, IncrementalAlterConfigs, Streams topologies): only the
   keys the policy lists may be set, each within its bounds; POLICY_VIOLATION with a message naming

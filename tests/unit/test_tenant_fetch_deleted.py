@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 
 from proxy.protocol import entities
 from proxy.protocol.apis import response_type
-from proxy.tenancy import fetch_sessions, handlers
+from proxy.tenancy import fetch_sessions
 from proxy.tenancy.fetch_sessions import FetchSessionOwners
+from proxy.tenancy.handlers import fetch as fetch_handlers
 from proxy.tenancy.model import link_record, topic_record
 from proxy.tenancy.translate import ZERO_UUID
 
@@ -28,7 +29,7 @@ RECORDS = b"\x00" * 61  # bytes the client must not get: the records of a topic 
 def fresh_table(monkeypatch):
     table = FetchSessionOwners()
     monkeypatch.setattr(fetch_sessions, "FETCH_SESSIONS", table)
-    monkeypatch.setattr(handlers, "FETCH_SESSIONS", table)
+    monkeypatch.setattr(fetch_handlers, "FETCH_SESSIONS", table)
 
 
 def response(version: int, topics: list[tuple[object, int]]):

@@ -10,8 +10,9 @@ from proxy.core.session import Action
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import response_body_offset
-from proxy.tenancy import fetch_sessions, handlers
+from proxy.tenancy import fetch_sessions
 from proxy.tenancy.fetch_sessions import FetchSessionOwners
+from proxy.tenancy.handlers import fetch as fetch_handlers
 
 from .test_tenant_rewrite import answer, forward, make_image, tenant_session
 from .wire import request_frame
@@ -24,7 +25,7 @@ VERSIONS = [7, 12, 13, 17, 18]
 def fresh_table(monkeypatch):
     table = FetchSessionOwners()
     monkeypatch.setattr(fetch_sessions, "FETCH_SESSIONS", table)
-    monkeypatch.setattr(handlers, "FETCH_SESSIONS", table)
+    monkeypatch.setattr(fetch_handlers, "FETCH_SESSIONS", table)
     return table
 
 

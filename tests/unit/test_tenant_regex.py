@@ -24,7 +24,7 @@ HEARTBEAT, DESCRIBE, LIST_TXNS = 68, 69, 66
 @pytest.fixture(autouse=True)
 def fresh_cache(monkeypatch):
     monkeypatch.setattr(regex, "REGEXES", RegexCache())
-    monkeypatch.setattr("proxy.tenancy.handlers.REGEXES", regex.REGEXES)
+    monkeypatch.setattr("proxy.tenancy.handlers.groups.REGEXES", regex.REGEXES)
 
 
 def heartbeat(version: int = 1, **fields):

@@ -22,6 +22,7 @@ from proxy.core.session import Action, ProxySession
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type, response_type
 from proxy.tenancy.engine import Policy
+from proxy.tenancy.handlers.streams import HELD_EPOCH
 from proxy.tenancy.model import (
     TenancyImage,
     created_topic_for,
@@ -33,7 +34,6 @@ from proxy.tenancy.model import (
     vc_record,
 )
 from proxy.tenancy.policy import SAFE_DEFAULT, UNLIMITED, Budget, TopicPolicy, Usage
-from proxy.tenancy.streams import HELD_EPOCH
 
 from .test_acls import LAYOUT, Tenancy, _answer, _forwarded_body, _item, _local_reply, _send, allow, grant
 

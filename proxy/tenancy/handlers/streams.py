@@ -35,11 +35,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from ..protocol import codec, entities
-from ..quoting import cut, shown
-from . import names
-from .engine import LocalAnswer, TenantCall, TenantEngine
-from .model import derived_topic_for, link_record, partitions_record
+from ...protocol import codec, entities
+from ...quoting import cut, shown
+from .. import names
+from ..engine import LocalAnswer, TenantCall, TenantEngine
+from ..model import derived_topic_for, link_record, partitions_record
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def _held_heartbeat(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
 
 
 def _response_type(ex: TenantCall) -> type:
-    from ..protocol.apis import response_type
+    from ...protocol.apis import response_type
 
     return response_type(ex.api_key, ex.version)
 
