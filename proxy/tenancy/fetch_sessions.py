@@ -11,7 +11,7 @@ Keyed by (broker, session id): a broker's session ids are unique on that broker 
 hand out the same id, and a VC must never reach, or evict, another VC's session on another broker that
 happens to share its id. The broker of a connection is its listener's node id; a bootstrap connection's
 is the broker it reached (the node whose address it connected to, else a key of that upstream connection
-alone: proxy/net/server.py). A connection whose broker is not known yet owns nothing.
+alone: proxy/net/discovery.py). A connection whose broker is not known yet owns nothing.
 
 Per VC rather than per connection: a client that reconnects keeps its session. Bounded: the
 broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;

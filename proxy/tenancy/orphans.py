@@ -5,7 +5,7 @@ physical topic stays, with its partitions and data, invisible to the tenant. The
 left it (`["orphan", physical]` → {vc, at}: proxy/tenancy/model.py); it counts against that VC's topic and
 partition limits until it is gone. An operator deletes it (`vcproxy state orphans --delete`, or any
 DeleteTopics on the physical cluster), or sets the VC's `orphan_grace_seconds`: the proxy then deletes it
-itself that long after the VC left it (the Trio shell's loop in proxy/net/server.py).
+itself that long after the VC left it (the Trio shell's loop in proxy/net/upkeep.py).
 """
 
 from __future__ import annotations

@@ -185,17 +185,15 @@ def test_a_bootstrap_connection_owns_sessions_of_the_broker_it_reached(fresh_tab
 
 
 def test_the_shell_keys_a_bootstrap_upstream_by_the_broker_it_reached():
-    from types import SimpleNamespace
 
     from proxy.core.endpoints import BrokerEndpoint
-    from proxy.net.server import BrokerRegistry, ProxyServer
+    from proxy.net.discovery import BrokerRegistry
 
     registry = BrokerRegistry()
     registry.update([BrokerEndpoint(1, "b1.internal", 9092, None), BrokerEndpoint(2, "b2.internal", 9092, None)])
-    server = SimpleNamespace(registry=registry, _bootstrap_upstreams=0)
-    key = ProxyServer._broker_key
-    assert key(server, 2, ("b2.internal", 9092)) == 2  # a broker's listener: its node id
-    assert key(server, None, ("b1.internal", 9092)) == 1  # the bootstrap reached broker 1's address
+    key = registry.broker_key
+    assert key(2, ("b2.internal", 9092)) == 2  # a broker's listener: its node id
+    assert key(None, ("b1.internal", 9092)) == 1  # the bootstrap reached broker 1's address
     # An address no broker advertises (a DNS name, a load balancer): a key of that upstream connection alone.
-    first, second = key(server, None, ("kafka.lb", 9092)), key(server, None, ("kafka.lb", 9092))
+    first, second = key(None, ("kafka.lb", 9092)), key(None, ("kafka.lb", 9092))
     assert first != second and first not in (1, 2) and second not in (1, 2)

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class Tenancy(Protocol):
-    """What a session needs of the virtual-cluster layer (proxy/net/server.py's SessionTenancy)."""
+    """What a session needs of the virtual-cluster layer (proxy/net/sessions.py's SessionTenancy)."""
 
     image: Any  # proxy.tenancy.model.TenancyImage
     policy: Any  # proxy.tenancy.engine.Policy
