@@ -15,6 +15,7 @@ RUN python3 -m venv /opt/vcproxy \
  && /opt/vcproxy/bin/pip install --require-hashes --only-binary :all: -r requirements/runtime.txt
 COPY pyproject.toml README.md ./
 COPY proxy proxy
+COPY vcproxy_tools vcproxy_tools
 COPY rewrite_rules rewrite_rules
 # --no-deps: every dependency came pinned and hashed above; the wheel brings only vcproxy itself.
 RUN /opt/vcproxy/bin/pip install --no-deps . \

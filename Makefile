@@ -58,7 +58,7 @@ kafka-dist: | $(VENV)/bin/vcproxy
 # The Kafka cluster (and so the virtual clusters' topics) is kept in .vcproxy/demo for the next run:
 # `make clean` or `make run DEMO_ARGS=--fresh` starts over.
 run: $(VENV)/.installed-run
-	$(PY) -m proxy demo --config config/demo.yaml $(DEMO_ARGS)
+	$(PY) -m vcproxy_tools demo --config config/demo.yaml $(DEMO_ARGS)
 
 # Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts. TEST_WORKERS=N runs
 # modules side by side in N processes, each with its own Kafka cluster (pytest-xdist); the default is one process:
@@ -71,8 +71,8 @@ COMPAT_ONLY = --ignore=tests/integration/test_librdkafka_suite.py
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
-	$(VENV)/bin/ruff check proxy tests benchmarks
-	$(VENV)/bin/ruff format --check proxy tests benchmarks
+	$(VENV)/bin/ruff check proxy vcproxy_tools tests benchmarks
+	$(VENV)/bin/ruff format --check proxy vcproxy_tools tests benchmarks
 	$(VENV)/bin/pytest -q -ra --durations=25 $(XDIST) $(COMPAT_ONLY)
 
 unit: $(VENV)/.installed-test
@@ -107,12 +107,12 @@ compat: $(VENV)/.installed-test librdkafka-deps
 	@echo "== librdkafka's table: $(LIBRDKAFKA_REPORT)"
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check proxy tests benchmarks
-	$(VENV)/bin/ruff format --check proxy tests benchmarks
+	$(VENV)/bin/ruff check proxy vcproxy_tools tests benchmarks
+	$(VENV)/bin/ruff format --check proxy vcproxy_tools tests benchmarks
 
 # Direct-to-Kafka vs through-the-proxy, alternating rounds; figures go to docs/performance.md.
 bench: $(VENV)/.installed-run
-	$(PY) -m proxy bench
+	$(PY) -m vcproxy_tools bench
 
 # Stops the demo's brokers if a killed demo left them running, then removes the demo's cluster and state.
 clean:

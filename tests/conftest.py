@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from proxy.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
 from tests import cpu_profile
 from tests.integration import franz_go
+from vcproxy_tools.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION
 
 MODES = ("auto", "local", "testcontainers", "external")
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"

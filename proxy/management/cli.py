@@ -12,7 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from ..acl import cli as acl_cli
+from vcproxy_tools import acls as acl_cli
+
 from ..admin_client import ConfigProblem, ConnectError, Connection, login_from
 from ..protocol import management as m
 
@@ -124,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigProblem as exc:
         print(f"vcproxy virtual-clusters: {exc}", file=sys.stderr)
         return USAGE
-    if _migration(args):  # proxy/acl/cli.py: the ACLs, then the user, then the old ACLs
+    if _migration(args):  # vcproxy_tools/acls.py: the ACLs, then the user, then the old ACLs
         user = args.user if ":" in args.user else f"User:{args.user}"  # as the plane reads --user
         return acl_cli.migrate(args, login, user)
     key = type(request).__api_key__

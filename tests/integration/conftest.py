@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from ..gobuild import go_build
 from . import librdkafka

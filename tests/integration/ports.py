@@ -14,7 +14,7 @@ import random
 import socket
 from collections.abc import Callable, Mapping
 
-from proxy.kafka.cluster import plan_nodes
+from vcproxy_tools.kafka.cluster import plan_nodes
 
 
 def _slice(low: int, high: int, env: Mapping[str, str] = os.environ) -> tuple[int, int]:

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
-from proxy.process import ProxyProcess, proxy_config
 from proxy.state.store import StateStore
 from proxy.tenancy.model import TenancyImage
 from proxy.tenancy.names import DESCRIBED_INTERNAL
+from vcproxy_tools.demo import java_client_properties
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 
 def own(topics: Iterable[str]) -> set[str]:

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_kafka_base_port, free_port_block
 from .tenants import assert_clean_log, login_files
@@ -107,7 +107,7 @@ def logins(workdir) -> dict[str, Path]:
 
 def vcproxy(proxy: ProxyProcess, login: Path, *args: str) -> tuple[int, Any]:
     """`vcproxy ARGS --output json` as an operator runs it, stdin not a terminal: (exit code, parsed output)."""
-    argv = [sys.executable, "-m", "proxy", *args, "--bootstrap-server", proxy.bootstrap]
+    argv = [sys.executable, "-m", "vcproxy_tools", *args, "--bootstrap-server", proxy.bootstrap]
     argv += ["--command-config", str(login), "--output", "json"]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=os.environ
@@ -168,7 +168,7 @@ def test_super_admin_adds_lists_and_removes_in_two_vcs(proxy, logins):
     assert listed(proxy, admin, "team-", "--virtual-cluster-pattern-type", "prefixed") == team_a | team_b
     # --remove asks first; without a terminal it needs --force and reads nothing
     code = subprocess.run(
-        [sys.executable, "-m", "proxy", "acls", "--remove", "--virtual-cluster", "team-a", "--topic", "orders",
+        [sys.executable, "-m", "vcproxy_tools", "acls", "--remove", "--virtual-cluster", "team-a", "--topic", "orders",
          "--bootstrap-server", proxy.bootstrap, "--command-config", str(admin)],
         capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
     ).returncode  # fmt: skip

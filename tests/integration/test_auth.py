@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
-from proxy.process import READY_LINE, ProxyProcess, proxy_config
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import READY_LINE, ProxyProcess, proxy_config
 
 from .ports import free_port_block
 

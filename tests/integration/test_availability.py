@@ -25,7 +25,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from proxy.admin_client import Connection, Login
-from proxy.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess
 
 from .polling import until
 from .ports import free_port_block

@@ -109,7 +109,9 @@ def test_the_rendered_pod_serves_clients(kafka_cluster, helm, tmp_path):
     env = {**os.environ, **{e["name"]: e["value"] for e in proxy.get("env", [])}}
     log = (tmp_path / "proxy.log").open("wb")
     # The image's entrypoint is `vcproxy`: the same command, from this checkout.
-    process = subprocess.Popen([sys.executable, "-m", "proxy", *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vcproxy_tools", *args], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
     try:
         deadline = time.monotonic() + 120
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -146,7 +148,7 @@ def test_the_rendered_pod_serves_clients(kafka_cluster, helm, tmp_path):
         argv = [a.replace(service, f"127.0.0.1:{port}") for a in test_pod["args"]]
         assert test_pod["command"] == ["vcproxy", "probe"]
         checked = subprocess.run(
-            [sys.executable, "-m", "proxy", "probe", *argv], capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "vcproxy_tools", "probe", *argv], capture_output=True, text=True, timeout=60
         )
         assert checked.returncode == 0 and "ApiVersions answered" in checked.stdout, checked.stderr
 

@@ -24,11 +24,11 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
 from proxy.core import apiversions
-from proxy.process import ProxyProcess
 from proxy.protocol import codec, kip1313
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.framing import frame
 from proxy.protocol.headers import encode_request_header, response_body_offset
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .rawclient import RawClient

@@ -22,11 +22,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess
 from proxy.protocol.apis import request_type
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess
 
 from .polling import until
 from .ports import free_port_block
@@ -138,7 +138,7 @@ def test_producers_racing_with_the_creation_never_see_a_foreign_or_zero_topic_id
 
 def orphans(proxy: ProxyProcess, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "proxy", "state", "orphans", "--config", str(proxy.config_path), *extra],
+        [sys.executable, "-m", "vcproxy_tools", "state", "orphans", "--config", str(proxy.config_path), *extra],
         capture_output=True,
         text=True,
         timeout=120,

@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
 
 from proxy.auth.credentials import make_entry
 from proxy.auth.users import credential_from_salted
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
 from .ports import free_port_block

@@ -25,8 +25,8 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 
-from proxy.demo import banner_commands
-from proxy.kafka.cluster import load_cluster, running_pids
+from vcproxy_tools.demo import banner_commands
+from vcproxy_tools.kafka.cluster import load_cluster, running_pids
 
 from .ports import free_kafka_base_port, free_port, free_port_block
 from .processes import java_processes_mentioning
@@ -57,7 +57,7 @@ class Demo:
         self.runs += 1
         self.out = self.work / f"run{self.runs}.out"
         self.err = self.work / f"run{self.runs}.err"
-        argv = [sys.executable, "-m", "proxy", "demo", "--config", str(self.config), "--dir", "demo"]
+        argv = [sys.executable, "-m", "vcproxy_tools", "demo", "--config", str(self.config), "--dir", "demo"]
         argv += ["--kafka-base-port", str(self.kafka_base_port), *args]
         with self.out.open("wb") as out, self.err.open("wb") as err:
             # A session of its own, as a terminal's job: signals reach only the demo.
@@ -99,7 +99,7 @@ class Demo:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         if (self.kafka_dir / "cluster.json").exists():
-            from proxy.kafka.cluster import stop_cluster
+            from vcproxy_tools.kafka.cluster import stop_cluster
 
             stop_cluster(self.kafka_dir, hard=True)
 

@@ -19,8 +19,8 @@ import pytest
 
 from proxy.auth.credentials import make_entry
 from proxy.core.endpoints import ListenerLayout
-from proxy.kafka.cluster import SASL_USERS
-from proxy.process import ProxyProcess
+from vcproxy_tools.kafka.cluster import SASL_USERS
+from vcproxy_tools.process import ProxyProcess
 
 from . import equivalence as eq
 from .ports import free_port_block

@@ -25,7 +25,6 @@ from kio.schema.errors import ErrorCode
 
 from proxy.catalogue import refusal_body
 from proxy.core import apiversions
-from proxy.process import ProxyProcess
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.framing import frame
@@ -33,6 +32,7 @@ from proxy.protocol.headers import encode_request_header, response_body_offset
 from proxy.rules import api_rules
 from proxy.tenancy.engine import tenant_rules
 from tests.integration.rawclient import RawClient
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config

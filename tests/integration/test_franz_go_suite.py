@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from . import franz_go
 from .ports import free_port_block

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from proxy.auth.credentials import make_entry
-from proxy.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import tenancy_config

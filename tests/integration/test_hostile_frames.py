@@ -18,7 +18,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from benchmarks import fuzz_session
 from proxy.core.apiversions import tenant_versions
-from proxy.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .rawclient import RawClient

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from proxy.process import READY_LINE, proxy_config
+from vcproxy_tools.process import READY_LINE, proxy_config
 
 from .ports import free_port, free_port_block
 

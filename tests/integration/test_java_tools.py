@@ -6,7 +6,7 @@ import json
 import re
 import uuid
 
-from proxy.kafka.tools import run_tool
+from vcproxy_tools.kafka.tools import run_tool
 
 
 def _ok(result) -> str:

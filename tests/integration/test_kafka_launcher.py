@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from proxy.kafka import cli
-from proxy.kafka import cluster as cluster_mod
-from proxy.kafka.cluster import load_cluster, start_cluster, stop_cluster
-from proxy.kafka.tools import run_tool
+from vcproxy_tools.kafka import cli
+from vcproxy_tools.kafka import cluster as cluster_mod
+from vcproxy_tools.kafka.cluster import load_cluster, start_cluster, stop_cluster
+from vcproxy_tools.kafka.tools import run_tool
 
 from .ports import free_kafka_base_port
 from .processes import java_processes_mentioning

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from proxy.kafka import cli
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs
-from proxy.kafka.tools import SPECS, cds_archive, run_tool, tool_command
+from vcproxy_tools.kafka import cli
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs
+from vcproxy_tools.kafka.tools import SPECS, cds_archive, run_tool, tool_command
 
 
 def _ok(result) -> str:

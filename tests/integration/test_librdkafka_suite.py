@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from proxy.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from . import librdkafka
 from .ports import free_kafka_base_port, free_port_block

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from proxy.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess
 
 from ..gobuild import go_build
 from .ports import free_port_block

@@ -29,11 +29,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
 from proxy.protocol import management as schema
 from proxy.protocol.apikey import ApiKey
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
 from .polling import seconds_until
@@ -96,7 +96,7 @@ def logins(workdir) -> dict[str, Path]:
 def vc_tool(proxy: ProxyProcess, login_file: Path, *args: str) -> tuple[int, Any]:
     """`vcproxy virtual-clusters ARGS --output json` as a user would run it: (exit code, parsed output)."""
     command, *rest = args
-    argv = [sys.executable, "-m", "proxy", "virtual-clusters", command, "--bootstrap-server", proxy.bootstrap]
+    argv = [sys.executable, "-m", "vcproxy_tools", "virtual-clusters", command, "--bootstrap-server", proxy.bootstrap]
     argv += ["--command-config", str(login_file), "--output", "json", *rest]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=os.environ

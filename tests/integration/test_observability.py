@@ -35,8 +35,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.auth.credentials import make_entry
-from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol.apis import request_type
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port, free_port_block
 from .rawclient import RawClient

@@ -43,12 +43,12 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from proxy import cli
 from proxy.admin_client import ConnectError, Connection, login_from
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools import cli
+from vcproxy_tools.demo import java_client_properties
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .polling import until
 from .ports import free_port_block

@@ -51,9 +51,9 @@ from confluent_kafka.admin import (
 )
 
 from proxy.auth.credentials import make_entry
-from proxy.cli import main as vcproxy_main
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess
+from vcproxy_tools.cli import main as vcproxy_main
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, tenancy_config

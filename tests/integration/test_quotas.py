@@ -32,8 +32,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .polling import until
 from .ports import free_port, free_port_block
@@ -119,7 +119,7 @@ def configs_ok(proxy: ProxyProcess, login: Path, *args: str) -> str:
 
 def quotas_tool(proxy: ProxyProcess, login: Path, *args: str) -> tuple[int, Any]:
     command, *rest = args
-    argv = [sys.executable, "-m", "proxy", "quotas", command, "--bootstrap-server", proxy.bootstrap]
+    argv = [sys.executable, "-m", "vcproxy_tools", "quotas", command, "--bootstrap-server", proxy.bootstrap]
     argv += ["--command-config", str(login), "--output", "json", *rest]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     assert done.returncode in (0, 1, 4), f"exit {done.returncode}: {done.stdout}\n{done.stderr}"

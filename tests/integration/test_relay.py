@@ -2,7 +2,7 @@
 
 One proxy with tenancy on (alice, a proxy user, in VC team-a) whose listener relays unknown users, upstream
 over the brokers' SASL listener as the proxy's broker user (vcproxy, a broker super user). The broker has a
-StandardAuthorizer (proxy/kafka/cluster.py): relayuser may read, write and describe one topic and use one
+StandardAuthorizer (vcproxy_tools/kafka/cluster.py): relayuser may read, write and describe one topic and use one
 group prefix; nothing else. The same commands run as relayuser directly against the brokers' SASL listener
 and through the proxy, with confluent-kafka (SCRAM-SHA-512 and PLAIN) and with Kafka's Java tools, and
 every allow/deny outcome must be the same: the broker judges relayed principals, not the proxy.
@@ -37,11 +37,11 @@ from confluent_kafka.admin import (
 )
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type
+from vcproxy_tools.demo import java_client_properties
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess
 
 from ..unit.sasl_corpus import bearer, jws, oauth
 from .ports import free_port_block

@@ -22,7 +22,7 @@ import trustme
 import yaml
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
 from .rawclient import RawClient

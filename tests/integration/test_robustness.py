@@ -11,7 +11,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import i16, i32, i64
 
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
 from .rawclient import RawClient

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from proxy.auth.sasl_messages import Refused, read_login
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, java_executable
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, java_executable
 
 from ..unit.sasl_corpus import CORPUS, bearer, oauth
 from ..unit.sasl_strategies import login_message

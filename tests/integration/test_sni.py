@@ -24,8 +24,8 @@ import pytest
 import trustme
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import tenancy_config

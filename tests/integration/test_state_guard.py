@@ -26,13 +26,13 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kio.schema.errors import ErrorCode
 
 from proxy.auth.credentials import make_entry
-from proxy.process import READY_LINE, ProxyProcess
 from proxy.protocol.apis import request_type
 from proxy.state.backup import image_records
 from proxy.state.store import StateStore, encode_value
 from proxy.tenancy.model import TenancyImage, link_record
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
+from vcproxy_tools.process import READY_LINE, ProxyProcess
 
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
@@ -214,7 +214,9 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxy", "state", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "vcproxy_tools", "state", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_export_then_import_into_a_fresh_state_topic_replays_to_the_same_image(kafka_cluster, proxies, tmp_path):

@@ -24,8 +24,8 @@ from confluent_kafka.admin import (
 )
 
 from proxy.auth.credentials import make_entry
-from proxy.cli import main as vcproxy_main
-from proxy.process import ProxyProcess
+from vcproxy_tools.cli import main as vcproxy_main
+from vcproxy_tools.process import ProxyProcess
 
 from .polling import until
 from .ports import free_port_block
@@ -179,7 +179,7 @@ def test_an_operators_orphans_delete_forgets_the_orphan_and_frees_the_vcs_count(
     assert code == KafkaError.POLICY_VIOLATION, message
 
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "state", "orphans", "--config", str(proxy.config_path), "--delete"],
+        [sys.executable, "-m", "vcproxy_tools", "state", "orphans", "--config", str(proxy.config_path), "--delete"],
         capture_output=True,
         text=True,
         timeout=120,

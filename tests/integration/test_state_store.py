@@ -15,8 +15,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from proxy.config import VirtualClusterSeedConfig, parse_config
-from proxy.process import ProxyProcess, proxy_config
-from proxy.state.cli import image_to_dict
 from proxy.state.service import client_config, open_tenancy
 from proxy.state.store import Fenced, StateStore, StateStoreError, decision_of, decode
 from proxy.tenancy.model import (
@@ -29,6 +27,8 @@ from proxy.tenancy.model import (
     vc_delete,
     vc_record,
 )
+from vcproxy_tools.process import ProxyProcess, proxy_config
+from vcproxy_tools.state import image_to_dict
 
 from .polling import once_known, until
 from .ports import free_port_block
@@ -465,7 +465,7 @@ def test_two_proxy_processes_replay_seed_and_follow_the_state_topic(kafka_cluste
             assert proc.proc is not None and proc.proc.poll() is None, proc.log_tail()
 
         # `vcproxy state dump` shows the same state.
-        from proxy.cli import main
+        from vcproxy_tools.cli import main
 
         capsys.readouterr()
         assert main(["state", "dump", "--config", str(procs[0].config_path)]) == 0

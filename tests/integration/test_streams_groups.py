@@ -25,10 +25,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs, java_executable
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess
 from proxy.tenancy.model import TenancyImage, derived_topic_for
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs, java_executable
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import own, replayed, tap_bytes, tenancy_config

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from proxy.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
-from proxy.kafka.dist import ensure_dist, java_executable
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type
+from vcproxy_tools.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
+from vcproxy_tools.kafka.dist import ensure_dist, java_executable
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_kafka_base_port, free_port_block
 from .rawclient import RawClient

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from proxy.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import by_client_id, own, replayed, tap_bytes, tenancy_config

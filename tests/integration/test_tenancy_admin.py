@@ -21,13 +21,13 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kio.schema.errors import ErrorCode
 
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess
 from proxy.protocol.apis import request_type
 from proxy.tenancy.model import TenancyImage
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess
 
 from .polling import once_known, until
 from .ports import free_port_block

@@ -28,10 +28,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
 from proxy.tenancy.model import TenancyImage, VirtualCluster
+from vcproxy_tools.demo import java_client_properties
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
 from .tenants import own, replayed

@@ -33,8 +33,8 @@ from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.list_transactions.v2.request import ListTransactionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from proxy.process import ProxyProcess
 from proxy.protocol import codec
+from vcproxy_tools.process import ProxyProcess
 
 from .hardening_attacks import coordinator, heartbeat, login
 from .polling import until

@@ -32,9 +32,9 @@ from confluent_kafka.admin import (
 )
 
 from proxy.auth.credentials import make_entry
-from proxy.demo import java_client_properties
-from proxy.process import ProxyProcess, proxy_config
 from proxy.tenancy.model import derived_topic_for
+from vcproxy_tools.demo import java_client_properties
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from proxy.analytics import report
-from proxy.analytics.aggregate import BAD_LINES_TABLE, TABLES
+from vcproxy_tools.analytics import report
+from vcproxy_tools.analytics.aggregate import BAD_LINES_TABLE, TABLES
 
 T0 = 1_714_557_600  # 2024-05-01T10:00:00Z, on a minute boundary
 MS = 1_000_000  # ns
@@ -271,7 +271,7 @@ def _env() -> dict[str, str]:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "proxy", "traces", "aggregate", *args]
+    return [sys.executable, "-m", "vcproxy_tools", "traces", "aggregate", *args]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

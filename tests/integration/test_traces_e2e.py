@@ -12,7 +12,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from proxy.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import by_client_id, tenancy_config
@@ -69,7 +69,7 @@ def test_spark_aggregates_match_the_workload(kafka_cluster, tmp_path):
 
     out = tmp_path / "report"
     result = subprocess.run(
-        [sys.executable, "-m", "proxy", "traces", "aggregate", "--input", str(traces), "--output", str(out)],
+        [sys.executable, "-m", "vcproxy_tools", "traces", "aggregate", "--input", str(traces), "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

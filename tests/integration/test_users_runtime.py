@@ -16,8 +16,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.kafka.tools import run_tool
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
 from .polling import seconds_until
@@ -178,6 +178,6 @@ def test_a_vc_admin_creates_a_member_and_is_refused_on_a_foreign_user(kafka_clus
 def configs_vc(proxy: ProxyProcess, login_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`vcproxy virtual-clusters ARGS` as an operator runs it."""
     command, *rest = args
-    argv = [sys.executable, "-m", "proxy", "virtual-clusters", command, "--bootstrap-server", proxy.bootstrap]
+    argv = [sys.executable, "-m", "vcproxy_tools", "virtual-clusters", command, "--bootstrap-server", proxy.bootstrap]
     argv += ["--command-config", str(login_file), *rest]
     return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)

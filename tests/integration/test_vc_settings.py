@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from proxy.process import ProxyProcess, proxy_config
+from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .polling import until
 from .ports import free_port_block

@@ -10,7 +10,6 @@ import json
 import pytest
 from kio.static.primitive import i8
 
-from proxy.acl import cli as acl_cli
 from proxy.acl import migrate
 from proxy.acl.model import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType, acl_record
 from proxy.core.endpoints import ListenerLayout
@@ -22,6 +21,7 @@ from proxy.protocol.apikey import ApiKey
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.model import TenancyImage, admin_record, link_record, principal_record, vc_record
+from vcproxy_tools import acls as acl_cli
 
 from .wire import request_frame
 
@@ -237,7 +237,7 @@ def test_a_malformed_request_closes_the_connection(principal: str):
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    from proxy.cli import build_parser
+    from vcproxy_tools.cli import build_parser
 
     return build_parser().parse_args(["acls", "--bootstrap-server", "127.0.0.1:1", "--virtual-cluster", "a", *argv])
 
@@ -430,7 +430,7 @@ def test_migration_from_another_vc_copies_binds_and_removes(monkeypatch, capsys,
     apply(img, [acl_record("team-b", b, True) for b in [*kims, read("User:erin")]])
     fake = _FakeProxy(img)
     monkeypatch.setattr(acl_cli, "Connection", lambda *_a, **_k: fake)
-    from proxy.cli import build_parser
+    from vcproxy_tools.cli import build_parser
 
     argv = ["virtual-clusters", "alter", "--bootstrap-server", "x:1", "--virtual-cluster", "team-a", "--add"]
     argv += ["--user", "kim", "--copy-acls-from", "team-b", "--remove-old-acls-from", "team-b", "--output", "json"]

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from proxy.bench_results import (
+from vcproxy_tools.bench_results import (
     METRICS,
     ParseError,
     Row,

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from proxy.bench import Bench, report_file, trace_output, tracing_section
-from proxy.bench_results import (
+from vcproxy_tools.bench import Bench, report_file, trace_output, tracing_section
+from vcproxy_tools.bench_results import (
     DEFAULT_VARIANTS,
     Variant,
     comparisons,

@@ -43,8 +43,6 @@ ALLOWED = {
     "proxy/protocol/kip1313.py",
     # The tenancy handlers, registered by the names tenant.yaml gives them (checked against it at load).
     "proxy/tenancy/handlers/__init__.py",
-    # Command-line tools: the ACL migration names the broker's own ACL APIs it calls.
-    "proxy/acl/cli.py",
 }
 # ApiVersions' answer to a version it cannot read names ApiVersions' own range: a version table sent to a
 # client, not knowledge about the API.

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from proxy.cli import _subparsers, build_parser
+from vcproxy_tools.cli import _subparsers, build_parser
 
 
 def _all_parsers() -> list[tuple[str, argparse.ArgumentParser]]:

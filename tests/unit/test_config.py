@@ -51,7 +51,7 @@ def test_shipped_configs_are_valid(name):
 
 
 def test_cli_exits_2_with_message_on_bad_config(tmp_path, capsys):
-    from proxy.cli import main
+    from vcproxy_tools.cli import main
 
     bad = tmp_path / "c.yaml"
     bad.write_text("upstream: {bootstrap_servers: ['k:1']}\nlisteners: {bogus: 1}\n")

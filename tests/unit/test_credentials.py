@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from proxy.auth.credentials import CredentialError, CredentialStore, ScramCredential, make_entry
-from proxy.cli import main
 from proxy.config import ConfigError, parse_config
+from vcproxy_tools.cli import main
 
 PASSWORD = "s3cret pass-phrase"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy import demo
 from proxy.config import load_config
-from proxy.kafka.cluster import BrokerInfo, ClusterInfo
+from vcproxy_tools import demo
+from vcproxy_tools.kafka.cluster import BrokerInfo, ClusterInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 

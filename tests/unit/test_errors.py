@@ -11,7 +11,13 @@ import proxy
 from proxy.errors import InternalFault, MalformedInput, ProxyError, Refusal
 
 # The tools (Kafka launcher, analytics, command-line clients) and control flow that is no error.
-NOT_RUNTIME = ("proxy.kafka", "proxy.analytics", "proxy.bench", "proxy.demo", "proxy.probe")
+NOT_RUNTIME = (
+    "vcproxy_tools.kafka",
+    "vcproxy_tools.analytics",
+    "vcproxy_tools.bench",
+    "vcproxy_tools.demo",
+    "vcproxy_tools.probe",
+)
 TOOL_MODULES = ("cli", "client", "admin_client", "migrate", "__main__", "bench_results")
 NOT_ERRORS = {"LocalAnswer"}  # a tenancy handler's answer, raised to end the handler
 
@@ -20,7 +26,7 @@ def _runtime_exceptions() -> list[type]:
     found = []
     for info in pkgutil.walk_packages(proxy.__path__, "proxy."):
         name = info.name
-        if name == "proxy.errors" or name.startswith(NOT_RUNTIME) or name.rsplit(".", 1)[-1] in TOOL_MODULES:
+        if name == "proxy.errors" or name.rsplit(".", 1)[-1] in TOOL_MODULES:
             continue
         module = importlib.import_module(name)
         for _, cls in inspect.getmembers(module, inspect.isclass):

@@ -1,4 +1,4 @@
-"""proxy.kafka without a running Kafka: config rendering, the port plan, errors, cache and PID handling."""
+"""vcproxy_tools.kafka without a running Kafka: config rendering, the port plan, errors, cache and PID handling."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.kafka import cli, dist
-from proxy.kafka.cluster import (
+from vcproxy_tools.kafka import cli, dist
+from vcproxy_tools.kafka.cluster import (
     BROKER_JVM_ENV,
     BROKER_JVM_FLAGS,
     _cmdline,
@@ -33,8 +33,8 @@ from proxy.kafka.cluster import (
     start_cluster,
     stop_cluster,
 )
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.tools import TOOLS, main_class, tool_argv
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.tools import TOOLS, main_class, tool_argv
 
 
 def props_for(brokers: int, racks: list[str] | None = None, sasl: bool = False, base: int = 19092):
@@ -449,7 +449,7 @@ def test_cli_start_port_in_use(capsys, tmp_path):
 
 def test_cli_module_runs():
     out = subprocess.run(
-        [sys.executable, "-m", "proxy.kafka.cli", "kafka", "--help"],
+        [sys.executable, "-m", "vcproxy_tools.kafka.cli", "kafka", "--help"],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.kafka import cluster
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.progress import CLEAR_LINE, Progress, progress_wanted
+from vcproxy_tools.kafka import cluster
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.progress import CLEAR_LINE, Progress, progress_wanted
 
 
 class _Tty(io.StringIO):
@@ -49,7 +49,7 @@ def test_log_lines_never_start_inside_the_status_line(monkeypatch):
     monkeypatch.setenv("VCPROXY_PROGRESS", "1")
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    logger = logging.getLogger("proxy.kafka")
+    logger = logging.getLogger("vcproxy_tools.kafka")
     logger.addHandler(handler)
     try:
         with Progress(stream, interval=0) as progress:

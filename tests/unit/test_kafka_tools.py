@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from proxy.kafka import cds, tools
-from proxy.kafka.dist import BROKER_LOG4J, TOOLS_LOG4J, render_extras_pom
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.tools import ALIASES, NOT_OFFERED, SPECS, TOOLS, main_class, spec, tool_names
+from vcproxy_tools.kafka import cds, tools
+from vcproxy_tools.kafka.dist import BROKER_LOG4J, TOOLS_LOG4J, render_extras_pom
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.tools import ALIASES, NOT_OFFERED, SPECS, TOOLS, main_class, spec, tool_names
 
 # The scripts of the Apache Kafka 4.2.0 binary release's bin/ (bin/windows holds the .bat twins), and
 # the main class each runs (`exec .../kafka-run-class.sh <class> "$@"`; trogdor.sh picks one per action).
@@ -179,7 +179,7 @@ def test_extras_pom_leaves_clients_and_logging_to_the_dist():
         assert pom.count(excluded) == 2
 
 
-# -- class-data archives (proxy/kafka/cds.py) --------------------------------------------------------
+# -- class-data archives (vcproxy_tools/kafka/cds.py) --------------------------------------------------------
 
 
 def _script(path, code: int):
@@ -256,7 +256,7 @@ def test_an_archive_the_jvm_refuses_is_dropped_with_one_line_and_not_written_aga
     monkeypatch.setattr(tools, "java_executable", lambda: java)
     command = _writing("kafka-acls", ["--list"])
     command.cds.writing.write_bytes(b"truncated")
-    with caplog.at_level("WARNING", logger="proxy.kafka"):
+    with caplog.at_level("WARNING", logger="vcproxy_tools.kafka"):
         command.finish(0)
     assert not command.cds.archive.exists() and not command.cds.writing.exists()
     assert len(caplog.records) == 1 and "a JVM refused it" in caplog.records[0].getMessage()

@@ -1,4 +1,4 @@
-"""proxy.analytics.otlp: one OTLP JSON line to span records, and the reasons a line is bad (no Spark here)."""
+"""vcproxy_tools.analytics.otlp: one OTLP JSON line to span records, and the reasons a line is bad (no Spark here)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.analytics.otlp import (
+from vcproxy_tools.analytics.otlp import (
     COLUMN_TYPES,
     META_COLUMNS,
     PHYSICAL_VC,

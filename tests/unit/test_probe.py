@@ -3,7 +3,7 @@
 import socket
 import threading
 
-from proxy.cli import main
+from vcproxy_tools.cli import main
 
 
 def test_nothing_listening_is_exit_1(capsys):

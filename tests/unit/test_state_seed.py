@@ -9,11 +9,11 @@ import pytest
 
 from proxy.acl.model import Operation
 from proxy.config import ConfigError, VirtualClusterSeedConfig, parse_config
-from proxy.state.cli import image_to_dict
 from proxy.state.seed import seed_records
 from proxy.state.service import TenancyService
 from proxy.state.store import StateStore, StateStoreError, decode, encode_value
 from proxy.tenancy.model import TenancyError, TenancyImage, link_record, principal_record, vc_delete, vc_record
+from vcproxy_tools.state import image_to_dict
 
 
 def _seed(*vcs: dict) -> list[VirtualClusterSeedConfig]:

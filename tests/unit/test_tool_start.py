@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _TOOL_START = textwrap.dedent(
     """
     import json, sys
-    from proxy.cli import _without_test_tools, build_parser
+    from vcproxy_tools.cli import _without_test_tools, build_parser
     _without_test_tools()
     build_parser().parse_args(["virtual-clusters", "list", "--bootstrap-server", "h:1"])
     from proxy.protocol import management as m

@@ -40,7 +40,6 @@ from kio.schema.alter_user_scram_credentials.v0.request import (
 )
 from kio.static.primitive import i8, i32
 
-from proxy.acl import cli as acl_cli
 from proxy.acl.model import (
     VC_OPERATIONS,
     AclBinding,
@@ -57,6 +56,7 @@ from proxy.management.plane import Caller, handle
 from proxy.protocol import management as m
 from proxy.tenancy.model import KAFKA_CLUSTER, TenancyImage, admin_record, link_record, principal_record, vc_record
 from proxy.tenancy.rights import ANONYMOUS, Rights, admin_bindings
+from vcproxy_tools import acls as acl_cli
 
 VC_OPS = VC_OPERATIONS
 

@@ -10,7 +10,6 @@ import pytest
 from kio.static.primitive import i8
 
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
-from proxy.cli import build_parser
 from proxy.config import TenancyConfig
 from proxy.management import cli as vc_cli
 from proxy.management.plane import Caller, handle
@@ -29,6 +28,7 @@ from proxy.tenancy.model import (
     vc_record,
 )
 from proxy.tenancy.policy import SAFE_DEFAULT
+from vcproxy_tools.cli import build_parser
 
 SUPERS = frozenset({"User:admin"})
 ADMIN = Caller("User:admin", SUPERS)  # super-admin

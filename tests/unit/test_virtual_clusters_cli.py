@@ -10,9 +10,9 @@ import pytest
 from kio.static.primitive import i8, i16
 
 from proxy.admin_client import ConfigProblem, login_from, read_properties
-from proxy.cli import build_parser
 from proxy.management import cli
 from proxy.protocol import management as m
+from vcproxy_tools.cli import build_parser
 
 
 def parse(*argv: str) -> argparse.Namespace:

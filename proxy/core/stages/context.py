@@ -29,5 +29,6 @@ class ConnectionState:
     image: Any = None  # the tenancy image (proxy.tenancy.model.TenancyImage) when VCs are served, else None
     authenticator: Any = None  # the SASL exchange (proxy/auth/sasl.py), if the listener has one
     # The upstream broker this connection reaches: its listener's node id, or for a bootstrap connection the
-    # key the shell sets once connected (proxy/net/discovery.py, BrokerRegistry.broker_key); None until known. Fetch sessions are per broker.
+    # key the shell sets once connected (proxy/net/discovery.py, BrokerRegistry.broker_key); None until known.
+    # Fetch sessions are per broker.
     broker: Hashable | None = None

@@ -12,7 +12,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from .protocol.apikey import ApiKey
+from proxy.protocol.apikey import ApiKey
 
 
 def api_versions(host: str, port: int, timeout: float, tls: ssl.SSLContext | None, server_name: str | None) -> int:

@@ -16,9 +16,18 @@ from kio.schema.describe_client_quotas.v1.request import ComponentData, Describe
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from ..admin_client import ConfigProblem, ConnectError, Connection, login_from
-from ..protocol.apikey import ApiKey
-from .model import CLIENT_ID, KEYS, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, PHYSICAL, USER, VIRTUAL_CLUSTER
+from proxy.admin_client import ConfigProblem, ConnectError, Connection, login_from
+from proxy.protocol.apikey import ApiKey
+from proxy.quotas.model import (
+    CLIENT_ID,
+    KEYS,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    MATCH_SPECIFIED,
+    PHYSICAL,
+    USER,
+    VIRTUAL_CLUSTER,
+)
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 

@@ -21,10 +21,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.progress import Progress, elapsed
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.progress import Progress, elapsed
 
-log = logging.getLogger("proxy.kafka")
+log = logging.getLogger("vcproxy_tools.kafka")
 
 # 4.2.1 fixed a deadlock of the broker's share-group path (KAFKA-20505) that 4.2.0 hit under franz-go's suite.
 DEFAULT_KAFKA_VERSION = "4.2.2"
@@ -207,7 +207,7 @@ def ensure_streams_libs(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | 
 
 
 EXTRAS_POM = """<?xml version="1.0" encoding="UTF-8"?>
-<!-- Rendered by proxy/kafka/dist.py (ensure_extra_libs): Kafka artifacts some tools need beyond the dist
+<!-- Rendered by vcproxy_tools/kafka/dist.py (ensure_extra_libs): Kafka artifacts some tools need beyond the dist
      (Connect, the metadata shell, Trogdor); run with -cp '<dist>/*:<this>/*'. -->
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from ..protocol.apikey import ApiKey
+from proxy.protocol.apikey import ApiKey
 
 PHYSICAL_VC = "(physical)"  # the VC of kafka-cluster's members (the physical cluster)
 PRODUCE_KEY = int(ApiKey.PRODUCE)  # plain ints: Spark columns compare with them

@@ -6,7 +6,7 @@ written as Parquet (`<output>/<table>/`) and as one CSV file with a header (`<ou
 `<output>/report.html`. All file access goes through Hadoop's FileSystem, so the input and output may be local
 paths (local mode) or any URI the cluster can reach (hdfs://, s3a://, ...).
 
-Also runnable as ``spark-submit proxy/analytics/aggregate.py --input DIR --output DIR``.
+Also runnable as ``spark-submit vcproxy_tools/analytics/aggregate.py --input DIR --output DIR``.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def under_spark_submit() -> bool:
 
 def find_local_inputs(input_dir: str) -> list[Path]:
     """The span files under a local directory (or the file itself); AnalyticsError when there are none."""
-    from . import AnalyticsError
+    from vcproxy_tools.analytics import AnalyticsError
 
     root = Path(input_dir)
     if root.is_file():
@@ -102,7 +102,7 @@ def find_local_inputs(input_dir: str) -> list[Path]:
 
 def run(opts: Options, spark: SparkSession | None = None) -> JobResult:
     """Run the whole job; raises AnalyticsError for input the user must fix. Stops Spark only if it started it."""
-    from . import AnalyticsError
+    from vcproxy_tools.analytics import AnalyticsError
 
     say = opts.progress or (lambda _msg: None)
     master = opts.master or (None if under_spark_submit() else "local[*]")
@@ -181,9 +181,9 @@ def _ship_package(sc: Any) -> Path:
     pkg = Path(__file__).resolve().parent
     tmp = Path(tempfile.mkdtemp(prefix="vcproxy-analytics-"))
     with zipfile.ZipFile(tmp / "vcproxy_analytics.zip", "w") as z:
-        z.write(pkg.parent / "__init__.py", "proxy/__init__.py")
+        z.write(pkg.parent / "__init__.py", "vcproxy_tools/__init__.py")
         for f in sorted(pkg.glob("*.py")):
-            z.write(f, f"proxy/analytics/{f.name}")
+            z.write(f, f"vcproxy_tools/analytics/{f.name}")
     sc.addPyFile(str(tmp / "vcproxy_analytics.zip"))
     return tmp
 
@@ -208,7 +208,7 @@ class _FileSystem:
 
     def list_inputs(self, root: str) -> list[InputFile]:
         """Span files under root (recursively), named relative to it for messages."""
-        from . import AnalyticsError
+        from vcproxy_tools.analytics import AnalyticsError
 
         fs, p = self._fs(root)
         if not fs.exists(p):
@@ -275,7 +275,7 @@ def _join(root: str, name: str) -> str:
 def _schema() -> Any:
     from pyspark.sql import types as T
 
-    from . import otlp
+    from vcproxy_tools.analytics import otlp
 
     simple = {
         "string": T.StringType(),
@@ -298,7 +298,7 @@ def _aggregate(
 ) -> JobResult:
     from pyspark.sql import functions as F
 
-    from . import AnalyticsError, otlp, report
+    from vcproxy_tools.analytics import AnalyticsError, otlp, report
 
     sc = spark.sparkContext
     # One RDD per file, so each partition knows its file and index: bad lines get real line numbers.
@@ -459,7 +459,7 @@ def build_tables(requests: DataFrame, top: int) -> dict[str, DataFrame]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from .otlp import FETCH_KEYS, PRODUCE_KEY
+    from vcproxy_tools.analytics.otlp import FETCH_KEYS, PRODUCE_KEY
 
     record_bytes = F.aggregate("topic_bytes", F.lit(0).cast("long"), lambda acc, b: acc + b)
     produced = F.sum(F.when(F.col("api_key") == PRODUCE_KEY, record_bytes).otherwise(0)).alias("bytes_produced")

@@ -20,11 +20,11 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from ..admin_client import ConfigProblem, ConnectError, Connection, login_from
-from ..protocol import management as m
-from ..protocol.apikey import ApiKey
-from . import migrate as migrate_model
-from .model import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
+from proxy.acl import migrate as migrate_model
+from proxy.acl.model import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
+from proxy.admin_client import ConfigProblem, ConnectError, Connection, login_from
+from proxy.protocol import management as m
+from proxy.protocol.apikey import ApiKey
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 Op = Operation

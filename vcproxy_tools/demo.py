@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import ProxyConfig
-    from .kafka.cluster import ClusterInfo
+    from proxy.config import ProxyConfig
+    from vcproxy_tools.kafka.cluster import ClusterInfo
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def demo_password(user: str) -> str:
 
 def demo_logins(config: ProxyConfig) -> dict[str, str]:
     """Users of a SASL listener whose password is the demo's, with it; others cannot be shown."""
-    from .auth.credentials import ScramCredential
+    from proxy.auth.credentials import ScramCredential
 
     logins = {}
     for user, entries in config.credentials.as_mapping().items():
@@ -380,8 +380,8 @@ def _say(text: str) -> None:
 
 def _start_kafka(kafka_dir: Path, shown_dir: Path, args: argparse.Namespace) -> tuple[ClusterInfo, bool]:
     """The demo's cluster: the kept one started again, or a new one; (cluster, kept)."""
-    from .kafka.cluster import has_cluster, restart_cluster, running_pids, start_cluster, stop_cluster
-    from .kafka.errors import KafkaLauncherError
+    from vcproxy_tools.kafka.cluster import has_cluster, restart_cluster, running_pids, start_cluster, stop_cluster
+    from vcproxy_tools.kafka.errors import KafkaLauncherError
 
     if running_pids(kafka_dir):  # a demo killed without its cleanup (kill -9) left its brokers running
         _say(f"stopping the brokers a previous demo left running in {shown_dir}...")
@@ -406,7 +406,7 @@ def _start_kafka(kafka_dir: Path, shown_dir: Path, args: argparse.Namespace) -> 
 
 def _stop_kafka(kafka_dir: Path, shown_dir: Path, stops: tuple[signal.Signals, ...]) -> None:
     """Stop the brokers (controlled shutdown); a second Ctrl-C, SIGTERM or SIGHUP meanwhile kills them."""
-    from .kafka.cluster import running_pids, stop_cluster
+    from vcproxy_tools.kafka.cluster import running_pids, stop_cluster
 
     if not running_pids(kafka_dir):
         return
@@ -424,7 +424,7 @@ async def _serve(config: ProxyConfig, banner: str, stops: tuple[signal.Signals, 
     """The proxy until SIGINT, SIGTERM or SIGHUP, then drained; the banner once it is ready."""
     import trio
 
-    from .net.server import ProxyServer
+    from proxy.net.server import ProxyServer
 
     server = ProxyServer(config)
 
@@ -447,15 +447,15 @@ async def _serve(config: ProxyConfig, banner: str, stops: tuple[signal.Signals, 
 def _create_state_topic(config: ProxyConfig) -> None:
     """A new cluster has no state topic, and the proxy would warn that it made one (which on a cluster
     that had one means lost state): the demo knows its cluster is new and makes it first."""
-    from .state.service import client_config
-    from .state.store import StateStore
+    from proxy.state.service import client_config
+    from proxy.state.store import StateStore
 
     tc = config.tenancy
     StateStore(client_config(config), tc.state_topic, tc.state_replication_factor).ensure_topic(60, new_cluster=True)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from .config import load_for_command
+    from proxy.config import load_for_command
 
     config = load_for_command(args.config)
     if config is None:
@@ -497,7 +497,7 @@ def _exclusive(demo_dir: Path) -> Iterator[str | None]:
 def _run_demo(args: argparse.Namespace, config: ProxyConfig, demo_dir: Path, shown_dir: Path, kafka_dir: Path) -> int:
     import trio
 
-    from .kafka.errors import KafkaLauncherError
+    from vcproxy_tools.kafka.errors import KafkaLauncherError
 
     stops = stop_signals()
     try:
@@ -511,7 +511,7 @@ def _run_demo(args: argparse.Namespace, config: ProxyConfig, demo_dir: Path, sho
             if config.tenancy.enabled:
                 # The tenant API table imports every response schema (seconds): build it now rather than
                 # on the first client's connection, which would stall the event loop (and time out kcat -L).
-                from .core.apiversions import tenant_versions
+                from proxy.core.apiversions import tenant_versions
 
                 tenant_versions()
             banner = _instructions(config, properties, cluster, kept, shown_dir)

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("proxy.kafka")
+log = logging.getLogger("vcproxy_tools.kafka")
 
 ENV = "VCPROXY_KAFKA_TOOL_CDS"
 QUIET = "-Xlog:cds*=off"  # stdout is the tool's: no "[warning][cds] ..." lines in it

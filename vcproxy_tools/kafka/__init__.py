@@ -1,6 +1,6 @@
 """Launcher for a real Apache Kafka (KRaft) cluster built from Maven Central artifacts (tests, demos)."""
 
-from proxy.kafka.cluster import (
+from vcproxy_tools.kafka.cluster import (
     BrokerInfo,
     ClusterInfo,
     has_cluster,
@@ -12,9 +12,9 @@ from proxy.kafka.cluster import (
     stop_broker,
     stop_cluster,
 )
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs, ensure_streams_libs
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.tools import TOOLS, run_tool, tool_argv, tool_command
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_extra_libs, ensure_streams_libs
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.tools import TOOLS, run_tool, tool_argv, tool_command
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",

@@ -84,7 +84,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.enabled:
-            for logger in (logging.getLogger(), logging.getLogger("proxy"), logging.getLogger("proxy.kafka")):
+            for logger in (logging.getLogger(), logging.getLogger("proxy"), logging.getLogger("vcproxy_tools.kafka")):
                 for handler in logger.handlers:
                     if handler not in self._handlers:
                         handler.addFilter(self._filter)

@@ -8,8 +8,8 @@ import sys
 
 import yaml
 
-from . import SCRAM_MECHANISMS
-from .credentials import DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, CredentialError, make_entry
+from proxy.auth import SCRAM_MECHANISMS
+from proxy.auth.credentials import DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, CredentialError, make_entry
 
 
 def _read_password(args: argparse.Namespace) -> str:

@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-from ..tenancy.model import TenancyImage
+from proxy.tenancy.model import TenancyImage
 
 
 def image_to_dict(image: TenancyImage) -> dict[str, Any]:
@@ -44,9 +44,9 @@ def image_to_dict(image: TenancyImage) -> dict[str, Any]:
 
 def _store(args: argparse.Namespace) -> Any:
     """The config's StateStore, or None after printing why the config is bad."""
-    from ..config import ConfigError, load_config
-    from .service import client_config
-    from .store import StateStore
+    from proxy.config import ConfigError, load_config
+    from proxy.state.service import client_config
+    from proxy.state.store import StateStore
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
@@ -71,7 +71,7 @@ class _Collect:
 def _dump(args: argparse.Namespace) -> int:
     import yaml
 
-    from .store import StateStoreError
+    from proxy.state.store import StateStoreError
 
     store = _store(args)
     if store is None:
@@ -92,8 +92,8 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .backup import dump_lines, image_records
-    from .store import StateStoreError
+    from proxy.state.backup import dump_lines, image_records
+    from proxy.state.store import StateStoreError
 
     store = _store(args)
     if store is None:
@@ -114,8 +114,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from .backup import image_records, parse_lines, replay_records
-    from .store import StateStoreError
+    from proxy.state.backup import image_records, parse_lines, replay_records
+    from proxy.state.store import StateStoreError
 
     store = _store(args)
     if store is None:
@@ -158,9 +158,9 @@ def _import(args: argparse.Namespace) -> int:
 def _orphans(args: argparse.Namespace) -> int:
     import yaml
 
-    from ..tenancy.orphans import forget_records
-    from .backup import as_yaml_dict, find_orphans, unlink_records
-    from .store import StateStoreError
+    from proxy.state.backup import as_yaml_dict, find_orphans, unlink_records
+    from proxy.state.store import StateStoreError
+    from proxy.tenancy.orphans import forget_records
 
     store = _store(args)
     if store is None:

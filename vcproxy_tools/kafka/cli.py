@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.kafka.cluster import has_cluster, restart_cluster, start_cluster, stop_cluster
-from proxy.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.tools import NOT_OFFERED, run_tool, tool_names
+from vcproxy_tools.kafka.cluster import has_cluster, restart_cluster, start_cluster, stop_cluster
+from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.tools import NOT_OFFERED, run_tool, tool_names
 
 ERROR_EXIT = 2
 
@@ -41,7 +41,7 @@ def _guarded(fn: Handler) -> Handler:
 
 
 def _progress_to_stderr() -> None:
-    log = logging.getLogger("proxy.kafka")
+    log = logging.getLogger("vcproxy_tools.kafka")
     log.setLevel(logging.INFO)
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)

@@ -35,18 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from proxy.kafka.dist import (
+from vcproxy_tools.kafka.dist import (
     BROKER_LOG4J,
     DEFAULT_KAFKA_VERSION,
     ensure_dist,
     java_executable,
     parse_version,
 )
-from proxy.kafka.errors import KafkaLauncherError
-from proxy.kafka.progress import Progress, elapsed
-from proxy.kafka.tools import SERVICE_JVM_FLAGS, TOOLS, java_tool_argv
+from vcproxy_tools.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.progress import Progress, elapsed
+from vcproxy_tools.kafka.tools import SERVICE_JVM_FLAGS, TOOLS, java_tool_argv
 
-log = logging.getLogger("proxy.kafka")
+log = logging.getLogger("vcproxy_tools.kafka")
 
 HOST = "127.0.0.1"
 PORT_STRIDE = 10

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import AnalyticsError
+from vcproxy_tools.analytics import AnalyticsError
 
 PROG = "vcproxy traces aggregate"
 DEFAULT_APP_NAME = "vcproxy-traces-aggregate"
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         import pyspark  # noqa: F401
     except ImportError:
         return _fail("pyspark is not installed; install the analytics extra: pip install 'vcproxy[analytics]'")
-    from . import aggregate
+    from vcproxy_tools.analytics import aggregate
 
     say = aggregate.stderr_progress()
     opts = aggregate.Options(
@@ -82,7 +82,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point for `spark-submit proxy/analytics/job.py --input DIR --output DIR`."""
+    """Entry point for `spark-submit vcproxy_tools/analytics/job.py --input DIR --output DIR`."""
     parser = argparse.ArgumentParser(prog="job.py", description="vcproxy per-tenant analytics over spans")
     add_arguments(parser)
     return run(parser.parse_args(argv))

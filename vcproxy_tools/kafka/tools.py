@@ -7,7 +7,7 @@ offered: it signals every ``kafka.Kafka`` process of the machine; ``vcproxy kafk
 exactly the brokers of one cluster.
 
 ``run_tool`` (and so ``vcproxy kafka tool``) gives each short-lived tool an AppCDS archive of the classes
-it loads (see ``proxy/kafka/cds.py`` and docs/kafka-launcher.md): its second call writes it, later calls
+it loads (see ``vcproxy_tools/kafka/cds.py`` and docs/kafka-launcher.md): its second call writes it, later calls
 map it.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.kafka import cds
-from proxy.kafka.dist import (
+from vcproxy_tools.kafka import cds
+from vcproxy_tools.kafka.dist import (
     BROKER_LOG4J,
     DEFAULT_KAFKA_VERSION,
     TOOLS_LOG4J,
@@ -29,7 +29,7 @@ from proxy.kafka.dist import (
     ensure_extra_libs,
     java_executable,
 )
-from proxy.kafka.errors import KafkaLauncherError
+from vcproxy_tools.kafka.errors import KafkaLauncherError
 
 # Kafka's tarball puts these in libs/; the Maven dist leaves them out (connect-runtime brings Jetty and
 # Jersey), so the tools that need them resolve them on first use.

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.bench_results import (
+from vcproxy_tools.bench_results import (
     DEFAULT_VARIANTS,
     DIRECT,
     MIB,
@@ -163,7 +163,7 @@ def _say(msg: str) -> None:
 
 
 def perf_tool_argv(name: str, args: Sequence[str]) -> list[str]:
-    from proxy.kafka.tools import tool_argv
+    from vcproxy_tools.kafka.tools import tool_argv
 
     argv = [a for a in tool_argv(name, args, heap=PERF_HEAP) if a not in FAST_START_FLAGS]
     return [argv[0], *PERF_JVM_FLAGS, *argv[1:]]
@@ -209,7 +209,7 @@ class Bench:
 
     def tool(self, label: str, name: str, args: Sequence[str], perf: bool = True) -> str:
         """Run a Kafka tool, keep its output under DIR/logs, and return its stdout; fail loudly."""
-        from proxy.kafka.tools import tool_argv
+        from vcproxy_tools.kafka.tools import tool_argv
 
         argv = perf_tool_argv(name, args) if perf else tool_argv(name, args)
         t0 = time.monotonic()
@@ -244,7 +244,7 @@ class Bench:
 
     def create_topics(self, topics: Sequence[tuple[str, int]]) -> None:
         """Create topics directly on the broker, a few JVMs at a time (each costs seconds to start)."""
-        from proxy.kafka.tools import tool_argv
+        from vcproxy_tools.kafka.tools import tool_argv
 
         pending = list(topics)
         while pending:
@@ -444,9 +444,9 @@ class Bench:
     # -- the whole thing ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        from proxy.kafka.cluster import start_cluster
-        from proxy.kafka.dist import DEFAULT_KAFKA_VERSION
-        from proxy.process import ProxyProcess, proxy_config
+        from vcproxy_tools.kafka.cluster import start_cluster
+        from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION
+        from vcproxy_tools.process import ProxyProcess, proxy_config
 
         o = self.opts
         load_start = _loadavg()
@@ -525,7 +525,7 @@ class Bench:
 
     def _stop_stale_cluster(self, cluster_dir: Path) -> None:
         """A bench killed hard may leave its own cluster running in its own dir; stop that one only."""
-        from proxy.kafka.cluster import stop_cluster
+        from vcproxy_tools.kafka.cluster import stop_cluster
 
         if (cluster_dir / "cluster.json").exists():
             with contextlib.suppress(Exception):
@@ -551,7 +551,7 @@ class Bench:
             if self.direct_bootstrap:
                 self.delete_topics()
         else:
-            from proxy.kafka.cluster import stop_cluster
+            from vcproxy_tools.kafka.cluster import stop_cluster
 
             cluster_dir = self.opts.dir / "cluster"
             if (cluster_dir / "cluster.json").exists():

@@ -1,0 +1,3 @@
+from vcproxy_tools.cli import main
+
+raise SystemExit(main())
