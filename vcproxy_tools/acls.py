@@ -3,7 +3,7 @@
 (docs/acls-operators.md). Also the requests the ACL migration of `vcproxy virtual-clusters alter` makes.
 
 Blocking and small: it builds the requests (pure functions, unit-tested), sends them over one
-connection (proxy/admin_client.py) and prints what came back.
+connection (vcproxy_tools/admin_client.py) and prints what came back.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from kio.static.primitive import i8
 
 from proxy.acl import migrate as migrate_model
 from proxy.acl.model import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
-from proxy.admin_client import ConfigProblem, ConnectError, Connection, login_from
 from proxy.protocol import management as m
 from proxy.protocol.apikey import ApiKey
+from vcproxy_tools.admin_client import ConfigProblem, ConnectError, Connection, login_from
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 Op = Operation

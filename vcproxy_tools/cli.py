@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from vcproxy_tools import state as state_cli
 
     state_cli.register(sub)
-    from proxy.management import cli as management_cli
+    from vcproxy_tools import virtual_clusters as management_cli
 
     management_cli.register(sub)
     from vcproxy_tools import acls as acl_cli

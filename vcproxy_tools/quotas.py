@@ -16,7 +16,6 @@ from kio.schema.describe_client_quotas.v1.request import ComponentData, Describe
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from proxy.admin_client import ConfigProblem, ConnectError, Connection, login_from
 from proxy.protocol.apikey import ApiKey
 from proxy.quotas.model import (
     CLIENT_ID,
@@ -28,6 +27,7 @@ from proxy.quotas.model import (
     USER,
     VIRTUAL_CLUSTER,
 )
+from vcproxy_tools.admin_client import ConfigProblem, ConnectError, Connection, login_from
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 

@@ -24,7 +24,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from proxy.admin_client import Connection, Login
+from vcproxy_tools.admin_client import Connection, Login
 from vcproxy_tools.process import ProxyProcess
 
 from .polling import until
@@ -225,7 +225,7 @@ class _FirstLoginTooLate(Connection):
 
 
 def test_a_tool_connects_again_when_the_proxy_closed_its_login_at_the_deadline(make_proxy):
-    """The tools' client (proxy/admin_client.py) retries a connection lost before its command was
+    """The tools' client (vcproxy_tools/admin_client.py) retries a connection lost before its command was
     sent, as Kafka's clients do, and names the cause of the lost one."""
     proxy = make_proxy(authentication_timeout_ms=5000)  # long enough for the second try on a loaded machine
     conn = _FirstLoginTooLate(proxy.bootstrap, Login("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", USERS["alice"]))

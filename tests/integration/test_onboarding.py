@@ -43,9 +43,9 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from proxy.admin_client import ConnectError, Connection, login_from
 from proxy.auth.credentials import make_entry
 from vcproxy_tools import cli
+from vcproxy_tools.admin_client import ConnectError, Connection, login_from
 from vcproxy_tools.demo import java_client_properties
 from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.admin_client import ConnectError, Connection, Login
 from proxy.protocol import apis
+from vcproxy_tools.admin_client import ConnectError, Connection, Login
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ _TOOL_START = textwrap.dedent(
     build_parser().parse_args(["virtual-clusters", "list", "--bootstrap-server", "h:1"])
     from proxy.protocol import management as m
     from proxy.protocol.apikey import ApiKey
-    from proxy.admin_client import Login, prepare
+    from vcproxy_tools.admin_client import Login, prepare
     from proxy.protocol import codec
     from proxy.protocol.apis import api_info
     from proxy.protocol.headers import encode_request_header

@@ -11,7 +11,6 @@ from kio.static.primitive import i8
 
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
 from proxy.config import TenancyConfig
-from proxy.management import cli as vc_cli
 from proxy.management.plane import Caller, handle
 from proxy.protocol import codec
 from proxy.protocol import management as m
@@ -28,6 +27,7 @@ from proxy.tenancy.model import (
     vc_record,
 )
 from proxy.tenancy.policy import SAFE_DEFAULT
+from vcproxy_tools import virtual_clusters as vc_cli
 from vcproxy_tools.cli import build_parser
 
 SUPERS = frozenset({"User:admin"})

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kio.static.primitive import i8, i16
 
-from proxy.admin_client import ConfigProblem, login_from, read_properties
-from proxy.management import cli
 from proxy.protocol import management as m
+from vcproxy_tools import virtual_clusters as cli
+from vcproxy_tools.admin_client import ConfigProblem, login_from, read_properties
 from vcproxy_tools.cli import build_parser
 
 

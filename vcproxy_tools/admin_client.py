@@ -19,11 +19,11 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from . import __version__
-from .protocol import codec
-from .protocol.apis import api_info, request_type, response_type
-from .protocol.framing import frame
-from .protocol.headers import encode_request_header, response_body_offset
+from proxy import __version__
+from proxy.protocol import codec
+from proxy.protocol.apis import api_info, request_type, response_type
+from proxy.protocol.framing import frame
+from proxy.protocol.headers import encode_request_header, response_body_offset
 
 MAX_RESPONSE = 100 * 1024 * 1024  # a management answer is small; a bigger length prefix is not Kafka
 CLIENT_ID = "vcproxy-virtual-clusters"

@@ -12,10 +12,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from proxy.protocol import management as m
 from vcproxy_tools import acls as acl_cli
-
-from ..admin_client import ConfigProblem, ConnectError, Connection, login_from
-from ..protocol import management as m
+from vcproxy_tools.admin_client import ConfigProblem, ConnectError, Connection, login_from
 
 OK, REFUSED, USAGE, UNREACHABLE, UNAUTHORIZED = 0, 1, 2, 3, 4
 
