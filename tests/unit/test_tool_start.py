@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _TOOL_START = textwrap.dedent(
     """
     import json, sys
-    from vcproxy_tools.cli import _without_test_tools, build_parser
-    _without_test_tools()
+    from proxy.serve import without_test_tools
+    from vcproxy_tools.cli import build_parser
+    without_test_tools()
     build_parser().parse_args(["virtual-clusters", "list", "--bootstrap-server", "h:1"])
     from proxy.protocol import management as m
     from proxy.protocol.apikey import ApiKey
