@@ -4,7 +4,7 @@
 
 * ``auto`` (default): testcontainers' Kafka module if the package is importable and a Docker engine
   answers, else ``local``;
-* ``local``: 3 brokers (racks r1, r2, r3, SASL listener) from proxy.kafka's launcher;
+* ``local``: 3 brokers (racks r1, r2, r3, SASL listener) from vcproxy_tools.kafka's launcher;
 * ``testcontainers``: one containerised broker (``VCPROXY_KAFKA_IMAGE``);
 * ``external``: an existing cluster at ``VCPROXY_KAFKA_BOOTSTRAP``.
 

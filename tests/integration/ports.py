@@ -64,7 +64,7 @@ def free_port() -> int:
 
 
 def free_kafka_base_port(brokers: int, sasl: bool = False) -> int:
-    """A base port for proxy.kafka's launcher whose every broker port (client, controller, SASL) is free."""
+    """A base port for vcproxy_tools.kafka's launcher whose every broker port (client, controller, SASL) is free."""
 
     def ports(base: int) -> list[int]:
         return [port for node in plan_nodes(brokers, None, base, sasl) for port, _ in node.ports()]

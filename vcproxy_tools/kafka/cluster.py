@@ -265,7 +265,7 @@ def node_properties(node: NodeSpec, *, brokers: int, controller_port: int, data_
 
 def render_properties(props: dict[str, str]) -> str:
     """Java .properties text; backslashes escaped so paths survive."""
-    lines = ["# Written by proxy.kafka.cluster; regenerated on every start (start_cluster, restart_cluster)."]
+    lines = ["# Written by vcproxy_tools.kafka.cluster; regenerated on every start (start_cluster, restart_cluster)."]
     lines += [f"{k}={v.replace(chr(92), chr(92) * 2)}" for k, v in props.items()]
     return "\n".join(lines) + "\n"
 
