@@ -22,7 +22,6 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
 from proxy.protocol.apis import request_type
 from tests.integration.rawclient import RawClient
@@ -31,6 +30,7 @@ from tests.integration.test_fail_closed import build
 from .polling import until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
+from .tool_jvm import run_tool
 
 TENANTS = ("team-a", "team-b")
 VC_TOPIC = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(.+)$")

@@ -29,7 +29,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
 from proxy.protocol import management as schema
@@ -40,6 +39,7 @@ from .polling import seconds_until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_tenancy_sasl import consume, produce
+from .tool_jvm import run_tool
 
 USERS = {
     "admin": "admin-secret",  # super-admin: in kafka-cluster

@@ -38,7 +38,6 @@ from confluent_kafka.admin import (
 
 from proxy.auth.credentials import make_entry
 from proxy.demo import java_client_properties
-from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type
@@ -47,6 +46,7 @@ from ..unit.sasl_corpus import bearer, jws, oauth
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import assert_clean_log, own, tenancy_config
+from .tool_jvm import run_tool
 
 RUN = uuid.uuid4().hex[:6]
 ALLOWED, DENIED, GROUPS = f"relay-allowed-{RUN}", f"relay-denied-{RUN}", f"relay-g-{RUN}"

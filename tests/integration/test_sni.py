@@ -24,11 +24,11 @@ import pytest
 import trustme
 
 from proxy.auth.credentials import make_entry
-from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import tenancy_config
+from .tool_jvm import run_tool
 
 DOMAIN = "kafka.test"
 BOOTSTRAP = f"bootstrap.{DOMAIN}"

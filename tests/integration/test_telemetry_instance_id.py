@@ -21,13 +21,13 @@ from confluent_kafka import Producer
 
 from proxy.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
 from proxy.kafka.dist import ensure_dist, java_executable
-from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess, proxy_config
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type
 
 from .ports import free_kafka_base_port, free_port_block
 from .rawclient import RawClient
+from .tool_jvm import run_tool
 
 SINK = Path(__file__).parent / "telemetry" / "TelemetrySink.java"
 PUSH = re.compile(r"vcproxy-telemetry-sink push from (\S+)")

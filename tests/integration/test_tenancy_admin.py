@@ -21,7 +21,6 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kio.schema.errors import ErrorCode
 
-from proxy.kafka.tools import run_tool
 from proxy.process import ProxyProcess
 from proxy.protocol.apis import request_type
 from proxy.tenancy.model import TenancyImage
@@ -33,6 +32,7 @@ from .polling import once_known, until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 from .test_fail_closed import metadata_barrier
+from .tool_jvm import run_tool
 
 TENANTS = ("team-a", "team-b")
 GROUP_CONFIG, TOPIC_CONFIG = 32, 2
