@@ -73,6 +73,9 @@ test: $(VENV)/.installed-test $(VENV)/bin/helm
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/ruff check proxy tests benchmarks
 	$(VENV)/bin/ruff format --check proxy tests benchmarks
+	@# The suite starts some 200 proxy and tool processes: each would compile the project's modules from source
+	@# again where PYTHONDONTWRITEBYTECODE is set (as on our CI machines): 0.4-0.5 s of CPU a start. Compiled once here.
+	$(PY) -m compileall -q proxy tests > /dev/null
 	$(VENV)/bin/pytest -q -ra --durations=25 $(XDIST) $(COMPAT_ONLY)
 
 unit: $(VENV)/.installed-test
