@@ -26,10 +26,17 @@ import pytest
 
 from tests import cpu_profile
 from tests.integration import franz_go
-from vcproxy_tools.kafka.cluster import BrokerInfo, start_cluster, stop_cluster
+from vcproxy_tools.kafka.cluster import BROKER_JVM_ENV, BrokerInfo, start_cluster, stop_cluster
 from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION
 
 MODES = ("auto", "local", "testcontainers", "external")
+
+# Every broker the suite starts (the session's cluster, the launcher's and the demo's tests, in this process or a
+# child) lives minutes, not months: C1 and the serial GC (vcproxy_tools/kafka/cluster.py, LEAN_BROKER_JVM_FLAGS) in
+# place of C2 and G1, whose compiling and concurrent threads were a large share of the suite's CPU (docs/performance.md,
+# "The test suite's CPU"). What the brokers do is the same; `VCPROXY_KAFKA_BROKER_JVM=service` runs the suite on the
+# service flags.
+os.environ.setdefault(BROKER_JVM_ENV, "lean")
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +11,21 @@ import pytest
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from ..gobuild import go_build
-from . import librdkafka
+from . import librdkafka, tool_jvm
 from .ports import free_port_block
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_tool_jvm(tmp_path_factory) -> Iterator[None]:
+    """Kafka's admin tools in one warm JVM for this test process (tool_jvm.py); started at its first call."""
+    if not tool_jvm.enabled():
+        yield
+        return
+    jvm = tool_jvm.ToolJvm(tmp_path_factory.mktemp("tool-jvm"), os.environ.get("VCPROXY_KAFKA_VERSION") or None)
+    tool_jvm.use(jvm)
+    yield
+    tool_jvm.use(None)
+    jvm.stop()
 
 
 @pytest.fixture(scope="session")

@@ -27,11 +27,11 @@ import pytest
 
 from proxy.auth.credentials import make_entry
 from vcproxy_tools.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_kafka_base_port, free_port_block
 from .tenants import assert_clean_log, login_files
+from .tool_jvm import run_tool
 
 USERS = {
     "admin": "admin-secret",

@@ -19,12 +19,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, scram_conf
 from .test_tenancy_sasl import consume, produce
+from .tool_jvm import run_tool
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret", "bob": "bob-secret"}
 TIMEOUT = 120.0

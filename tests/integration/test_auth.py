@@ -19,10 +19,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import READY_LINE, ProxyProcess, proxy_config
 
 from .ports import free_port_block
+from .tool_jvm import run_tool
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 PASSWORDS = [*USERS.values(), "vcproxy-secret", "wrong-password"]

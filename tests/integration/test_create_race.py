@@ -25,12 +25,12 @@ from kio.schema.errors import ErrorCode
 from proxy.protocol.apis import request_type
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess
 
 from .polling import until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
+from .tool_jvm import run_tool
 
 TENANTS = ("team-a", "team-b")
 VC_TOPIC = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(.+)$")

@@ -21,7 +21,6 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .polling import until
@@ -30,6 +29,7 @@ from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_management import ok, vc_tool
 from .test_tenancy import create
 from .test_tenancy_sasl import consume, produce
+from .tool_jvm import run_tool
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret", "dan": "dan-secret"}
 TIMEOUT = 120.0

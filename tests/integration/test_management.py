@@ -32,7 +32,6 @@ from proxy.auth.credentials import make_entry
 from proxy.protocol import codec
 from proxy.protocol import management as schema
 from proxy.protocol.apikey import ApiKey
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
@@ -40,6 +39,7 @@ from .polling import seconds_until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_tenancy_sasl import consume, produce
+from .tool_jvm import run_tool
 
 USERS = {
     "admin": "admin-secret",  # super-admin: in kafka-cluster

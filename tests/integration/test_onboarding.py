@@ -47,12 +47,12 @@ from proxy.auth.credentials import make_entry
 from vcproxy_tools import cli
 from vcproxy_tools.admin_client import ConnectError, Connection, login_from
 from vcproxy_tools.demo import java_client_properties
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .polling import until
 from .ports import free_port_block
 from .tenants import assert_clean_log, replayed
+from .tool_jvm import run_tool
 
 SCRAM_SHA_512 = ScramMechanism.SCRAM_SHA_512
 QUOTA_KEYS = "producer_byte_rate,consumer_byte_rate"

@@ -52,11 +52,11 @@ from confluent_kafka.admin import (
 
 from proxy.auth.credentials import make_entry
 from vcproxy_tools.cli import main as vcproxy_main
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, tenancy_config
+from .tool_jvm import run_tool
 
 USERS = {
     "admin": "admin-secret",

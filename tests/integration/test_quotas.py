@@ -32,12 +32,12 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .polling import until
 from .ports import free_port, free_port_block
 from .tenants import assert_clean_log, login_files, scram_conf
+from .tool_jvm import run_tool
 
 USERS = {
     "admin": "admin-secret",  # super admin, in no VC

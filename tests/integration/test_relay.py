@@ -40,13 +40,13 @@ from proxy.auth.credentials import make_entry
 from proxy.protocol import codec
 from proxy.protocol.apis import request_type
 from vcproxy_tools.demo import java_client_properties
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess
 
 from ..unit.sasl_corpus import bearer, jws, oauth
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import assert_clean_log, own, tenancy_config
+from .tool_jvm import run_tool
 
 RUN = uuid.uuid4().hex[:6]
 ALLOWED, DENIED, GROUPS = f"relay-allowed-{RUN}", f"relay-denied-{RUN}", f"relay-g-{RUN}"

@@ -24,11 +24,11 @@ import pytest
 import trustme
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import tenancy_config
+from .tool_jvm import run_tool
 
 DOMAIN = "kafka.test"
 BOOTSTRAP = f"bootstrap.{DOMAIN}"

@@ -27,12 +27,12 @@ from confluent_kafka.admin import AdminClient
 
 from proxy.tenancy.model import TenancyImage, derived_topic_for
 from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, ensure_streams_libs, java_executable
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess
 
 from .ports import free_port_block
 from .tenants import own, replayed, tap_bytes, tenancy_config
 from .test_tenancy import create, produce
+from .tool_jvm import run_tool
 
 TENANTS = ("team-a", "team-b")
 APP_ID = "wordcount"

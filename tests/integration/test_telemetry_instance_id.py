@@ -23,11 +23,11 @@ from proxy.protocol import codec
 from proxy.protocol.apis import request_type
 from vcproxy_tools.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
 from vcproxy_tools.kafka.dist import ensure_dist, java_executable
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_kafka_base_port, free_port_block
 from .rawclient import RawClient
+from .tool_jvm import run_tool
 
 SINK = Path(__file__).parent / "telemetry" / "TelemetrySink.java"
 PUSH = re.compile(r"vcproxy-telemetry-sink push from (\S+)")

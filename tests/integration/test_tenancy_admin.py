@@ -26,13 +26,13 @@ from proxy.tenancy.model import TenancyImage
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess
 
 from .polling import once_known, until
 from .ports import free_port_block
 from .tenants import by_client_id, replayed, tenancy_config
 from .test_fail_closed import metadata_barrier
+from .tool_jvm import run_tool
 
 TENANTS = ("team-a", "team-b")
 GROUP_CONFIG, TOPIC_CONFIG = 32, 2

@@ -30,11 +30,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from proxy.auth.credentials import make_entry
 from proxy.tenancy.model import TenancyImage, VirtualCluster
 from vcproxy_tools.demo import java_client_properties
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
 from .tenants import own, replayed
+from .tool_jvm import run_tool
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
 TENANTS = {"alice": "team-a", "bob": "team-b"}  # admin is a super-admin (in kafka-cluster) on the first proxy

@@ -16,13 +16,13 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.kafka.tools import run_tool
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
 from .polling import seconds_until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
+from .tool_jvm import run_tool
 
 USERS = {
     "admin": "admin-secret",  # super-admin

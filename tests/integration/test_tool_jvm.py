@@ -1,0 +1,79 @@
+"""The warm tool JVM (tool_jvm.py) answers as the tool's own process does: same exit code, same stdout, the same
+stderr but for log timestamps and the JVM's own frames in a stack trace; and it hands everything it cannot stand in
+for to a process of its own."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+
+import pytest
+
+from vcproxy_tools.kafka.tools import run_tool as run_tool_process
+
+from . import tool_jvm
+
+TIMESTAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] ", re.MULTILINE)
+OWN_FRAMES = re.compile(
+    r"^\tat (java\.base/jdk\.internal\.reflect\.|java\.base/java\.lang\.reflect\.|ToolServer\.).*\n", re.MULTILINE
+)
+PLACEMENT = re.compile(r"(TopicId|Leader|Replicas|Isr): [\w,-]+")  # two topics, each placed and named by the cluster
+
+
+def _comparable(result: subprocess.CompletedProcess[str], names: dict[str, str]) -> tuple[int, str, str]:
+    out, err = result.stdout, result.stderr
+    for name, placeholder in names.items():
+        out, err = out.replace(name, placeholder), err.replace(name, placeholder)
+    return result.returncode, PLACEMENT.sub(r"\1: _", out), OWN_FRAMES.sub("", TIMESTAMP.sub("", err))
+
+
+def test_a_warm_call_answers_as_the_tools_own_process(kafka_cluster) -> None:
+    jvm = tool_jvm._jvm
+    assert jvm is not None, "the session's warm tool JVM is not registered (tests/integration/conftest.py)"
+    b = ["--bootstrap-server", kafka_cluster.bootstrap]
+    warm, cold = f"warm-{uuid.uuid4().hex[:8]}", f"cold-{uuid.uuid4().hex[:8]}"
+    names = {warm: "TOPIC", cold: "TOPIC"}
+    create = [*b, "--create", "--partitions", "2", "--replication-factor", "1", "--topic"]
+    calls = [
+        ("kafka-topics", [*create, "{}"]),  # created
+        ("kafka-topics", [*create, "{}"]),  # exists already: exit 1, the tool's message
+        ("kafka-topics", [*b, "--describe", "--topic", "{}"]),
+        ("kafka-topics", [*b, "--describe", "--topic", "{}-missing"]),  # exit 1 with a stack trace
+        ("kafka-topics", [*b, "--no-such-flag"]),  # exit 1 from the option parser, through Exit.exit
+        ("kafka-configs", [*b, "--entity-type", "topics", "--entity-name", "{}", "--describe"]),
+    ]
+    before = jvm.calls
+    first = None
+    for tool, args in calls:
+        by_jvm = tool_jvm.run_tool(tool, [a.format(warm) for a in args], timeout=120)
+        by_process = run_tool_process(tool, [a.format(cold) for a in args], timeout=120)
+        assert _comparable(by_jvm, names) == _comparable(by_process, names), (tool, args)
+        first = first or by_jvm
+    assert jvm.calls == before + len(calls)
+    assert first is not None and first.returncode == 0 and f"Created topic {warm}" in first.stdout
+
+
+def test_what_the_warm_jvm_cannot_stand_in_for_runs_as_a_process(kafka_cluster) -> None:
+    jvm = tool_jvm._jvm
+    assert jvm is not None
+    before = jvm.calls
+    b = ["--bootstrap-server", kafka_cluster.bootstrap]
+    topic = f"warm-stdin-{uuid.uuid4().hex[:8]}"
+    tool_jvm.run_tool("kafka-topics", [*b, "--create", "--topic", topic], timeout=120, check=True)
+    # stdin, another environment, and a tool outside the admin set each get a process of their own
+    tool_jvm.run_tool("kafka-console-producer", [*b, "--topic", topic], input="a\nb\n", timeout=120, check=True)
+    listed = tool_jvm.run_tool("kafka-topics", [*b, "--list"], timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert topic in listed.stdout.split()
+    assert jvm.calls == before + 1
+
+
+def test_a_call_that_does_not_end_is_stopped_at_its_timeout(kafka_cluster) -> None:
+    jvm = tool_jvm._jvm
+    assert jvm is not None
+    # nothing listens on port 1: the tool retries until its own 30 s timeout, past this call's 2 s
+    with pytest.raises(subprocess.TimeoutExpired):
+        tool_jvm.run_tool("kafka-topics", ["--bootstrap-server", "127.0.0.1:1", "--list"], timeout=2)
+    assert jvm.proc is None  # the JVM went with it; the next call starts another
+    listed = tool_jvm.run_tool("kafka-topics", ["--bootstrap-server", kafka_cluster.bootstrap, "--list"], timeout=120)
+    assert listed.returncode == 0
