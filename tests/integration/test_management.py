@@ -141,7 +141,7 @@ def physical_topic(kafka_cluster: Any, name: str, partitions: int = 3) -> None:
 def describe(proxy: ProxyProcess, user: str, vc: str) -> Any:
     """DescribeVirtualClusters over a raw connection (no process start: for timing)."""
     with login(proxy.bootstrap, user, USERS[user]) as client:
-        request = schema.DescribeVirtualClustersRequest(virtual_clusters=(schema.DescribedVirtualClusterName(name=vc),))
+        request = schema.DescribeVirtualClustersRequest(virtual_clusters=(schema.DescribableVirtualCluster(name=vc),))
         _, body = client.request(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, 0, 9, request)
     return body.virtual_clusters[0]
 
@@ -340,7 +340,7 @@ def test_authorization_matrix(replicas, logins):
     # The proxy itself refuses what the tool would not send, with the API's own error in each item.
     create = schema.CreateVirtualClustersRequest(virtual_clusters=(schema.CreatableVirtualCluster(name="sneaky"),))
     describe_a = schema.DescribeVirtualClustersRequest(
-        virtual_clusters=(schema.DescribedVirtualClusterName(name="team-a"),)
+        virtual_clusters=(schema.DescribableVirtualCluster(name="team-a"),)
     )
     for user in ("dave", "alice"):
         with login(proxy.bootstrap, user, USERS[user]) as raw:
