@@ -8,7 +8,7 @@ DEMO_ARGS ?=
 # captures stdout, so the test looks at stderr, which make shares with the terminal.
 PIP := $(VENV)/bin/pip install --disable-pip-version-check $(shell [ -t 2 ] || echo -q)
 
-.PHONY: run test unit integration compat librdkafka-deps lint bench kafka-dist helm image clean
+.PHONY: run test unit integration compat librdkafka-deps lint bench kafka-dist helm image clean messages
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +108,11 @@ compat: $(VENV)/.installed-test librdkafka-deps
 		tests/integration/test_equivalence.py
 	@echo "== franz-go's table: $(COMPAT_REPORT)"
 	@echo "== librdkafka's table: $(LIBRDKAFKA_REPORT)"
+
+# The management RPCs' classes, generated from their Kafka-style JSON definitions (proxy/protocol/messages/):
+# run after editing one and check in proxy/protocol/management_messages.py (a unit test compares the two).
+messages:
+	$(PYTHON) -m proxy.protocol.message_gen
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check proxy vcproxy_tools tests benchmarks

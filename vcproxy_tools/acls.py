@@ -564,7 +564,7 @@ def migrate(args: argparse.Namespace, login: Any, principal: str) -> int:
             vc = conn.request(
                 ApiKey.DESCRIBE_VIRTUAL_CLUSTERS,
                 0,
-                m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=target),)),
+                m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribableVirtualCluster(name=target),)),
             ).virtual_clusters[0]
             if int(vc.error_code):
                 error("describe", int(vc.error_code), vc.error_message)
@@ -625,14 +625,14 @@ def _bind(
     if principal in users:
         report["user_added"] = "already"  # the KIP: an added user is not added again
         return
-    resource = m.VirtualClusterResource(
+    resource = m.VirtualClusterResourceChange(
         resource_type=i8(m.ResourceType.USER), resource_name=principal, resource_operation=i8(m.ResourceOperation.ADD)
     )
     request = m.AlterVirtualClustersRequest(
-        virtual_cluster=(m.VirtualClusterData(name=args.virtual_cluster, resources=(resource,)),),
+        virtual_clusters=(m.AlterableVirtualCluster(name=args.virtual_cluster, resources=(resource,)),),
         validate_only=bool(args.validate_only),
     )
-    result = conn.request(ApiKey.ALTER_VIRTUAL_CLUSTERS, 0, request).virtual_cluster[0].resources[0]
+    result = conn.request(ApiKey.ALTER_VIRTUAL_CLUSTERS, 0, request).virtual_clusters[0].resources[0]
     if int(result.error_code):
         report["user_added"] = False
         error(f"add user {principal}", int(result.error_code), result.error_message)

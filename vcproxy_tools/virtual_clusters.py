@@ -175,7 +175,7 @@ def _request(args: argparse.Namespace) -> Any:
     if args.vc_command == "list":
         return m.ListVirtualClustersRequest()
     if args.vc_command == "describe":
-        return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=name),))
+        return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribableVirtualCluster(name=name),))
     if _migration(args) and not (args.add and args.user is not None):
         raise ValueError("--copy-acls-from, --migrate-acls-from and --remove-old-acls-from go with --add --user")
     configs = _configs(args)
@@ -185,7 +185,7 @@ def _request(args: argparse.Namespace) -> Any:
             "alter needs one of --user, --client, --topic, --group, --transactional-id, --admin, "
             "or --config/--delete-config"
         )
-    resources: tuple[m.VirtualClusterResource, ...] = ()
+    resources: tuple[m.VirtualClusterResourceChange, ...] = ()
     if chosen:
         dest, kind = chosen[0]
         if args.link is not None and kind is not m.ResourceType.TOPIC:
@@ -193,18 +193,20 @@ def _request(args: argparse.Namespace) -> Any:
         if not (args.add or args.remove):
             raise ValueError("a resource needs --add or --remove")
         operation = m.ResourceOperation.ADD if args.add else m.ResourceOperation.REMOVE
-        resources = (
-            m.VirtualClusterResource(
+        value = getattr(args, dest)
+        topic = kind is m.ResourceType.TOPIC
+        resources = (  # a topic link as inkless puts it: the link's name, then the physical topic
+            m.VirtualClusterResourceChange(
                 resource_type=i8(kind),
-                resource_name=getattr(args, dest),
                 resource_operation=i8(operation),
-                link_name=args.link if kind is m.ResourceType.TOPIC else None,
+                resource_name=(args.link or value) if topic else value,
+                physical_topic_name=value if topic else None,
             ),
         )
     elif args.add or args.remove or args.link is not None:
         raise ValueError("--add, --remove and --link go with a resource (--user, --topic...)")
     return m.AlterVirtualClustersRequest(
-        virtual_cluster=(m.VirtualClusterData(name=name, resources=resources, configs=configs),),
+        virtual_clusters=(m.AlterableVirtualCluster(name=name, resources=resources, configs=configs),),
         timeout_ms=timeout,
         validate_only=validate,
     )
@@ -254,16 +256,19 @@ def _result(args: argparse.Namespace, response: Any) -> tuple[dict[str, Any], li
                 "resource_type": m.ResourceType(int(r.resource_type)).name
                 if int(r.resource_type) in set(m.ResourceType)
                 else int(r.resource_type),
-                "resource_name": r.resource_name,
-                "link_name": r.link_name,
+                # a topic link's physical topic and, when it differs, its name (as --topic and --link)
+                "resource_name": r.physical_topic_name or r.resource_name,
+                "link_name": r.resource_name
+                if r.physical_topic_name is not None and r.resource_name != r.physical_topic_name
+                else None,
                 "operation": "add" if int(r.resource_operation) == m.ResourceOperation.ADD else "remove",
                 "error_code": int(r.error_code),
                 "error_message": r.error_message,
             }
-            for vc in response.virtual_cluster
+            for vc in response.virtual_clusters
             for r in vc.resources
         ]
-        items += [_settings_result(args, vc) for vc in response.virtual_cluster if args.config or args.delete_config]
+        items += [_settings_result(args, vc) for vc in response.virtual_clusters if args.config or args.delete_config]
     else:  # Create, Delete
         entries = (
             response.virtual_clusters if isinstance(response, m.CreateVirtualClustersResponse) else response.responses

@@ -29,7 +29,7 @@ from typing import Any
 from ..catalogue import catalogue
 from ..errors import ProtocolViolation
 from ..protocol import codec, kip1313
-from ..protocol.apikey import ApiKey
+from ..protocol.apikey import ApiKey, retired_reason
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
 from ..protocol.framing import with_body
@@ -232,7 +232,7 @@ class ProxySession:
         info: ApiInfo | None = self.apis.get(api_key)
         spec = self.specs.get(api_key)
         if info is None or spec is None:
-            return close(f"unknown API key {api_key}")
+            return close(retired_reason(api_key) or f"unknown API key {api_key}")
         ex = Exchange(
             api_key, version, correlation_id, info.response_header_version(version), info=info, spec=spec, frame=frame
         )

@@ -288,14 +288,15 @@ def _describe(
             everywhere = caller.may(Op.DESCRIBE_VIRTUAL_CLUSTER, KAFKA_CLUSTER)
             code = ErrorCode.resource_not_found if everywhere else ErrorCode.cluster_authorization_failed
             why = f"no virtual cluster {name!r}" if everywhere else "not authorized"
-            results.append(m.VirtualClusterResults(name=name, error_code=i16(code), error_message=why))
+            results.append(m.DescribedVirtualCluster(name=name, error_code=i16(code), error_message=why))
             continue
         principals, client_ids = image.bound_to(name)
         links = tuple(
-            m.TopicLink(link_name=link, physical_name=physical) for link, physical in sorted(vc.links.items())
+            m.VirtualClusterTopicLink(link_name=link, physical_name=physical)
+            for link, physical in sorted(vc.links.items())
         )
         results.append(
-            m.VirtualClusterResults(
+            m.DescribedVirtualCluster(
                 name=name,
                 topic_links=links,
                 users=tuple(principals),
@@ -329,7 +330,7 @@ def _everywhere(caller: Caller) -> set[str]:
 def _describe_kafka_cluster(image: TenancyImage, caller: Caller) -> Any:
     """kafka-cluster, the physical cluster: its members (super-admins and those added) and operators."""
     members, _ = image.bound_to(KAFKA_CLUSTER)
-    return m.VirtualClusterResults(
+    return m.DescribedVirtualCluster(
         name=KAFKA_CLUSTER,
         users=tuple(sorted(set(members) | caller.super_admins)),
         admins=tuple(sorted(_everywhere(caller) | caller.super_admins)),
@@ -395,7 +396,7 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
     records: list[Record] = []
     results = []
     have = limits.record_count(image)
-    for vc_data in request.virtual_cluster:
+    for vc_data in request.virtual_clusters:
         name = vc_data.name
         items = []
         for resource in vc_data.resources:
@@ -421,7 +422,7 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
                     resource_type=resource.resource_type,
                     resource_name=resource.resource_name,
                     resource_operation=resource.resource_operation,
-                    link_name=resource.link_name,
+                    physical_topic_name=resource.physical_topic_name,
                     error_code=i16(code),
                     error_message=message,
                 )
@@ -433,14 +434,14 @@ def _alter(image: TenancyImage, caller: Caller, request: m.AlterVirtualClustersR
             except SettingsRefused as refused:
                 configs_code, configs_message = refused.code, refused.message
         results.append(
-            m.VirtualClusterDataResult(
+            m.AlterableVirtualClusterResult(
                 name=name,
                 resources=tuple(items),
                 configs_error_code=i16(configs_code),
                 configs_error_message=configs_message,
             )
         )
-    return m.AlterVirtualClustersResponse(virtual_cluster=tuple(results)), [] if request.validate_only else records
+    return m.AlterVirtualClustersResponse(virtual_clusters=tuple(results)), [] if request.validate_only else records
 
 
 def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Record]:
@@ -475,20 +476,23 @@ def _alter_one(plan: _Plan, caller: Caller, vc: str, resource: Any) -> list[Reco
             raise _Refused(ErrorCode.invalid_request, "a client id must not be empty")
         return _bind(plan, caller, vc, value, add, plan.client, plan.client_ids, client_record, "client id")
     if kind is m.ResourceType.TOPIC:
-        if not _TOPIC.match(value) or value in (".", ".."):
-            raise _Refused(ErrorCode.invalid_request, f"{value!r} is not a legal topic name")
-        link = resource.link_name or value
+        # inkless' layout: ResourceName is the link's name, PhysicalTopicName the broker's (null: the same).
+        link = value
+        physical = resource.physical_topic_name if resource.physical_topic_name is not None else link
+        if not _TOPIC.match(physical) or physical in (".", ".."):
+            raise _Refused(ErrorCode.invalid_request, f"{physical!r} is not a legal topic name")
         validate_link_name(link)
         current = plan.link(vc, link)
         if add:
             if current is not None:
                 raise _Refused(ErrorCode.duplicate_resource, f"{vc!r} already has a topic link {link!r}")
-            if not plan.in_vc(vc, value):
+            if not plan.in_vc(vc, physical):
                 operator_only("link a physical topic that is not yet in the virtual cluster")
-            plan.links[(vc, link)] = value
-            return [link_record(vc, link, value)]
-        if current != value:
-            raise _Refused(ErrorCode.resource_not_found, f"{vc!r} has no topic link {link!r} to {value!r}")
+            plan.links[(vc, link)] = physical
+            return [link_record(vc, link, physical)]
+        if current is None or (resource.physical_topic_name is not None and current != physical):
+            # inkless names a link to remove by its name alone; vcproxy's CLI names its topic too, checked.
+            raise _Refused(ErrorCode.resource_not_found, f"{vc!r} has no topic link {link!r} to {physical!r}")
         plan.links[(vc, link)] = None
         return [link_record(vc, link, None)]
     # GROUP, TRANSACTIONAL_ID: an existing physical id used by the VC under the same name.

@@ -1,6 +1,6 @@
 """Every API key the proxy knows, by name: Kafka's (kio's schema index, plus the removed keys 4-7 and the
-keys kio has no schema for, which rewrite_rules/apis.yaml lists so that they are refused) and the proxy's own
-management RPCs (KIP-1134 and ours, 1134-1141: proxy/protocol/management.py).
+keys kio has no schema for, which rewrite_rules/apis.yaml lists so that they are refused) and the management
+RPCs (KIP-1134's at aiven/inkless' keys 501-505, vcproxy's own at 1139-1141: proxy/protocol/management.py).
 
 An `IntEnum`, so a key read off the wire compares and hashes as its number. What the proxy knows about each
 API is its `ApiSpec` (proxy/catalogue.py); this module only names the keys, at the bottom of the layers.
@@ -10,6 +10,7 @@ tests/unit/test_catalogue.py checks it against kio's index and apis.yaml.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 
 class ApiKey(enum.IntEnum):
@@ -108,11 +109,11 @@ class ApiKey(enum.IntEnum):
     DELETE_SHARE_GROUP_OFFSETS = 92
     STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE = 93
     UNREGISTER_CONTROLLER = 94
-    CREATE_VIRTUAL_CLUSTERS = 1134
-    ALTER_VIRTUAL_CLUSTERS = 1135
-    DELETE_VIRTUAL_CLUSTERS = 1136
-    LIST_VIRTUAL_CLUSTERS = 1137
-    DESCRIBE_VIRTUAL_CLUSTERS = 1138
+    CREATE_VIRTUAL_CLUSTERS = 501
+    ALTER_VIRTUAL_CLUSTERS = 502
+    DELETE_VIRTUAL_CLUSTERS = 503
+    LIST_VIRTUAL_CLUSTERS = 504
+    DESCRIBE_VIRTUAL_CLUSTERS = 505
     DESCRIBE_VIRTUAL_CLUSTER_ACLS = 1139
     CREATE_VIRTUAL_CLUSTER_ACLS = 1140
     DELETE_VIRTUAL_CLUSTER_ACLS = 1141
@@ -121,3 +122,26 @@ class ApiKey(enum.IntEnum):
     def title(self) -> str:
         """Kafka's name of the API, e.g. "FindCoordinator"."""
         return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+# The keys vcproxy served KIP-1134's RPCs under before it moved to inkless' (501-505). For one release a
+# request on one is closed with a reason that names the new key (docs/management.md#wire-keys): the old
+# layouts are gone, so there is no answer a client of them could read.
+RETIRED: Mapping[int, ApiKey] = {
+    1134: ApiKey.CREATE_VIRTUAL_CLUSTERS,
+    1135: ApiKey.ALTER_VIRTUAL_CLUSTERS,
+    1136: ApiKey.DELETE_VIRTUAL_CLUSTERS,
+    1137: ApiKey.LIST_VIRTUAL_CLUSTERS,
+    1138: ApiKey.DESCRIBE_VIRTUAL_CLUSTERS,
+}
+
+
+def retired_reason(key: int) -> str | None:
+    """Why a request on a retired key is closed, or None for any other key."""
+    now = RETIRED.get(key)
+    if now is None:
+        return None
+    return (
+        f"API key {key} is retired: vcproxy serves {now.title} under key {int(now)}, in aiven/inkless' "
+        "KIP-1134 layout; upgrade the client (docs/management.md#wire-keys)"
+    )

@@ -55,7 +55,9 @@ def api_info(key: int) -> ApiInfo | None:
 @functools.cache
 def _api_info(key: int) -> ApiInfo:
     if key in management.REQUESTS:
-        return ApiInfo(key, management.SNAKE_NAMES[key], 0, 0, 0)
+        by_version = management.REQUEST_VERSIONS[key]
+        flexible = [v for v, cls in sorted(by_version.items()) if cls.__flexible__]
+        return ApiInfo(key, management.SNAKE_NAMES[key], min(by_version), max(by_version), (flexible or [None])[0])
     name = api_key_map[key]
     versions = sorted(schema_name_map[name])
     flexible = [v for v in versions if load_request_schema(key, v).__flexible__]
@@ -65,12 +67,12 @@ def _api_info(key: int) -> ApiInfo:
 @functools.cache
 def request_type(key: int, version: int) -> type:
     if key in management.REQUESTS:
-        return management.REQUESTS[key]
+        return management.REQUEST_VERSIONS[key][version]
     return load_request_schema(key, version)
 
 
 @functools.cache
 def response_type(key: int, version: int) -> type:
     if key in management.RESPONSES:
-        return management.RESPONSES[key]
+        return management.RESPONSE_VERSIONS[key][version]
     return load_response_schema(key, version)

@@ -35,7 +35,7 @@ from proxy.protocol.apikey import ApiKey
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .hardening_attacks import login
-from .polling import seconds_until
+from .polling import seconds_until, until
 from .ports import free_port_block
 from .tenants import assert_clean_log, login_files, replayed, scram_conf
 from .test_tenancy_sasl import consume, produce
@@ -141,7 +141,7 @@ def physical_topic(kafka_cluster: Any, name: str, partitions: int = 3) -> None:
 def describe(proxy: ProxyProcess, user: str, vc: str) -> Any:
     """DescribeVirtualClusters over a raw connection (no process start: for timing)."""
     with login(proxy.bootstrap, user, USERS[user]) as client:
-        request = schema.DescribeVirtualClustersRequest(virtual_clusters=(schema.DescribedVirtualClusterName(name=vc),))
+        request = schema.DescribeVirtualClustersRequest(virtual_clusters=(schema.DescribableVirtualCluster(name=vc),))
         _, body = client.request(ApiKey.DESCRIBE_VIRTUAL_CLUSTERS, 0, 9, request)
     return body.virtual_clusters[0]
 
@@ -340,7 +340,7 @@ def test_authorization_matrix(replicas, logins):
     # The proxy itself refuses what the tool would not send, with the API's own error in each item.
     create = schema.CreateVirtualClustersRequest(virtual_clusters=(schema.CreatableVirtualCluster(name="sneaky"),))
     describe_a = schema.DescribeVirtualClustersRequest(
-        virtual_clusters=(schema.DescribedVirtualClusterName(name="team-a"),)
+        virtual_clusters=(schema.DescribableVirtualCluster(name="team-a"),)
     )
     for user in ("dave", "alice"):
         with login(proxy.bootstrap, user, USERS[user]) as raw:
@@ -352,6 +352,89 @@ def test_authorization_matrix(replicas, logins):
             assert int(described.virtual_clusters[0].error_code) == (0 if user == "dave" else 31), user
     assert "sneaky" not in ok(proxy, logins["admin"], "list")["virtual_clusters"]
     ok(proxy, logins["admin"], "delete", "--virtual-cluster", "team-z")
+
+
+# -- an admin client built from aiven/inkless' schemas ----------------------------------------------------
+# Its bytes are written here field by field from inkless' KIP-1134 JSON schemas (not with vcproxy's classes).
+
+TAGS = b"\x00"  # no tagged fields
+
+
+def _i16(n: int) -> bytes:
+    return n.to_bytes(2, "big", signed=True)
+
+
+def _i32(n: int) -> bytes:
+    return n.to_bytes(4, "big", signed=True)
+
+
+def _str(text: str | None) -> bytes:  # COMPACT_(NULLABLE_)STRING
+    return b"\x00" if text is None else bytes([len(text.encode()) + 1]) + text.encode()
+
+
+def _array(items: list[bytes]) -> bytes:  # COMPACT_ARRAY
+    return bytes([len(items) + 1]) + b"".join(items)
+
+
+def _inkless(key: int, correlation_id: int, body: bytes) -> bytes:
+    """A flexible request (header v2: key, version 0, correlation id, client id, no tags)."""
+    payload = _i16(key) + _i16(0) + _i32(correlation_id) + _i16(3) + b"ink" + TAGS + body
+    return _i32(len(payload)) + payload
+
+
+def _body(frame: bytes, correlation_id: int) -> bytes:
+    """The body of a flexible response (header v1: correlation id, no tags)."""
+    assert int.from_bytes(frame[4:8], "big") == correlation_id and frame[8:9] == TAGS
+    return frame[9:]
+
+
+def test_an_inkless_admin_client_manages_a_virtual_cluster_and_old_keys_are_closed(replicas):
+    proxy, _ = replicas
+    with login(proxy.bootstrap, "admin", USERS["admin"]) as raw:
+        # CreateVirtualClusters (501): VirtualClusters[Name], timeoutMs, validateOnly.
+        raw.send_raw(_inkless(501, 11, _array([_str("team-ink") + TAGS]) + _i32(30000) + b"\x00" + TAGS))
+        ok_vc = _str("team-ink") + _i16(0) + _str(None) + TAGS  # Name, ErrorCode, ErrorMessage
+        assert _body(raw.read_frame(), 11) == _i32(0) + _array([ok_vc]) + TAGS
+        # AlterVirtualClusters (502): VirtualClusters[Name, Resources[ResourceType, ResourceOperation,
+        # ResourceName, PhysicalTopicName]], timeoutMs, validateOnly. Client id (4), add (0).
+        for correlation_id, operation in ((12, 0), (14, 1)):
+            change = b"\x04" + bytes([operation]) + _str("ink-app")
+            raw.send_raw(
+                _inkless(
+                    502,
+                    correlation_id,
+                    _array([_str("team-ink") + _array([change + _str(None) + TAGS]) + TAGS])
+                    + _i32(30000)
+                    + b"\x00"
+                    + TAGS,
+                )
+            )
+            done = _i32(0) + _array([_str("team-ink") + _array([change + _i16(0) + _str(None) + TAGS]) + TAGS]) + TAGS
+            assert _body(raw.read_frame(), correlation_id) == done
+            if operation == 0:
+                # DescribeVirtualClusters (505): VirtualClusters[Name]; the client id is there.
+                raw.send_raw(_inkless(505, 13, _array([_str("team-ink") + TAGS]) + TAGS))
+                body = _body(raw.read_frame(), 13)
+                described, _ = codec.decode(schema.DescribeVirtualClustersResponse, body)
+                assert described.virtual_clusters[0].client_ids == ("ink-app",)
+        # ListVirtualClusters (504): no fields.
+        raw.send_raw(_inkless(504, 15, TAGS))
+        listed, _ = codec.decode(schema.ListVirtualClustersResponse, _body(raw.read_frame(), 15))
+        assert "team-ink" in {v.name for v in listed.virtual_clusters}
+        # DeleteVirtualClusters (503): VirtualClusters[Name], timeoutMs, validateOnly; Responses[...].
+        raw.send_raw(_inkless(503, 16, _array([_str("team-ink") + TAGS]) + _i32(30000) + b"\x00" + TAGS))
+        assert _body(raw.read_frame(), 16) == _i32(0) + _array([ok_vc]) + TAGS
+    # The key vcproxy served AlterVirtualClusters under before: closed at once, the log says where it went.
+    with login(proxy.bootstrap, "admin", USERS["admin"]) as old:
+        old.send_raw(_inkless(1135, 17, _array([]) + _i32(30000) + b"\x00" + TAGS))
+        assert old.is_closed()
+    until(
+        lambda: (
+            "API key 1135 is retired: vcproxy serves AlterVirtualClusters under key 502"
+            in proxy.log_path.read_text(errors="replace")
+        ),
+        "the reason in the proxy's log",
+    )
 
 
 # -- live changes ---------------------------------------------------------------------------------------

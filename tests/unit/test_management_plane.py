@@ -50,11 +50,16 @@ def apply(img: TenancyImage, records) -> TenancyImage:
 
 def alter(vc: str, *resources: tuple[m.ResourceType, str, m.ResourceOperation, str | None], validate_only=False):
     items = tuple(
-        m.VirtualClusterResource(resource_type=i8(t), resource_name=n, resource_operation=i8(o), link_name=link)
+        m.VirtualClusterResourceChange(
+            resource_type=i8(t),
+            resource_operation=i8(o),
+            resource_name=link or n,  # a topic link: its name, then the physical topic
+            physical_topic_name=n if t == m.ResourceType.TOPIC else None,
+        )
         for t, n, o, link in resources
     )
     return m.AlterVirtualClustersRequest(
-        virtual_cluster=(m.VirtualClusterData(name=vc, resources=items),), validate_only=validate_only
+        virtual_clusters=(m.AlterableVirtualCluster(name=vc, resources=items),), validate_only=validate_only
     )
 
 
@@ -63,7 +68,7 @@ T = m.ResourceType
 
 
 def codes(response) -> list[int]:
-    return [int(r.error_code) for vc in response.virtual_cluster for r in vc.resources]
+    return [int(r.error_code) for vc in response.virtual_clusters for r in vc.resources]
 
 
 def test_create_and_delete_by_super_admin_only_and_only_when_empty():
@@ -122,7 +127,7 @@ def test_alter_items_apply_in_order_with_their_own_answers():
     )
     response, records = handle(img, ADMIN, request)
     assert codes(response) == [0, 92, 92, 0, 0, 0, 0, 0, 42, 42]
-    assert "team-b" in response.virtual_cluster[0].resources[2].error_message  # a super-admin is told where
+    assert "team-b" in response.virtual_clusters[0].resources[2].error_message  # a super-admin is told where
     apply(img, records)
     vc = img.vcs["team-a"]
     assert img.principals["User:carol"] == "team-a" and img.client_ids["batch"] == "team-a"
@@ -151,7 +156,7 @@ def test_a_vc_admin_stays_inside_its_vc():
         ),
     )
     assert codes(response) == [0, 0, 31, 31, 92, 0]
-    assert "team-b" not in response.virtual_cluster[0].resources[4].error_message
+    assert "team-b" not in response.virtual_clusters[0].resources[4].error_message
     other, nothing = handle(img, DAVE, alter("team-b", (T.USER, "carol", ADD, None)))
     assert codes(other) == [31] and nothing == []
     missing, _ = handle(img, DAVE, alter("no-such-vc", (T.USER, "carol", ADD, None)))
@@ -169,11 +174,11 @@ def test_list_describe_and_what_is_advertised():
     assert [v.name for v in listed.virtual_clusters] == ["team-a"]
     refused, _ = handle(img, ALICE, m.ListVirtualClustersRequest())
     assert int(refused.error_code) == 31
-    names = (m.DescribedVirtualClusterName(name="team-a"), m.DescribedVirtualClusterName(name="team-b"))
+    names = (m.DescribableVirtualCluster(name="team-a"), m.DescribableVirtualCluster(name="team-b"))
     described, _ = handle(img, DAVE, m.DescribeVirtualClustersRequest(virtual_clusters=names))
     a, b = described.virtual_clusters
     assert int(a.error_code) == 0 and a.users == ("User:alice", "User:dave") and a.admins == ("User:dave",)
-    assert a.topic_links == (m.TopicLink(link_name="orders", physical_name="phys.orders"),)
+    assert a.topic_links == (m.VirtualClusterTopicLink(link_name="orders", physical_name="phys.orders"),)
     assert a.cluster_id == img.vcs["team-a"].cluster_id
     assert int(b.error_code) == 31
 
@@ -292,7 +297,7 @@ def test_a_partial_admin_adds_users_but_links_no_foreign_topic():
     assert codes(response) == [0, 31, 0, 31]
     assert len(records) == 2
     described, _ = handle(
-        img, pat, m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name="team-a"),))
+        img, pat, m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribableVirtualCluster(name="team-a"),))
     )
     assert int(described.virtual_clusters[0].error_code) == 0  # ALTER implies DESCRIBE
     deleted, _ = handle(

@@ -218,19 +218,19 @@ def test_an_operators_vc_acls_stop_at_the_vcs_limit_too():
 
 def _alter(vc: str, *resources: tuple[m.ResourceType, str]) -> m.AlterVirtualClustersRequest:
     items = tuple(
-        m.VirtualClusterResource(
-            resource_type=t, resource_name=n, resource_operation=m.ResourceOperation.ADD, link_name=None
+        m.VirtualClusterResourceChange(
+            resource_type=t, resource_name=n, resource_operation=m.ResourceOperation.ADD, physical_topic_name=None
         )
         for t, n in resources
     )
-    return m.AlterVirtualClustersRequest(virtual_cluster=(m.VirtualClusterData(name=vc, resources=items),))
+    return m.AlterVirtualClustersRequest(virtual_clusters=(m.AlterableVirtualCluster(name=vc, resources=items),))
 
 
 def test_client_id_bindings_stop_at_the_vcs_limit():
     img = limited(users_image(), "team-a", max_client_ids=2)
     request = _alter("team-a", *((m.ResourceType.CLIENT, f"app-{i}") for i in range(3)))
     response, records = plane.handle(img, plane.Caller("User:admin", frozenset({"User:admin"})), request)
-    results = response.virtual_cluster[0].resources
+    results = response.virtual_clusters[0].resources
     assert [int(r.error_code) for r in results] == [0, 0, POLICY_VIOLATION]
     assert results[2].error_message == "The limit max_client_ids of virtual cluster 'team-a' is 2 (it has 2)"
     assert len(records) == 2
@@ -242,7 +242,7 @@ def test_principal_bindings_count_against_the_vcs_user_limit():
     limited(img, "team-a", max_users=have + 1)
     request = _alter("team-a", (m.ResourceType.USER, "User:x1"), (m.ResourceType.USER, "User:x2"))
     response, records = plane.handle(img, plane.Caller("User:admin", frozenset({"User:admin"})), request)
-    assert [int(r.error_code) for r in response.virtual_cluster[0].resources] == [0, POLICY_VIOLATION]
+    assert [int(r.error_code) for r in response.virtual_clusters[0].resources] == [0, POLICY_VIOLATION]
     assert len(records) == 1
 
 

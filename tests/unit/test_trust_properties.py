@@ -220,10 +220,15 @@ def personal(snap: dict[str, Reach], principal: str) -> frozenset[tuple[object, 
 
 def alter(vc: str, items) -> m.AlterVirtualClustersRequest:
     resources = tuple(
-        m.VirtualClusterResource(resource_type=i8(t), resource_name=n, resource_operation=i8(o), link_name=link)
+        m.VirtualClusterResourceChange(
+            resource_type=i8(t),
+            resource_operation=i8(o),
+            resource_name=link or n,  # a topic link: its name, then the physical topic
+            physical_topic_name=n if t == m.ResourceType.TOPIC else None,
+        )
         for t, n, o, link in items
     )
-    return m.AlterVirtualClustersRequest(virtual_cluster=(m.VirtualClusterData(name=vc, resources=resources),))
+    return m.AlterVirtualClustersRequest(virtual_clusters=(m.AlterableVirtualCluster(name=vc, resources=resources),))
 
 
 def vc_fields(vc: str, pattern) -> dict:
@@ -514,12 +519,12 @@ def test_a_new_admin_bound_nowhere_is_placed_in_the_vc():
     (refused at login); it is now bound to the VC, under the same rules as adding it as a user."""
     img = initial()
     response, _ = _do(img, "vc-admin", ("alter", OWN, [(m.ResourceType.ADMIN, "User:erin", ADD, None)]))
-    assert int(response.virtual_cluster[0].resources[0].error_code) == 0
+    assert int(response.virtual_clusters[0].resources[0].error_code) == 0
     assert Rights(img, SUPERS).placement("User:erin", None) == "team-a"
     # One holding rights beyond the VC is not captured by a VC admin (only an operator may place it).
     _do(img, "super-admin", ("grant", L_KC, [("team-b", False, "User:carol", Op.DESCRIBE_VIRTUAL_CLUSTER, False)]))
     response, records = _do(img, "vc-admin", ("alter", OWN, [(m.ResourceType.ADMIN, "User:carol", ADD, None)]))
-    assert int(response.virtual_cluster[0].resources[0].error_code) == 31 and records == []
+    assert int(response.virtual_clusters[0].resources[0].error_code) == 31 and records == []
     response, _ = _do(img, "operator", ("alter", "team-a", [(m.ResourceType.ADMIN, "User:carol", ADD, None)]))
-    assert int(response.virtual_cluster[0].resources[0].error_code) == 0
+    assert int(response.virtual_clusters[0].resources[0].error_code) == 0
     assert Rights(img, SUPERS).placement("User:carol", None) == "team-a"

@@ -50,7 +50,7 @@ def listing(img, **extra) -> Listing:
 
 
 def describe(name: str) -> m.DescribeVirtualClustersRequest:
-    return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name=name),))
+    return m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribableVirtualCluster(name=name),))
 
 
 def delete(name: str, force: bool = False, validate_only: bool = False) -> m.DeleteVirtualClustersRequest:

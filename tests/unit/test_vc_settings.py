@@ -76,13 +76,13 @@ def alter(vc: str, *changes: tuple[str, str | None], validate_only: bool = False
         m.VirtualClusterConfig(name=k, config_operation=i8(0 if v is not None else 1), value=v) for k, v in changes
     )
     return m.AlterVirtualClustersRequest(
-        virtual_cluster=(m.VirtualClusterData(name=vc, configs=configs),), validate_only=validate_only
+        virtual_clusters=(m.AlterableVirtualCluster(name=vc, configs=configs),), validate_only=validate_only
     )
 
 
 def outcome(img: TenancyImage, caller: Caller, request) -> tuple[int, str | None, list]:
     response, records = handle(img, caller, request)
-    result = response.virtual_cluster[0]
+    result = response.virtual_clusters[0]
     return int(result.configs_error_code), result.configs_error_message, records
 
 
@@ -291,13 +291,13 @@ def test_the_rpc_round_trip_on_the_wire():
     request, _ = codec.decode(m.AlterVirtualClustersRequest, codec.encode(request))
     response, records = handle(img, ADMIN, request)
     response, _ = codec.decode(m.AlterVirtualClustersResponse, codec.encode(response))
-    assert int(response.virtual_cluster[0].configs_error_code) == 0
+    assert int(response.virtual_clusters[0].configs_error_code) == 0
     apply(img, records)
     refused, _ = handle(img, DAVE, alter("team-a", ("max_topics", "8")))
     refused, _ = codec.decode(m.AlterVirtualClustersResponse, codec.encode(refused))
-    assert int(refused.virtual_cluster[0].configs_error_code) == CLUSTER_AUTHORIZATION_FAILED
+    assert int(refused.virtual_clusters[0].configs_error_code) == CLUSTER_AUTHORIZATION_FAILED
     described, _ = handle(
-        img, DAVE, m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribedVirtualClusterName(name="team-a"),))
+        img, DAVE, m.DescribeVirtualClustersRequest(virtual_clusters=(m.DescribableVirtualCluster(name="team-a"),))
     )
     described, _ = codec.decode(m.DescribeVirtualClustersResponse, codec.encode(described))
     shown = {c.name: c.value for c in described.virtual_clusters[0].configs}
@@ -317,13 +317,13 @@ def test_the_tool_sends_settings_to_set_and_delete():
     )
     args.delete_config.append("description")
     request = vc_cli._request(args)
-    configs = request.virtual_cluster[0].configs
+    configs = request.virtual_clusters[0].configs
     assert [(c.name, int(c.config_operation), c.value) for c in configs] == [
         ("labels", 0, "team=a,env=prod"),
         ("max_topics", 0, "5"),
         ("description", 1, None),
     ]
-    assert request.virtual_cluster[0].resources == ()
+    assert request.virtual_clusters[0].resources == ()
 
 
 @pytest.mark.parametrize(
@@ -345,7 +345,7 @@ def test_the_tool_still_alters_resources_with_settings():
     request = vc_cli._request(
         parse("alter", "--virtual-cluster", "team-a", "--add", "--user", "carol", "--config", "description=x")
     )
-    data = request.virtual_cluster[0]
+    data = request.virtual_clusters[0]
     assert [r.resource_name for r in data.resources] == ["carol"] and [c.name for c in data.configs] == ["description"]
 
 
@@ -353,7 +353,7 @@ def test_the_tool_shows_settings():
     args = SimpleNamespace(vc_command="describe", virtual_cluster="team-a")
     described = m.DescribeVirtualClustersResponse(
         virtual_clusters=(
-            m.VirtualClusterResults(
+            m.DescribedVirtualCluster(
                 name="team-a", configs=(m.DescribedVirtualClusterConfig(name="description", value="Team A"),)
             ),
         )

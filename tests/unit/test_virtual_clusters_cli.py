@@ -81,11 +81,16 @@ def test_requests_built_per_subcommand():
     alter = cli._request(
         parse("alter", "--virtual-cluster", "a", "--add", "--topic", "teamA.orders", "--link", "orders")
     )
-    (resource,) = alter.virtual_cluster[0].resources
-    assert (int(resource.resource_type), resource.resource_name, resource.link_name) == (2, "teamA.orders", "orders")
+    (resource,) = alter.virtual_clusters[0].resources
+    # inkless' layout: a topic link's name, then its physical topic
+    assert (int(resource.resource_type), resource.resource_name, resource.physical_topic_name) == (
+        m.ResourceType.TOPIC,
+        "orders",
+        "teamA.orders",
+    )
     assert int(resource.resource_operation) == m.ResourceOperation.ADD
     removed = cli._request(parse("alter", "--virtual-cluster", "a", "--remove", "--group", "g"))
-    assert int(removed.virtual_cluster[0].resources[0].resource_operation) == m.ResourceOperation.REMOVE
+    assert int(removed.virtual_clusters[0].resources[0].resource_operation) == m.ResourceOperation.REMOVE
     assert isinstance(cli._request(parse("list")), m.ListVirtualClustersRequest)
 
 
@@ -115,15 +120,17 @@ def test_exclusive_flags_are_usage_errors():
 def _alter_response(*codes: int) -> m.AlterVirtualClustersResponse:
     results = tuple(
         m.VirtualClusterResourceResult(
-            resource_type=i8(7),
+            resource_type=i8(m.ResourceType.USER),
             resource_name=f"u{i}",
-            resource_operation=i8(1),
+            resource_operation=i8(m.ResourceOperation.ADD),
             error_code=i16(code),
             error_message=None if not code else "no",
         )
         for i, code in enumerate(codes)
     )
-    return m.AlterVirtualClustersResponse(virtual_cluster=(m.VirtualClusterDataResult(name="a", resources=results),))
+    return m.AlterVirtualClustersResponse(
+        virtual_clusters=(m.AlterableVirtualClusterResult(name="a", resources=results),)
+    )
 
 
 def test_output_and_exit_codes():
@@ -136,11 +143,11 @@ def test_output_and_exit_codes():
     assert out["results"][0]["error_code"] == 31
     described = m.DescribeVirtualClustersResponse(
         virtual_clusters=(
-            m.VirtualClusterResults(
+            m.DescribedVirtualCluster(
                 name="a",
                 cluster_id="cid",
                 users=("User:u",),
-                topic_links=(m.TopicLink(link_name="o", physical_name="p.o"),),
+                topic_links=(m.VirtualClusterTopicLink(link_name="o", physical_name="p.o"),),
             ),
         )
     )

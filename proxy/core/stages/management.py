@@ -16,6 +16,7 @@ from kio.static.primitive import i16
 from ...management import plane
 from ...management.inventory import Listing
 from ...protocol import codec, management
+from ...protocol.apis import request_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...tenancy.rights import Rights
@@ -121,7 +122,7 @@ class ManagementStage:
 def _decode(ex: Exchange) -> Any:
     assert ex.header is not None and ex.frame is not None
     try:
-        request, _ = codec.decode(management.REQUESTS[ex.api_key], ex.frame, ex.header.body_offset)
+        request, _ = codec.decode(request_type(ex.api_key, ex.api_version), ex.frame, ex.header.body_offset)
     except (CodecError, *MALFORMED):
         return None
     return request
@@ -145,23 +146,23 @@ def refusal(request: Any, error: int, message: str) -> Any:
         return m.CreateVirtualClustersResponse(virtual_clusters=items)
     if isinstance(request, m.AlterVirtualClustersRequest):
         results = tuple(
-            m.VirtualClusterDataResult(
+            m.AlterableVirtualClusterResult(
                 name=vc.name,
                 resources=tuple(
                     m.VirtualClusterResourceResult(
                         resource_type=r.resource_type,
                         resource_name=r.resource_name,
                         resource_operation=r.resource_operation,
-                        link_name=r.link_name,
+                        physical_topic_name=r.physical_topic_name,
                         error_code=code,
                         error_message=message,
                     )
                     for r in vc.resources
                 ),
             )
-            for vc in request.virtual_cluster
+            for vc in request.virtual_clusters
         )
-        return m.AlterVirtualClustersResponse(virtual_cluster=results)
+        return m.AlterVirtualClustersResponse(virtual_clusters=results)
     if isinstance(request, m.DeleteVirtualClustersRequest):
         deleted = tuple(
             m.DeletableVirtualClusterResult(name=vc.name, error_code=code, error_message=message)
@@ -183,6 +184,7 @@ def refusal(request: Any, error: int, message: str) -> Any:
         )
         return m.DeleteVirtualClusterAclsResponse(filter_results=filtered)
     described = tuple(
-        m.VirtualClusterResults(name=vc.name, error_code=code, error_message=message) for vc in request.virtual_clusters
+        m.DescribedVirtualCluster(name=vc.name, error_code=code, error_message=message)
+        for vc in request.virtual_clusters
     )
     return m.DescribeVirtualClustersResponse(virtual_clusters=described)
