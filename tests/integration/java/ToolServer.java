@@ -10,7 +10,9 @@ import java.io.FileOutputStream;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.io.PrintStream;
-import java.lang.reflect.InvocationTargetException;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.nio.charset.StandardCharsets;
 
 import org.apache.kafka.common.utils.Exit;
@@ -107,16 +109,15 @@ public final class ToolServer {
         ERR.target = err;
         int code = 0;
         try {
-            Class.forName(main).getMethod("main", String[].class).invoke(null, (Object) args);
-        } catch (InvocationTargetException e) {
-            if (!(e.getCause() instanceof ExitCalled)) {
-                e.getCause().printStackTrace();  // as an uncaught exception in main: its trace, exit code 1
-                code = 1;
-            }
+            // A method handle, not reflection: its frames are hidden in a stack trace the tool prints, which then
+            // reads as a cold JVM's but for ToolServer's own two frames at the bottom.
+            MethodHandle entry = MethodHandles.publicLookup()
+                .findStatic(Class.forName(main), "main", MethodType.methodType(void.class, String[].class));
+            entry.invokeExact(args);
         } catch (ExitCalled e) {
-            // the exit went through reflection's own frames
-        } catch (ReflectiveOperationException e) {
-            e.printStackTrace();
+            // the tool exited: exitCode holds the first exit's code
+        } catch (Throwable e) {
+            e.printStackTrace();  // as an uncaught exception in main: its trace, exit code 1
             code = 1;
         }
         System.out.flush();
