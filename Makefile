@@ -61,9 +61,9 @@ run: $(VENV)/.installed-run
 	$(PY) -m vcproxy_tools demo --config config/demo.yaml $(DEMO_ARGS)
 
 # Lint, unit tests, then integration tests against a real Kafka started from Maven artifacts. TEST_WORKERS=N runs
-# modules side by side in N processes, each with its own Kafka cluster (pytest-xdist); the default is one process:
-# on 2 cores the suite is bound by CPU (docs/performance.md, "The test suite's CPU"), and 2 or 3 workers made
-# franz-go's heaviest tests hang at their limits.
+# modules side by side in N processes, each with its own Kafka cluster (pytest-xdist; 0: one process). Two on a 2-core
+# machine: the suite's brokers run lean and its admin tools in one warm JVM per process, so two workers keep both
+# cores busy without starving franz-go's heavy tests (docs/performance.md, "The test suite's CPU").
 TEST_WORKERS ?= 2
 # librdkafka's suite is `make compat`'s only, for now: the suite is over its 20-minute budget without it (issue 24);
 # its CI subset alone took 3 to 9 minutes on a loaded machine, its first build 4 more (docs/compatibility.md).
