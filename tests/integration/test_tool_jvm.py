@@ -17,7 +17,8 @@ from . import tool_jvm
 TIMESTAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] ", re.MULTILINE)
 # The warm JVM's own frames at the bottom of a trace the tool prints (ToolServer's, and reflection's if any).
 OWN_FRAMES = re.compile(
-    r"^\tat (java\.base/)?(jdk\.internal\.reflect\.|java\.lang\.reflect\.|ToolServer\.).*\n", re.MULTILINE
+    r"^\tat (java\.base/)?(jdk\.internal\.reflect\.|java\.lang\.reflect\.|java\.lang\.Thread\.run|ToolServer\.).*\n",
+    re.MULTILINE,
 )
 PLACEMENT = re.compile(r"(TopicId|Leader|Replicas|Isr): [\w,-]+")  # two topics, each placed and named by the cluster
 
@@ -80,3 +81,34 @@ def test_a_call_that_does_not_end_is_stopped_at_its_timeout(kafka_cluster) -> No
     assert jvm.proc is None  # the JVM went with it; the next call starts another
     listed = tool_jvm.run_tool("kafka-topics", ["--bootstrap-server", kafka_cluster.bootstrap, "--list"], timeout=120)
     assert listed.returncode == 0
+
+
+LEAKY = """
+public final class Leaky {
+    public static void main(String[] args) {
+        Thread left = new Thread(() -> {
+            try { Thread.sleep(1500); } catch (InterruptedException e) { return; }
+            System.err.println("a thread of an earlier call");
+        });
+        left.start();  // not joined: a process would run it to its end, or lose it at an exit
+        System.out.println("started");
+    }
+}
+"""
+
+
+def test_a_call_that_leaves_a_thread_running_takes_the_jvm_with_it(kafka_cluster) -> None:
+    """A tool that leaves a thread running (an admin client not closed on an error path): the reply says so and the
+    JVM goes, so the thread never writes into a later call's output, nor lingers."""
+    jvm = tool_jvm._jvm
+    assert jvm is not None
+    b = ["--bootstrap-server", kafka_cluster.bootstrap]
+    tool_jvm.run_tool("kafka-topics", [*b, "--list"], timeout=120, check=True)  # the server and its classes exist
+    source = jvm.workdir / "Leaky.java"
+    source.write_text(LEAKY)
+    subprocess.run(["javac", "-d", str(jvm.workdir / "classes"), str(source)], check=True, timeout=300)
+    leaked = jvm.run_main("Leaky", [], timeout=120)
+    assert (leaked.returncode, leaked.stdout) == (0, "started\n")
+    assert jvm.proc is None, "the call left a thread running and the JVM was kept"
+    listed = tool_jvm.run_tool("kafka-topics", [*b, "--list"], timeout=120)
+    assert listed.returncode == 0 and listed.stderr == ""

@@ -93,7 +93,13 @@ class ToolJvm:
             log.close()
 
     def run(self, name: str, args: Sequence[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
-        main = main_class(name)
+        return self.run_main(main_class(name), args, timeout, name)
+
+    def run_main(
+        self, main: str, args: Sequence[str], timeout: float | None, name: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        """Run class ``main`` (on the dist's or the server's own class path) as a tool."""
+        name = name or main
         request = struct.pack(">i", len(args)) + _string(main) + b"".join(_string(arg) for arg in args)
         with self.lock:
             if self.calls and self.calls % RESTART_EVERY == 0:
@@ -115,7 +121,9 @@ class ToolJvm:
                     raise subprocess.TimeoutExpired([name, *args], timeout or 0)
                 raise RuntimeError(f"the tool JVM ended during {name}: see {self.workdir / 'tool-jvm.log'}")
             self.calls += 1
-        code, out, err = reply
+            code, out, err, settled = reply
+            if not settled:
+                self.stop()  # a thread the tool left running would have died with its process: so does this JVM
         return subprocess.CompletedProcess([name, *args], code, out, err)
 
     def stop(self) -> None:
@@ -145,9 +153,10 @@ def _read_reply(stream: IO[bytes], reply: list[Any]) -> None:
         (code,) = struct.unpack(">i", _read_exact(stream, 4))
         out = _read_exact(stream, struct.unpack(">i", _read_exact(stream, 4))[0])
         err = _read_exact(stream, struct.unpack(">i", _read_exact(stream, 4))[0])
+        settled = _read_exact(stream, 1) != b"\x00"
     except (EOFError, OSError):
         return
-    reply.extend((code, out.decode(errors="replace"), err.decode(errors="replace")))
+    reply.extend((code, out.decode(errors="replace"), err.decode(errors="replace"), settled))
 
 
 _jvm: ToolJvm | None = None

@@ -24,11 +24,13 @@ import org.apache.kafka.common.utils.Exit;
  *
  * Protocol on the process's own stdin/stdout (binary, big-endian): a request is the argument count, the main
  * class and the arguments (each a length-prefixed UTF-8 string); the reply is the exit code, then the bytes the
- * tool wrote to stdout and to stderr (each length-prefixed). One request at a time.
+ * tool wrote to stdout and to stderr (each length-prefixed), then whether the call left no thread running (a byte).
+ * One request at a time.
  *
  * What a cold JVM does at exit is kept: the first Exit.exit/halt ends the call with its code, and anything the
  * tool writes after it (a catch-all that prints the exit's exception, then exits again) is dropped, as a real
- * exit would never have run it. The standard streams are replaced once, before any tool class loads, by streams
+ * exit would never have run it. Each call runs in a thread group of its own: only its threads write to its output,
+ * and the reply says whether any of them outlived it (then the caller starts another JVM). The standard streams are replaced once, before any tool class loads, by streams
  * that write to the current call's buffers: Scala's Console and log4j's console appender keep the stream they
  * first see.
  */
@@ -43,19 +45,28 @@ public final class ToolServer {
         }
     }
 
-    /** Writes to the current call's buffer; after the call has exited, to nowhere. */
+    /**
+     * Writes to the current call's buffer when the writer is one of the call's threads (its thread group); a thread
+     * an earlier call left behind, or anything after the call's exit, writes to nowhere, as a dead process would.
+     */
     static final class Routed extends OutputStream {
         volatile ByteArrayOutputStream target;
 
+        private ByteArrayOutputStream sink() {
+            ThreadGroup call = current;
+            ByteArrayOutputStream t = target;
+            return t != null && call != null && call.parentOf(Thread.currentThread().getThreadGroup()) ? t : null;
+        }
+
         @Override
         public void write(int b) {
-            ByteArrayOutputStream t = target;
+            ByteArrayOutputStream t = sink();
             if (t != null) t.write(b);
         }
 
         @Override
         public void write(byte[] b, int off, int len) {
-            ByteArrayOutputStream t = target;
+            ByteArrayOutputStream t = sink();
             if (t != null) t.write(b, off, len);
         }
     }
@@ -63,6 +74,9 @@ public final class ToolServer {
     static final Routed OUT = new Routed();
     static final Routed ERR = new Routed();
     static volatile Integer exitCode;
+    static volatile ThreadGroup current;
+    static final long LINGER_MS = 500;  // how long a call's threads may take to end after its main returns
+    static int calls;
 
     public static void main(String[] ignored) throws Exception {
         DataInputStream requests = new DataInputStream(new BufferedInputStream(new FileInputStream(FileDescriptor.in)));
@@ -84,10 +98,12 @@ public final class ToolServer {
             for (int i = 0; i < count; i++) args[i] = readString(requests);
             ByteArrayOutputStream out = new ByteArrayOutputStream();
             ByteArrayOutputStream err = new ByteArrayOutputStream();
-            int code = run(main, args, out, err);
+            ThreadGroup group = new ThreadGroup("tool-call-" + (++calls));
+            int code = run(main, args, out, err, group);
             replies.writeInt(code);
             writeBytes(replies, out.toByteArray());
             writeBytes(replies, err.toByteArray());
+            replies.writeBoolean(settled(group));
             replies.flush();
         }
     }
@@ -103,29 +119,45 @@ public final class ToolServer {
         throw new ExitCalled(code);
     }
 
-    static int run(String main, String[] args, ByteArrayOutputStream out, ByteArrayOutputStream err) {
+    /** Runs the tool's main in a thread of the call's group, as a process's main thread, and waits for it. */
+    static int run(String main, String[] args, ByteArrayOutputStream out, ByteArrayOutputStream err, ThreadGroup group)
+            throws InterruptedException {
         exitCode = null;
+        current = group;
         OUT.target = out;
         ERR.target = err;
-        int code = 0;
-        try {
-            // A method handle, not reflection: its frames are hidden in a stack trace the tool prints, which then
-            // reads as a cold JVM's but for ToolServer's own two frames at the bottom.
-            MethodHandle entry = MethodHandles.publicLookup()
-                .findStatic(Class.forName(main), "main", MethodType.methodType(void.class, String[].class));
-            entry.invokeExact(args);
-        } catch (ExitCalled e) {
-            // the tool exited: exitCode holds the first exit's code
-        } catch (Throwable e) {
-            e.printStackTrace();  // as an uncaught exception in main: its trace, exit code 1
-            code = 1;
-        }
+        int[] code = {0};
+        Thread tool = new Thread(group, () -> {
+            try {
+                // A method handle, not reflection: its frames are hidden in a stack trace the tool prints.
+                MethodHandle entry = MethodHandles.publicLookup()
+                    .findStatic(Class.forName(main), "main", MethodType.methodType(void.class, String[].class));
+                entry.invokeExact(args);
+            } catch (ExitCalled e) {
+                // the tool exited: exitCode holds the first exit's code
+            } catch (Throwable e) {
+                e.printStackTrace();  // as an uncaught exception in main: its trace, exit code 1
+                code[0] = 1;
+            }
+        }, "main");
+        tool.start();
+        tool.join();
         System.out.flush();
         System.err.flush();
         OUT.target = null;
         ERR.target = null;
         Integer exited = exitCode;
-        return exited != null ? exited : code;
+        return exited != null ? exited : code[0];
+    }
+
+    /**
+     * Whether the call left no thread running. One that did (a client a tool did not close on its way out) would
+     * have died with a real process: the caller starts another JVM rather than keep it.
+     */
+    static boolean settled(ThreadGroup group) throws InterruptedException {
+        long deadline = System.currentTimeMillis() + LINGER_MS;
+        while (group.activeCount() > 0 && System.currentTimeMillis() < deadline) Thread.sleep(10);
+        return group.activeCount() == 0;
     }
 
     static String readString(DataInputStream in) throws java.io.IOException {
