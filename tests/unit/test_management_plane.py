@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from proxy.core.endpoints import ListenerLayout
@@ -304,6 +305,43 @@ def test_a_partial_admin_adds_users_but_links_no_foreign_topic():
         img, pat, m.DeleteVirtualClustersRequest(virtual_clusters=(m.DeletableVirtualCluster(name="team-a"),))
     )
     assert int(deleted.responses[0].error_code) == 31
+
+
+def test_removing_a_link_by_its_name_alone_reaches_only_the_callers_vc():
+    """inkless' layout names a link to remove by its name alone (PhysicalTopicName null): the name is looked up in
+    the altered VC only, so team-a's admin cannot reach team-b's link of that name, nor alter team-b at all."""
+    img = image()
+    name_only = m.AlterVirtualClustersRequest(
+        virtual_clusters=(
+            m.AlterableVirtualCluster(
+                name="team-a",
+                resources=(
+                    m.VirtualClusterResourceChange(
+                        resource_type=i8(T.TOPIC),
+                        resource_operation=i8(REMOVE),
+                        resource_name="events",  # team-b's link, not team-a's
+                        physical_topic_name=None,
+                    ),
+                ),
+            ),
+        )
+    )
+    response, records = handle(img, DAVE, name_only)
+    assert codes(response) == [int(ErrorCode.resource_not_found)] and records == []
+    other, records = handle(img, DAVE, alter("team-b", (T.TOPIC, "phys.events", REMOVE, "events")))
+    assert all(code != 0 for code in codes(other)) and records == []
+    assert img.vcs["team-b"].links["events"] == "phys.events"
+    own = dataclasses.replace(
+        name_only,
+        virtual_clusters=(
+            dataclasses.replace(
+                name_only.virtual_clusters[0],
+                resources=(dataclasses.replace(name_only.virtual_clusters[0].resources[0], resource_name="orders"),),
+            ),
+        ),
+    )
+    response, records = handle(img, DAVE, own)
+    assert codes(response) == [0] and len(records) == 1  # its own link goes, by name
 
 
 def test_no_right_captures_a_principal_or_leaves_a_vc_without_an_admin():
