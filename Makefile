@@ -109,10 +109,12 @@ compat: $(VENV)/.installed-test librdkafka-deps
 	@echo "== franz-go's table: $(COMPAT_REPORT)"
 	@echo "== librdkafka's table: $(LIBRDKAFKA_REPORT)"
 
-# The management RPCs' classes, generated from their Kafka-style JSON definitions (proxy/protocol/messages/):
-# run after editing one and check in proxy/protocol/management_messages.py (a unit test compares the two).
-messages:
-	$(PYTHON) -m proxy.protocol.message_gen
+# The management RPCs' classes, generated from their Kafka-style JSON definitions (proxy/protocol/messages/),
+# and Kafka's API versions as kio knows them: run after editing a definition or upgrading kio, and check in
+# proxy/protocol/management_messages.py and kafka_versions.py (unit tests compare each with its source).
+messages: $(VENV)/.installed-run
+	$(PY) -m proxy.protocol.message_gen
+	$(PY) -m proxy.protocol.kafka_versions_gen
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check proxy vcproxy_tools tests benchmarks

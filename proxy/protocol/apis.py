@@ -1,7 +1,9 @@
 """What the proxy knows about each Kafka API: names, versions it can parse, header versions.
 
 The version ranges come from kio, which is generated from Kafka's own JSON schemas: a version
-kio does not know is a version the proxy cannot parse, so it is never advertised (fail closed).
+kio does not know is a version the proxy cannot parse, so it is never advertised (fail closed). They are
+read from kafka_versions.py, generated from kio's schemas and compared with them by a unit test, so that a
+start does not load every schema to learn them; each schema is loaded at its first use.
 The proxy's own APIs (the KIP-1134 management RPCs, proxy/protocol/management.py) are listed beside
 Kafka's, so that every layer parses, validates and refuses them like any other API.
 """
@@ -12,10 +14,10 @@ import functools
 from dataclasses import dataclass
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.index import api_key_map, schema_name_map
 
 from . import management
 from .apikey import ApiKey
+from .kafka_versions import VERSIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +39,16 @@ class ApiInfo:
 
 @functools.cache
 def known_apis() -> dict[int, ApiInfo]:
-    """Every API: the server's table (it loads every kio request schema, about 1.6 k classes, once at
-    start). A command-line tool asks `api_info` for the few it uses instead."""
-    apis = {key: info for key in api_key_map if (info := api_info(key)) is not None}
+    """Every API: the server's table."""
+    apis = {key: _api_info(key) for key in VERSIONS}
     for key in management.REQUESTS:
         apis[key] = _api_info(key)
     return apis
 
 
 def api_info(key: int) -> ApiInfo | None:
-    """One API's versions, loading only that API's request schemas."""
-    if key not in api_key_map and key not in management.REQUESTS:
+    """One API's versions."""
+    if key not in VERSIONS and key not in management.REQUESTS:
         return None
     return _api_info(key)
 
@@ -58,10 +59,7 @@ def _api_info(key: int) -> ApiInfo:
         by_version = management.REQUEST_VERSIONS[key]
         flexible = [v for v, cls in sorted(by_version.items()) if cls.__flexible__]
         return ApiInfo(key, management.SNAKE_NAMES[key], min(by_version), max(by_version), (flexible or [None])[0])
-    name = api_key_map[key]
-    versions = sorted(schema_name_map[name])
-    flexible = [v for v in versions if load_request_schema(key, v).__flexible__]
-    return ApiInfo(key, name, versions[0], versions[-1], flexible[0] if flexible else None)
+    return ApiInfo(key, *VERSIONS[key])
 
 
 @functools.cache

@@ -8,12 +8,13 @@ import types
 import typing
 
 import pytest
+from kio.index import KioIndexError
 from kio.static.primitive import i8, i16, i32, i64, u16
 
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.session import Action, ProxySession
 from proxy.errors import CodecError
-from proxy.protocol import codec, management, message_gen
+from proxy.protocol import codec, kafka_versions, kafka_versions_gen, management, message_gen
 from proxy.protocol import management as m
 from proxy.protocol.apikey import RETIRED, ApiKey
 from proxy.protocol.apis import api_info, request_type, response_type
@@ -209,3 +210,17 @@ def test_a_request_on_a_retired_key_is_closed_naming_its_new_key(old: int):
     )
     assert decision.action is Action.CLOSE
     assert f"API key {old} is retired" in decision.reason and f"{new.title} under key {int(new)}" in decision.reason
+
+
+def test_the_checked_in_kafka_versions_are_what_kio_knows_now():
+    assert kafka_versions_gen.OUTPUT.read_text() == kafka_versions_gen.current(), "run `make messages`"
+
+
+def test_the_version_table_fails_closed_on_a_version_kio_cannot_parse():
+    for key, (name, low, high, flexible) in kafka_versions.VERSIONS.items():
+        info = api_info(key)
+        assert info is not None and (info.name, info.min_version, info.max_version) == (name, low, high)
+        for version in range(low, high + 1):
+            assert request_type(key, version).__flexible__ == (flexible is not None and version >= flexible)
+        with pytest.raises(KioIndexError):
+            request_type(key, high + 1)
