@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION, ensure_dist, java_executable
-from vcproxy_tools.kafka.tools import DEFAULT_TOOL_TIMEOUT, main_class
+from vcproxy_tools.kafka.tools import DEFAULT_TOOL_TIMEOUT, TOOL_JVM_FLAGS, main_class
 from vcproxy_tools.kafka.tools import run_tool as run_tool_process
 
 ENV = "VCPROXY_TOOL_JVM"
@@ -79,7 +79,7 @@ class ToolJvm:
         argv = [
             java,
             "-Xmx512m",
-            "-XX:+UseSerialGC",
+            *TOOL_JVM_FLAGS,  # C1 only: the calls are many and short, and C2's compiles cost more than they win
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={LOG4J}",
             "-cp",
