@@ -201,6 +201,7 @@ def cds_jvm(monkeypatch, tmp_path):
     monkeypatch.setattr(tools, "ensure_extra_libs", lambda artifacts, version: tmp_path / "extra")
     monkeypatch.setenv("VCPROXY_KAFKA_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(cds.ENV, raising=False)
+    monkeypatch.delenv(cds.DIR_ENV, raising=False)
     return tmp_path
 
 
@@ -325,6 +326,15 @@ def test_a_class_path_that_cannot_be_read_runs_without_an_archive(cds_jvm, monke
     monkeypatch.setattr(tools, "java_executable", lambda: gone)
     command = tools.tool_command("kafka-topics", ["--list"])
     assert command.cds is None and _flags(command.argv) == []
+
+
+def test_the_archives_directory_can_be_one_of_its_own(cds_jvm, monkeypatch):
+    shared = tools.cds_archive("kafka-topics")
+    assert shared is not None and shared.parent == cds_jvm / "cache" / "4.2.2" / "cds"
+    monkeypatch.setenv(cds.DIR_ENV, str(cds_jvm / "own"))
+    own = tools.cds_archive("kafka-topics")
+    assert own == cds_jvm / "own" / shared.name
+    assert _writing("kafka-topics", ["--list"]).cds.archive == own and not shared.parent.exists()
 
 
 def test_cds_archive_names_the_archive_a_tools_runs_use(cds_jvm):

@@ -12,7 +12,9 @@ clean exit a second JVM must map it (``-Xshare:on`` with checksums) before it is
 because a truncated archive crashes a JVM (SIGBUS) where a mismatched one is merely ignored. Later runs
 map it with ``-Xshare:auto``: a JVM that cannot use it runs without. The JVM reports both (and the
 classes it leaves out of an archive it writes) as ``[cds]`` lines on stdout, where the tools print their
-data, so those lines are turned off. ``VCPROXY_KAFKA_TOOL_CDS=0`` turns the archives off.
+data, so those lines are turned off. ``VCPROXY_KAFKA_TOOL_CDS=0`` turns the archives off, and
+``VCPROXY_KAFKA_TOOL_CDS_DIR`` puts them in another directory (a test that watches one tool's archive
+appear keeps it from other processes' runs of the same tool).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 log = logging.getLogger("vcproxy_tools.kafka")
 
 ENV = "VCPROXY_KAFKA_TOOL_CDS"
+DIR_ENV = "VCPROXY_KAFKA_TOOL_CDS_DIR"
 QUIET = "-Xlog:cds*=off"  # stdout is the tool's: no "[warning][cds] ..." lines in it
 REFUSED = ".refused"  # beside an archive that could not be written: no further attempts for it
 SEEN = ".seen"  # beside an archive not written yet: the tool has run once
@@ -56,6 +59,12 @@ def fingerprint(java: str, lib_dirs: Sequence[Path], main: str) -> str:
             js = jar.stat()
             h.update(f"{jar.name}\0{js.st_size}\0{js.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
+
+
+def archive_dir(default: Path, env: Mapping[str, str] = os.environ) -> Path:
+    """``VCPROXY_KAFKA_TOOL_CDS_DIR`` if set, else ``default`` (``<cache>/<version>/cds``)."""
+    override = env.get(DIR_ENV, "").strip()
+    return Path(override).expanduser() if override else default
 
 
 def archive_path(cache: Path, main: str, key: str) -> Path:

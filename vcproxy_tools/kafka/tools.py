@@ -292,7 +292,7 @@ def _archive(version: str, main: str, lib_dirs: Sequence[Path]) -> Path | None:
         key = cds.fingerprint(java_executable(), lib_dirs, main)
     except OSError:  # the jars are being swapped for a newer resolution: this run goes without
         return None
-    return cds.archive_path(cache_root() / version / "cds", main, key)
+    return cds.archive_path(cds.archive_dir(cache_root() / version / "cds"), main, key)
 
 
 def tool_argv(name: str, args: Sequence[str], version: str = DEFAULT_KAFKA_VERSION, heap: str = "256m") -> list[str]:
