@@ -276,8 +276,19 @@ class Flow:
         return self.events[0][0]
 
 
+def _ends(flow: Flow, start: float, seconds: float) -> float:
+    """When a flow of `seconds` ends: counted from its first record through, since a loaded machine can take
+    seconds to log in, join a group or fetch metadata, and the rates are measured from there (v9 of issue 24:
+    a consumer's first record came 5 s after its start, and its window ran past the end); or TIMEOUT after the
+    start when nothing got through at all."""
+    with flow.lock:
+        first = flow.events[0][0] if flow.events else None
+    return first + seconds if first is not None else start + seconds + TIMEOUT
+
+
 def produce_for(config: dict[str, Any], topic: str, seconds: float, pace: float | None = None) -> Flow:
-    """Produce VALUE-byte records for `seconds`, as fast as the producer may (or at `pace` bytes/s)."""
+    """Produce VALUE-byte records for `seconds` from the first acknowledged one, as fast as the producer may
+    (or at `pace` bytes/s)."""
     flow = Flow()
     producer = Producer(
         {**config, "acks": "all", "linger.ms": 5, "queue.buffering.max.kbytes": 2048,
@@ -292,9 +303,8 @@ def produce_for(config: dict[str, Any], topic: str, seconds: float, pace: float 
 
     value = b"v" * VALUE
     start = time.monotonic()
-    end = start + seconds
     sent = 0
-    while (now := time.monotonic()) < end:
+    while (now := time.monotonic()) < _ends(flow, start, seconds):
         if pace is not None and sent >= pace * (now - start):
             producer.poll(0.002)
             continue
@@ -316,9 +326,9 @@ def consume_for(config: dict[str, Any], topic: str, seconds: float) -> Flow:
          "statistics.interval.ms": 1000, "stats_cb": flow.stats}
     )  # fmt: skip
     consumer.subscribe([topic])
-    end = time.monotonic() + seconds
+    start = time.monotonic()
     try:
-        while time.monotonic() < end:
+        while time.monotonic() < _ends(flow, start, seconds):
             for msg in consumer.consume(500, timeout=0.5):
                 if msg.error():
                     raise KafkaException(msg.error())

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from proxy.protocol.apis import request_type
 from proxy.tenancy.model import TenancyImage
+from proxy.tenancy.names import DESCRIBED_INTERNAL, INTERNAL_TOPICS
 from tests.integration.rawclient import RawClient
 from tests.integration.test_fail_closed import build
 from tests.integration.test_tenancy import consume, create, produce
@@ -341,13 +342,22 @@ def test_describe_topic_partitions_pages_through_the_vcs_topics_only(kafka_clust
         ),
         "leaders of the new topics",
     )
-    a_topics = set(a.list_topics(timeout=10).topics)
+    listed = set(a.list_topics(timeout=10).topics)
+    # The VC's own topics, and Kafka's internal ones as a broker shows them (DESCRIBED_INTERNAL). An internal
+    # topic may appear between two listings: the brokers create __share_group_state when a share group first
+    # needs it, whenever an earlier module's share consumer got there (v9 of issue 24: it appeared between this
+    # test's Metadata and its DescribeTopicPartitions, and the cursor named it).
+    a_topics = listed - DESCRIBED_INTERNAL
     assert set(names) <= a_topics and "b-page" not in a_topics
+
+    def own(seen: set[str]) -> set[str]:
+        assert seen & INTERNAL_TOPICS <= DESCRIBED_INTERNAL, seen
+        return seen - DESCRIBED_INTERNAL
 
     # Java: TopicCommand --describe uses DescribeTopicPartitions in 4.x; two partitions per response.
     out = tool(admin_proxy, "team-a", "kafka-topics", "--describe", "--partition-size-limit-per-response", "2").stdout
     counts = topic_lines(out)
-    assert set(counts) == a_topics, counts
+    assert own(set(counts)) == a_topics, counts
     assert all(counts[n] == 3 for n in names), counts
 
     # Raw: follow the cursor page by page; every name on the wire is a link name of team-a.
@@ -362,18 +372,18 @@ def test_describe_topic_partitions_pages_through_the_vcs_topics_only(kafka_clust
             pages += 1
             assert pages < 100
             for topic in response.topics:
-                assert int(topic.error_code) == 0 and topic.name in a_topics, topic
+                assert int(topic.error_code) == 0 and topic.name in a_topics | DESCRIBED_INTERNAL, topic
                 partitions |= {(topic.name, int(p.partition_index)) for p in topic.partitions}
             assert b"b-page" not in raw
             if response.next_cursor is None:
                 break
-            assert response.next_cursor.topic_name in a_topics, response.next_cursor
+            assert response.next_cursor.topic_name in a_topics | DESCRIBED_INTERNAL, response.next_cursor
             cursor = {
                 "topic_name": response.next_cursor.topic_name,
                 "partition_index": int(response.next_cursor.partition_index),
             }
     assert {(n, p) for n in names for p in range(3)} <= partitions
-    assert {t for t, _ in partitions} == a_topics
+    assert own({t for t, _ in partitions}) == a_topics
     assert pages >= len(partitions) // 2
 
     b_out = tool(admin_proxy, "team-b", "kafka-topics", "--describe").stdout
