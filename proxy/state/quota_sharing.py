@@ -7,9 +7,10 @@ topic is created at start when missing, with the state topic's replication; it i
 topic (proxy/tenancy/guard.py): no client may write it through the proxy, and only the state topic's
 readers may read it.
 
-Writes go through a producer that the Trio thread polls (its delivery reports arrive there), reads through
-a consumer on a thread of its own, handed over with `trio.from_thread.run_sync`: the meters are only ever
-touched on the Trio thread.
+Nothing of this starts before the first quota is defined: a deployment without quotas has no usage topic
+and no clients for it. Writes go through a producer that the Trio thread polls (its delivery reports arrive
+there), reads through a consumer on a thread of its own, handed over with `trio.from_thread.run_sync`: the
+meters are only ever touched on the Trio thread.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class QuotaSharing:
         return self.image().quotas.meters  # the image's, looked up each time: a replay replaces it
 
     async def run(self) -> None:
+        while not self.image().quotas.values:  # no quota, nothing to share: no topic, no clients
+            await trio.sleep(self.interval)
         log.info(
             "sharing quota use with the other replicas through %s (a report every %.1f s, %d replica(s) stated)",
             self.topic,
@@ -189,7 +192,6 @@ class QuotaSharing:
                 "group.id": f"vcproxy-quota-usage-{self.fleet.replica}",  # required, unused: assigned by hand
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
-                "fetch.wait.max.ms": 100,
                 "enable.partition.eof": True,
             }
         )
