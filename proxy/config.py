@@ -439,6 +439,31 @@ class StateLimitsConfig(_Strict):
         return StateLimits(**self.model_dump())
 
 
+class QuotaSharingConfig(_Strict):
+    """Client quotas across replicas (docs/quotas.md, "Across replicas"): each replica reports what every
+    quota entity used to the others through a topic on the upstream cluster, so that N replicas together
+    hold an entity to its quota, not N times it."""
+
+    enabled: bool = True
+    """Off: each replica holds its own clients to each whole quota (right for one replica only)."""
+    topic: str | None = Field(None, pattern=r"^[a-zA-Z0-9._-]{1,249}$")
+    """The usage topic; default: the state topic's name + ".quota-usage". Created at start when missing
+    (one partition, reports deleted after five minutes) and guarded like the state topic."""
+    replicas: int = Field(1, ge=1, le=10_000)
+    """How many replicas the deployment runs (the chart sets it). While the topic is slow or down, a
+    replica holds its clients to 1/N of each quota, N the larger of this and the replicas it last heard."""
+    report_interval_ms: int = Field(500, ge=50, le=10_000)
+    """How often a replica reports its use; the others see it about this much later."""
+    stale_after_ms: int = Field(3000, ge=100, le=600_000)
+    """A replica whose own report has not come back from the topic this long falls back to its share."""
+
+    @model_validator(mode="after")
+    def _stale_after_reports(self) -> QuotaSharingConfig:
+        if self.stale_after_ms < 2 * self.report_interval_ms:
+            raise ValueError("stale_after_ms must be at least twice report_interval_ms (a report takes a while)")
+        return self
+
+
 class VirtualClusterSeedConfig(_Strict):
     """A virtual cluster to create if missing (ids are generated once, then kept in the state topic)."""
 
@@ -522,6 +547,8 @@ class TenancyConfig(_Strict):
     state_check_interval_seconds: float = Field(5.0, gt=0, le=3600)
     """How often a running proxy checks that its state topic still exists, is compacted and is the one it
     replayed; when not, /readyz says why and topic changes in VCs are refused."""
+    quota_sharing: QuotaSharingConfig = QuotaSharingConfig()
+    """Replicas share what each client quota entity used (see QuotaSharingConfig)."""
 
     allow_everyone_if_no_acl_found: bool = True
     """Inside a VC, a resource that none of the VC's ACLs names is open to every principal of the VC (true,

@@ -146,6 +146,18 @@ class ProxyServer:
                 self.vc_settings = VcSettings(self.config.tenancy, lambda: service.image)
                 await handlers.start(self.tenancy.run)
                 service.image.limits = self.config.tenancy.state_limits.build()  # the replayed image's, for good
+                if self.config.tenancy.quota_sharing.enabled:  # replicas hold each quota together
+                    from ..state.quota_sharing import QuotaSharing
+                    from ..state.service import client_config
+
+                    sharing = QuotaSharing(
+                        lambda: service.image,
+                        service.store.topic,
+                        service.store.replication_factor,
+                        client_config(self.config),
+                        self.config.tenancy.quota_sharing,
+                    )
+                    handlers.start_soon(sharing.run)
                 handlers.start_soon(upkeep.follow_bindings, service, lambda: self.connections)
                 handlers.start_soon(
                     upkeep.sweep_orphans, service, lambda: self.config.tenancy.state_check_interval_seconds

@@ -212,3 +212,11 @@ def _quota_metrics(meters: Any) -> Iterator[Metric]:
     yield use
     yield rate
     yield throttle
+    fleet = getattr(meters, "fleet", None)
+    if fleet is not None:  # replicas share each quota (proxy/quotas/fleet.py)
+        yield GaugeMetricFamily(
+            "vcproxy_quota_share",
+            "Part of each quota this replica's clients may use: 1 while the other replicas' use is in sight "
+            "(it is charged to the meters, which then measure the fleet), 1/N while the usage topic is away",
+            value=fleet.share(now),
+        )

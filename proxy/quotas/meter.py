@@ -17,6 +17,9 @@ Each meter does what a Kafka broker does, in two parts:
   allowed a window's worth at once as on a broker.
 
 One mute is at most samples * window seconds; a debt larger than that is still owed afterwards.
+
+With several replicas (fleet.py), each meter is also charged what the other replicas' clients of its
+entity used (`Meters.absorb`), so that the fleet together is held to the quota.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+
+from .fleet import FleetUsage, Key
 
 SAMPLES = 11
 WINDOW = 1.0
@@ -88,6 +93,15 @@ class Meter:
         self.throttled += wait
         return wait
 
+    def absorb(self, amount: float, now: float) -> None:
+        """Count what another replica's clients used: in the rate and out of the bucket, throttling nobody
+        now (this replica's next client of the entity pays for it)."""
+        self.rate.record(amount, now)
+        if self.last is not None and now > self.last:
+            self.tokens = min(self.quota * SAMPLES * WINDOW, self.tokens + self.quota * (now - self.last))
+            self.last = now
+        self.tokens = max(self.tokens - amount, -self.quota * SAMPLES * WINDOW * 2)
+
 
 class Meters:
     """The proxy's meters, by meter key (quota key and entity), bounded: an LRU of MAX_METERS, so that
@@ -97,6 +111,27 @@ class Meters:
         self.clock = clock
         self.limit = limit
         self._meters: OrderedDict[tuple[str, ...], Meter] = OrderedDict()
+        self.fleet: FleetUsage | None = None  # set when replicas share their use (quotas/sharing.py)
+
+    def charge(self, key: Key, amount: float, quota: float, now: float) -> float:
+        """Charge a local client's use to meter `key`; the seconds it must now wait. With quota sharing
+        the use is also reported to the other replicas, and the quota is this replica's share of it
+        while their use is out of sight."""
+        fleet = self.fleet
+        meter = self.get(key)
+        if fleet is None:
+            return meter.charge(amount, quota, now)
+        fleet.used(key, amount)
+        wait = meter.charge(amount, quota * fleet.share(now), now)
+        meter.quota = quota  # metrics compare the fleet's rate (what the meter sees) with the whole quota
+        return wait
+
+    def absorb(self, key: Key, amount: float, now: float) -> None:
+        """Another replica's use of meter `key`: charged only where this replica meters the entity too
+        (a meter created later starts empty and paces from its first request anyway)."""
+        meter = self._meters.get(key)
+        if meter is not None:
+            meter.absorb(amount, now)
 
     def get(self, key: tuple[str, ...]) -> Meter:
         meter = self._meters.get(key)

@@ -29,6 +29,7 @@ from ..auth.users import seed_user_records
 from ..identity import CLIENT_ID
 from ..tenancy.guard import StateTopicGuard
 from ..tenancy.model import TenancyImage, vc_record
+from .quota_sharing import usage_topic
 from .seed import VirtualClusterSeed, seed_records
 from .store import Fenced, Record, StateStore, StateStoreError
 
@@ -80,7 +81,9 @@ class TenancyService:
         check_interval: float = 5.0,
         readers: Sequence[str] = (),
         users: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+        guarded: Sequence[str] = (),
     ):
+        self.guarded = list(guarded)  # the replicas' other topics, guarded like the state topic from the start
         self.users_seed = dict(users or {})  # credentials.users / users_file: applied once each (auth/users.py)
         self.readers = list(readers)  # principals in no VC that may read the state topic through the proxy
         self.store = store
@@ -117,6 +120,7 @@ class TenancyService:
             check_interval=tc.state_check_interval_seconds,
             readers=tc.state_topic_readers,
             users=config.credentials.as_mapping(),
+            guarded=[usage_topic(tc.state_topic, tc.quota_sharing.topic)] if tc.quota_sharing.enabled else [],
         )
 
     @property
@@ -163,7 +167,8 @@ class TenancyService:
         assert self.store.replayed_offset is not None
         self.applied_offset = self.store.replayed_offset
         topic_id = uuid.UUID(self.store.topic_id) if self.store.topic_id else None
-        self.image.guard = StateTopicGuard(self.store.topic, frozenset(self.readers), topic_id)
+        also = tuple((name, None) for name in self.guarded)  # ids are learned once the topics exist
+        self.image.guard = StateTopicGuard(self.store.topic, frozenset(self.readers), topic_id, also)
         log.info(
             "replayed %d state record(s) from %s in %.2f s: %d virtual cluster(s)",
             self.replayed_records,

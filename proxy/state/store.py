@@ -43,7 +43,7 @@ Record = tuple[str, dict[str, Any] | None]
 
 # Faster than librdkafka's defaults (10 s reconnect backoff): after a broker bounce the state must
 # flow again within a second or two, and the state traffic is tiny.
-_RECONNECT = {
+RECONNECT = {
     "reconnect.backoff.ms": 100,
     "reconnect.backoff.max.ms": 1000,
     "retry.backoff.max.ms": 1000,
@@ -194,7 +194,7 @@ class StateStore:
 
     def _conf(self, settings: dict[str, Any]) -> dict[str, Any]:
         # The caller's connection and security settings, but never its delivery semantics.
-        return {**_RECONNECT, **self.client_config, **settings, "logger": _client_log}
+        return {**RECONNECT, **self.client_config, **settings, "logger": _client_log}
 
     def _admin(self) -> AdminClient:
         # Its logs reach _client_log when polled. Held until unused and destroyed on a caller's thread:
@@ -338,11 +338,7 @@ class StateStore:
 
     def _topic_id(self, admin: AdminClient, timeout: float) -> str | None:
         try:
-            described = admin.describe_topics(TopicCollection([self.topic]), request_timeout=timeout)[self.topic]
-            kafka_id = described.result(timeout).topic_id  # str() is Kafka's base64 form: make it a UUID
-            mask = (1 << 64) - 1
-            most, least = kafka_id.get_most_significant_bits(), kafka_id.get_least_significant_bits()
-            return str(uuid.UUID(int=((most & mask) << 64) | (least & mask)))
+            return topic_id_of(admin, self.topic, timeout)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None
@@ -698,6 +694,15 @@ class StateStore:
             self._drop_producer(producer)
             raise StateStoreError(f"writing {len(records)} record(s) to {self.topic} failed: {reason}")
         return [o for o in offsets if o is not None]
+
+
+def topic_id_of(admin: AdminClient, topic: str, timeout: float) -> str | None:
+    """A topic's id as a UUID string (KafkaException if it cannot be described, TimeoutError)."""
+    described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+    kafka_id = described.result(timeout).topic_id  # str() is Kafka's base64 form: make it a UUID
+    mask = (1 << 64) - 1
+    most, least = kafka_id.get_most_significant_bits(), kafka_id.get_least_significant_bits()
+    return str(uuid.UUID(int=((most & mask) << 64) | (least & mask)))
 
 
 class _Deliveries:

@@ -15,6 +15,9 @@ one link record written there would hand one tenant another's topic. So, through
 
 `check()` decides from the API key, version and the request's annotated topic fields (walked without
 decoding record batches); `filter_response()` hides the topic from listings. The session calls both.
+
+The replicas' other topic, the quota usage topic (proxy/state/quota_sharing.py), is guarded the same way
+(`also`): a usage report written into it would throttle a tenant, or hide what another replica used.
 """
 
 from __future__ import annotations
@@ -52,15 +55,23 @@ class StateTopicGuard:
     topic: str
     readers: frozenset[str] = frozenset()
     topic_id: uuid.UUID | None = None  # requests may name the topic by id (Produce v13, Fetch v13+)
+    also: tuple[tuple[str, uuid.UUID | None], ...] = ()  # other topics of the replicas', guarded the same
 
     def __post_init__(self) -> None:
-        # A request can only name the state topic if its name's or id's bytes occur in the frame: a C
+        self.names = frozenset([self.topic, *(name for name, _ in self.also)])
+        self.ids = frozenset(i for i in (self.topic_id, *(i for _, i in self.also)) if i is not None)
+        # A request can only name a guarded topic if its name's or id's bytes occur in the frame: a C
         # scan (re searches the receive buffer in place, no copy; one literal each, which re finds
         # fastest) spares every other request a decode. Not for Produce: its records are walked over.
-        needles = [self.topic.encode()] + ([self.topic_id.bytes] if self.topic_id is not None else [])
+        needles = [n.encode() for n in sorted(self.names)] + [i.bytes for i in sorted(self.ids)]
         self._needles = [re.compile(re.escape(n)) for n in needles]
         self.decisions_id = decisions_id(self.topic)
         self._decisions_needle = re.compile(re.escape(self.decisions_id.encode()))
+
+    def guarding(self, name: str, topic_id: uuid.UUID | None) -> StateTopicGuard:
+        """This guard, guarding topic `name` (by its id too, when known) as well."""
+        kept = tuple((n, i) for n, i in self.also if n != name)
+        return dataclasses.replace(self, also=(*kept, (name, topic_id)))
 
     def mentioned(self, frame: memoryview) -> bool:
         return any(n.search(frame) is not None for n in self._needles)
@@ -141,7 +152,10 @@ def check(
         if not _names_state_topic(guard, api_key, version, body, None):
             return None
     what = "write to" if rules.writes else "read"
-    why = f"{principal} may not {what} the state topic {guard.topic} (api {api_key} v{version})"
+    named = f"the state topic {guard.topic}"
+    if guard.also:
+        named = f"the replicas' topics {'/'.join(sorted(guard.names))}"
+    why = f"{principal} may not {what} {named} (api {api_key} v{version})"
     return Refusal(_refusal_body(api, version, body), why, int(getattr(body, "acks", -1)))
 
 
@@ -192,9 +206,7 @@ def _names_state_topic(
 
     def see(kind: str, value: Any) -> Any:
         nonlocal found
-        if (kind in ("topic", "config") and value == guard.topic) or (
-            kind == "topic_id" and guard.topic_id is not None and value == guard.topic_id
-        ):
+        if (kind in ("topic", "config") and value in guard.names) or (kind == "topic_id" and value in guard.ids):
             found = True
         return value
 
@@ -260,7 +272,7 @@ def filter_response(guard: StateTopicGuard, listing: ListingFilter, body: Any) -
     (what Kafka answers for a topic the principal may not describe)."""
     kept = []
     for topic in body.topics:
-        if topic.name != guard.topic and (guard.topic_id is None or getattr(topic, "topic_id", None) != guard.topic_id):
+        if topic.name not in guard.names and getattr(topic, "topic_id", None) not in guard.ids:
             kept.append(topic)
         elif not listing.all_topics:
             changes: dict[str, Any] = {"error_code": ErrorCode.topic_authorization_failed, "partitions": ()}

@@ -216,3 +216,22 @@ def test_sidecar_mode_is_an_application_pod_on_localhost(helm):
 )
 def test_bad_values_are_refused(helm: Helm, sets, expected):
     assert expected in helm.refuses(sets=sets)
+
+
+@pytest.mark.parametrize(
+    ("sets", "replicas"),
+    [
+        ({"replicaCount": "3"}, 3),
+        ({"autoscaling.enabled": "true", "autoscaling.maxReplicas": "7"}, 7),
+        ({"config.tenancy.quota_sharing.replicas": "5"}, 5),
+    ],
+)
+def test_gateway_replicas_know_how_many_share_each_quota(helm, sets, replicas, tmp_path):
+    """With tenancy, the gateway's replicas share each quota's use; while the usage topic is down each holds
+    its clients to 1/N, N the most replicas that may run (or what the config says)."""
+    objects = helm.template(sets={"config.tenancy.enabled": "true", **sets})
+    config = proxy_config(objects)
+    assert config["tenancy"]["quota_sharing"]["replicas"] == replicas
+    _mount_files(config, tmp_path)
+    assert parse_config(config, "config.yaml", tmp_path).tenancy.quota_sharing.replicas == replicas
+    assert "tenancy" not in proxy_config(helm.template(sets={"replicaCount": "3"}))  # tenancy off: untouched

@@ -9,7 +9,9 @@ admin, and real producers and consumers of two libraries (confluent-kafka and Ka
   VCs, and seen through the second replica; `vcproxy quotas` for caps, refused to a VC admin;
 * entities and values checked as Kafka checks them: a VC admin's empty entity is INVALID_REQUEST (it once
   set her VC's cap), the VC's cap is refused to her whichever way she asks;
-* a share consumer (KIP-932, Kafka's share consumer perf tool) held to its consumer_byte_rate.
+* a share consumer (KIP-932, Kafka's share consumer perf tool) held to its consumer_byte_rate;
+* one user producing through both replicas at once is held to its one quota, within 10%, in total: the
+  replicas tell each other what it used (tenancy.quota_sharing), where alone each would give it a quota.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ USERS = {
     "fay": "fay-secret",  # team-a, share consumer (Java)
     "bob": "bob-secret",  # team-b's admin and its consumers
     "dan": "dan-secret",  # team-c: no quota
+    "gus": "gus-secret",  # team-a, a producer through both replicas at once
 }
 QUOTA = 2_000_000  # bytes/s: a few MB/s hold on a loaded 2-core machine
 VALUE = 1000  # bytes per record
@@ -73,7 +76,7 @@ def _replica(kafka_cluster: Any, workdir: Path, name: str, state_topic: str, met
             "virtual_clusters": [
                 {
                     "name": "team-a",
-                    "principals": ["User:alice", "User:carol", "User:erin", "User:fay"],
+                    "principals": ["User:alice", "User:carol", "User:erin", "User:fay", "User:gus"],
                     "admins": ["User:alice"],
                 },
                 {"name": "team-b", "principals": ["User:bob"], "admins": ["User:bob"]},
@@ -511,3 +514,31 @@ def test_a_share_consumer_is_held_to_its_consumer_byte_rate(replicas, logins):
     assert throttle > 0, out[-3000:]
     configs_ok(proxy, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "fay",
                "--delete-config", "consumer_byte_rate")  # fmt: skip
+
+
+def test_two_replicas_hold_one_users_quota_together(replicas, logins):
+    """gus produces through both replicas at once, as fast as each lets him: together, not each, he gets his
+    2 MB/s (each replica charges what the other reports to its own meter: proxy/quotas/fleet.py)."""
+    first, second = replicas
+    configs_ok(first, logins["alice"], "--alter", "--entity-type", "users", "--entity-name", "gus",
+               "--add-config", f"producer_byte_rate={QUOTA}")  # fmt: skip
+    until(
+        lambda: (
+            f"producer_byte_rate={float(QUOTA)}"
+            in configs_ok(second, logins["alice"], "--describe", "--entity-type", "users", "--entity-name", "gus")
+        ),
+        "gus's quota through the second replica",
+    )
+    create_topic(first, "alice", "shared")
+    window = 20.0
+    run = WARMUP + window + 1
+    with ThreadPoolExecutor(2) as pool:
+        flows = [pool.submit(produce_for, conf(proxy, "gus"), "shared", run) for proxy in (first, second)]
+        through_first, through_second = (f.result() for f in flows)
+    start = max(through_first.first, through_second.first) + WARMUP
+    rates = [flow.rate(start, start + window) for flow in (through_first, through_second)]
+    total = sum(rates)
+    assert abs(total - QUOTA) <= 0.1 * QUOTA, f"{total / 1e6:.2f} MB/s in total ({[round(r) for r in rates]})"
+    # Both replicas served him: neither starved the other.
+    assert min(rates) >= 0.2 * QUOTA, rates
+    assert not through_first.errors and not through_second.errors

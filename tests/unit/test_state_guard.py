@@ -184,3 +184,69 @@ def test_nobody_may_use_the_replicas_decision_transactional_id(principal):
     # Any other transactional id, even one that names the state topic, is the broker's to judge.
     forwarded(session_for(principal), 22, 5, codec._empty(InitProducerIdRequest, transactional_id=f"my.{STATE}"))
     forwarded(session_for(principal), 22, 5, codec._empty(InitProducerIdRequest, transactional_id=ours + "x"))
+
+
+# -- the quota usage topic (proxy/state/quota_sharing.py): guarded as the state topic is -------------------
+
+USAGE = STATE + ".quota-usage"
+USAGE_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
+
+
+def usage_session(principal: str, usage_id: uuid.UUID | None = USAGE_ID) -> ProxySession:
+    session = session_for(principal)
+    image = session.tenancy.image  # type: ignore[union-attr]
+    image.guard = image.guard.guarding(USAGE, usage_id)
+    return session
+
+
+@pytest.mark.parametrize("principal", ["User:admin", "User:ops"])
+def test_nobody_may_write_usage_reports_by_name_or_id(principal):
+    """A report written through the proxy would throttle a tenant (or hide a replica's use): refused to
+    everyone, the state topic's readers included; the state topic stays guarded beside it."""
+    got = refused(usage_session(principal), 0, 9, produce(9, USAGE))
+    assert got.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+    got = refused(usage_session(principal), 0, 13, produce(13, None, USAGE_ID))
+    assert got.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+    got = refused(usage_session(principal), 0, 13, produce(13, None, STATE_ID))
+    assert got.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+
+
+def test_the_usage_topic_is_guarded_by_name_before_its_id_is_known():
+    got = refused(usage_session("User:admin", usage_id=None), 0, 9, produce(9, USAGE))
+    assert got.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+    forwarded(usage_session("User:admin", usage_id=None), 0, 9, produce(9, USAGE + "x"))
+
+
+def test_only_readers_may_fetch_usage_reports_and_listings_hide_them():
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
+
+    request = codec._empty(
+        FetchRequest,
+        topics=(codec._empty(FetchTopic, topic=USAGE, partitions=(codec._empty(FetchPartition, partition=0),)),),
+    )
+    assert refused(usage_session("User:admin"), 1, 12, request).error_code == ErrorCode.topic_authorization_failed
+    forwarded(usage_session("User:ops"), 1, 12, request)
+
+    for asked in (None, (codec._empty(MetadataRequestTopic, name=USAGE),)):
+        session = usage_session("User:admin")
+        forwarded(session, 3, 12, codec._empty(MetadataRequest, topics=asked))
+        answer = codec._empty(
+            MetadataResponse,
+            topics=(
+                codec._empty(MetadataResponseTopic, name=USAGE, topic_id=USAGE_ID),
+                codec._empty(MetadataResponseTopic, name="other", topic_id=uuid.uuid4()),
+            ),
+        )
+        result = session.on_response(memoryview(bytearray(response_frame(3, 12, 3, answer))))
+        raw = b"".join(bytes(p) for p in result.pieces)
+        got = codec.decode(MetadataResponse, raw, response_body_offset(raw, 1))[0]
+        shown = {t.name: t.error_code for t in got.topics}
+        hidden = {} if asked is None else {USAGE: ErrorCode.topic_authorization_failed}  # named: Kafka's refusal
+        assert shown == {"other": 0, **hidden}
+
+
+def test_guarding_a_topic_again_replaces_its_id():
+    guard = StateTopicGuard(STATE).guarding(USAGE, None).guarding(USAGE, USAGE_ID)
+    assert guard.names == {STATE, USAGE} and guard.ids == {USAGE_ID} and len(guard.also) == 1

@@ -103,6 +103,18 @@ ConfigMap (and its checksum) and the ports of the pod and Service cannot disagre
 {{- end -}}
 {{- $metrics := dict "enabled" true "host" "0.0.0.0" "port" (int $v.metrics.port) -}}
 {{- $_ := set $config "metrics" $metrics -}}
+{{- /* Gateway replicas hold each client quota together; while their usage topic is down each holds its clients
+to 1/N of it, N the most replicas that may run (docs/quotas.md). A value the config sets itself is kept. */ -}}
+{{- $tenancy := default (dict) $v.config.tenancy -}}
+{{- if and (not $sidecar) (get $tenancy "enabled") -}}
+{{- $tenancy = deepCopy $tenancy -}}
+{{- $sharing := deepCopy (default (dict) (get $tenancy "quota_sharing")) -}}
+{{- if not (hasKey $sharing "replicas") -}}
+{{- $_ := set $sharing "replicas" (int (ternary $v.autoscaling.maxReplicas $v.replicaCount $v.autoscaling.enabled)) -}}
+{{- end -}}
+{{- $_ := set $tenancy "quota_sharing" $sharing -}}
+{{- $_ := set $config "tenancy" $tenancy -}}
+{{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
 

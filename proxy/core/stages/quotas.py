@@ -213,7 +213,7 @@ class QuotaStage:
 
 
 def _charge(meters: Any, limit: Limit, amount: float, now: float) -> float:
-    return meters.get(limit.meter).charge(amount, limit.quota, now)
+    return meters.charge(limit.meter, amount, limit.quota, now)
 
 
 def _mutations(array: str, response: Any) -> int:
