@@ -50,6 +50,12 @@ class FleetUsage:
     failed_at: float | None = None  # when writing a report last failed (None: since written again)
     _warned: set[str] = field(default_factory=set)
 
+    def start(self, now: float) -> None:
+        """Sharing begins: until a first report of this replica's comes back from the topic, the others' use
+        is out of sight (a topic that cannot be read at all must not leave the whole quota to each replica)."""
+        if self.awaiting is None:
+            self.awaiting = now
+
     # -- this replica's use ---------------------------------------------------------------------
 
     def used(self, key: Key, amount: float) -> None:

@@ -83,6 +83,7 @@ class QuotaSharing:
         )
         meters = self._meters()
         meters.fleet = self.fleet  # from now on local use is counted; stale (its share) until a report returns
+        self.fleet.start(meters.clock())
         producer = Producer({**self._conf, "acks": 1, "linger.ms": 5, "message.timeout.ms": 10_000})
         thread: threading.Thread | None = None
         try:

@@ -98,6 +98,17 @@ def test_a_replica_that_never_heard_a_peer_uses_the_configured_replica_count():
     assert lonely.share(10.0) == pytest.approx(1 / 3)
 
 
+def test_a_topic_that_never_carries_a_report_leaves_each_replica_its_share():
+    """Started, the usage topic never reads back (unreadable, or the consumer never reaches its end): no
+    report was even sent, and still each replica falls back to its share, not the whole quota."""
+    fleet = FleetUsage("r1", replicas=2)
+    fleet.start(0.0)
+    assert fleet.share(1.0) == 1.0
+    assert fleet.share(3.5) == 0.5
+    fleet.receive(fleet.report(4.0)[0], 4.1)  # it reads back at last
+    assert fleet.share(4.2) == 1.0
+
+
 def test_a_failed_write_is_stale_at_once_and_a_write_that_works_again_ends_it():
     fleet = FleetUsage("r1", replicas=2)
     fleet.report(0.0)
