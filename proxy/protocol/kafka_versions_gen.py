@@ -1,4 +1,5 @@
-"""Writes proxy/protocol/kafka_versions.py: each Kafka API's versions as kio knows them (`make messages`).
+"""Makes proxy/protocol/kafka_versions.py: each Kafka API's versions as kio knows them (`make messages`, which
+runs message_gen.py).
 
 Learning them at run time means loading every kio request schema (302 modules, about 1.7 k dataclasses):
 2-3 s of CPU at every proxy start, before the first byte. The table is checked in, and a unit test compares
@@ -7,7 +8,6 @@ it with kio's schemas, so an upgraded kio that knows other versions fails the su
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 OUTPUT = Path(__file__).with_name("kafka_versions.py")
@@ -45,13 +45,3 @@ def current() -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def main() -> int:
-    OUTPUT.write_text(current())
-    print(f"wrote {OUTPUT}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -282,8 +282,12 @@ def current() -> str:
 
 
 def main() -> int:
-    OUTPUT.write_text(current())
-    print(f"wrote {OUTPUT}")
+    """`make messages`: the management RPCs' classes, and Kafka's API versions as kio knows them."""
+    from . import kafka_versions_gen
+
+    for output, text in ((OUTPUT, current()), (kafka_versions_gen.OUTPUT, kafka_versions_gen.current())):
+        output.write_text(text)
+        print(f"wrote {output}")
     return 0
 
 

@@ -128,15 +128,19 @@ def test_only_readers_may_fetch_it():
     forwarded(session_for("User:ops"), 1, 12, request)
 
 
-def _metadata_roundtrip(session: ProxySession, topics: object) -> object:
+def _metadata_roundtrip(
+    session: ProxySession, topics: object, guarded: tuple[str, uuid.UUID] = (STATE, STATE_ID)
+) -> object:
+    """A Metadata request forwarded, and the broker's answer (the guarded topic and another) as the client gets it."""
     from kio.schema.metadata.v12.request import MetadataRequest
     from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
 
     forwarded(session, 3, 12, codec._empty(MetadataRequest, topics=topics))
+    name, topic_id = guarded
     answer = codec._empty(
         MetadataResponse,
         topics=(
-            codec._empty(MetadataResponseTopic, name=STATE, topic_id=STATE_ID),
+            codec._empty(MetadataResponseTopic, name=name, topic_id=topic_id),
             codec._empty(MetadataResponseTopic, name="other", topic_id=uuid.uuid4()),
         ),
     )
@@ -219,8 +223,7 @@ def test_the_usage_topic_is_guarded_by_name_before_its_id_is_known():
 
 def test_only_readers_may_fetch_usage_reports_and_listings_hide_them():
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
+    from kio.schema.metadata.v12.request import MetadataRequestTopic
 
     request = codec._empty(
         FetchRequest,
@@ -230,18 +233,7 @@ def test_only_readers_may_fetch_usage_reports_and_listings_hide_them():
     forwarded(usage_session("User:ops"), 1, 12, request)
 
     for asked in (None, (codec._empty(MetadataRequestTopic, name=USAGE),)):
-        session = usage_session("User:admin")
-        forwarded(session, 3, 12, codec._empty(MetadataRequest, topics=asked))
-        answer = codec._empty(
-            MetadataResponse,
-            topics=(
-                codec._empty(MetadataResponseTopic, name=USAGE, topic_id=USAGE_ID),
-                codec._empty(MetadataResponseTopic, name="other", topic_id=uuid.uuid4()),
-            ),
-        )
-        result = session.on_response(memoryview(bytearray(response_frame(3, 12, 3, answer))))
-        raw = b"".join(bytes(p) for p in result.pieces)
-        got = codec.decode(MetadataResponse, raw, response_body_offset(raw, 1))[0]
+        got = _metadata_roundtrip(usage_session("User:admin"), asked, (USAGE, USAGE_ID))
         shown = {t.name: t.error_code for t in got.topics}
         hidden = {} if asked is None else {USAGE: ErrorCode.topic_authorization_failed}  # named: Kafka's refusal
         assert shown == {"other": 0, **hidden}
