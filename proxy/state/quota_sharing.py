@@ -31,6 +31,7 @@ from .store import RECONNECT, topic_id_of
 
 if TYPE_CHECKING:
     from ..config import QuotaSharingConfig
+    from ..quotas.meter import Meters
     from ..tenancy.model import TenancyImage
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class QuotaSharing:
         self._following = trio.Event()  # the consumer sits at the topic's end: reports sent from now come back
         self._stale_logged = False
 
-    def _meters(self) -> Any:
+    def _meters(self) -> Meters:
         return self.image().quotas.meters  # the image's, looked up each time: a replay replaces it
 
     async def run(self) -> None:
