@@ -8,7 +8,7 @@ DEMO_ARGS ?=
 # captures stdout, so the test looks at stderr, which make shares with the terminal.
 PIP := $(VENV)/bin/pip install --disable-pip-version-check $(shell [ -t 2 ] || echo -q)
 
-.PHONY: run test unit integration compat librdkafka-deps lint bench kafka-dist helm image clean messages
+.PHONY: run test unit integration compat librdkafka-deps lint bench kafka-dist helm franz-go image clean messages
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ $(VENV)/bin/helm: | $(PY)
 	GOBIN=$(abspath $(VENV)/bin) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 helm: $(VENV)/bin/helm
+
+# franz-go's tests (tests/integration/franz_go.py) at their pinned release, compiled into the cache
+# (~/.cache/vcproxy/franz-go) once; only the standard library is needed, so it can run while pip installs.
+franz-go: | $(PY)
+	$(PY) -m tests.integration.franz_go
 
 # The container image with buildah where no Docker engine runs (docs/deploy.md#the-image): a Debian
 # bookworm base made by mmdebstrap (Python 3.11), imported, then the Dockerfile. IMAGE names the result.
@@ -69,7 +74,7 @@ TEST_WORKERS ?= 2
 # its CI subset alone took 3 to 9 minutes on a loaded machine, its first build 4 more (docs/compatibility.md).
 COMPAT_ONLY = --ignore=tests/integration/test_librdkafka_suite.py
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
-test: $(VENV)/.installed-test $(VENV)/bin/helm
+test: $(VENV)/.installed-test $(VENV)/bin/helm franz-go
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/ruff check proxy vcproxy_tools tests benchmarks
 	$(VENV)/bin/ruff format --check proxy vcproxy_tools tests benchmarks
@@ -81,7 +86,7 @@ test: $(VENV)/.installed-test $(VENV)/bin/helm
 unit: $(VENV)/.installed-test
 	$(VENV)/bin/pytest -q tests/unit
 
-integration: $(VENV)/.installed-test $(VENV)/bin/helm
+integration: $(VENV)/.installed-test $(VENV)/bin/helm franz-go
 	$(VENV)/bin/vcproxy kafka dist --streams
 	$(VENV)/bin/pytest -q -ra --durations=25 $(XDIST) $(COMPAT_ONLY) tests/integration
 

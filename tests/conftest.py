@@ -26,8 +26,10 @@ import pytest
 
 from tests import cpu_profile
 from tests.integration import franz_go
+from vcproxy_tools import process
 from vcproxy_tools.kafka.cluster import BROKER_JVM_ENV, BrokerInfo, start_cluster, stop_cluster
 from vcproxy_tools.kafka.dist import DEFAULT_KAFKA_VERSION
+from vcproxy_tools.proxy_forks import ForkServer
 
 MODES = ("auto", "local", "testcontainers", "external")
 
@@ -37,6 +39,18 @@ MODES = ("auto", "local", "testcontainers", "external")
 # "The test suite's CPU"). What the brokers do is the same; `VCPROXY_KAFKA_BROKER_JVM=service` runs the suite on the
 # service flags.
 os.environ.setdefault(BROKER_JVM_ENV, "lean")
+
+# The suite's proxies (vcproxy_tools.process.ProxyProcess, some two hundred) are forked from one process per test
+# process that has imported the proxy once: 0.8 of a proxy's 1.0 s of CPU to listen is that import
+# (vcproxy_tools/proxy_forks.py). The same `main`, arguments, config, log, working directory and environment.
+# test_image_install and test_observability still start `vcproxy serve` as a process of its own;
+# `VCPROXY_TEST_PROXY_FORKS=0` starts every proxy so.
+PROXY_FORKS = ForkServer()
+if os.environ.get("VCPROXY_TEST_PROXY_FORKS", "1") != "0":
+    process.launch_with(
+        lambda args, log: PROXY_FORKS.spawn(args, Path.cwd(), {**os.environ, "PYTHONUNBUFFERED": "1"}, log)
+    )
+    cpu_profile.watch_forks(PROXY_FORKS)
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
 
@@ -309,3 +323,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield from _testcontainers()
     else:
         yield from _local(tmp_path_factory)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    PROXY_FORKS.close()  # the fork server ends; a proxy a test left running gets SIGTERM from it

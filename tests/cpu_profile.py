@@ -8,9 +8,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vcproxy_tools.proxy_forks import ForkServer
+
 REPORT_PROPERTY = "module cpu seconds"
 _TICKS = os.sysconf("SC_CLK_TCK")
 _cluster_dirs: list[str] = []  # the session cluster's directory, whose java processes are its brokers
+_fork_servers: list[ForkServer] = []  # whose children (the proxies) are not this process's
+
+
+def watch_forks(server: ForkServer) -> None:
+    _fork_servers.append(server)
 
 
 def watch_cluster(directory: Path) -> None:
@@ -39,4 +46,5 @@ def _brokers_seconds() -> float:
 def seconds() -> float:
     """CPU seconds so far: this process, its waited-for children, the running brokers."""
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system + _brokers_seconds()
+    forked = sum(server.children_cpu for server in _fork_servers)
+    return times.user + times.system + times.children_user + times.children_system + forked + _brokers_seconds()

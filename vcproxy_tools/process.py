@@ -7,12 +7,50 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 READY_LINE = "proxy ready:"
+
+
+class Child(Protocol):
+    """What ProxyProcess needs of a started proxy: `subprocess.Popen`'s interface, in part."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+# Starts `vcproxy serve ARGS` with its output appended to LOG: (args, log) -> the child.
+Launcher = Callable[[list[str], Path], Child]
+
+
+def _popen(args: list[str], log_path: Path) -> Child:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "proxy", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+_launch: Launcher = _popen
+
+
+def launch_with(launcher: Launcher | None) -> None:
+    """How ProxyProcess starts its proxies from now on (None: a process of its own, the default). The test
+    suite registers a fork server (vcproxy_tools/proxy_forks.py)."""
+    global _launch
+    _launch = launcher or _popen
 
 
 class ProxyProcess:
@@ -24,7 +62,7 @@ class ProxyProcess:
         self.log_path = self.workdir / f"{name}.log"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.extra_args = extra_args or []
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Child | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -35,16 +73,9 @@ class ProxyProcess:
         )
 
     def start(self, timeout: float = 30) -> ProxyProcess:
-        log = self.log_path.open("ab")
+        self.log_path.touch()
         offset = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--config", str(self.config_path), *self.extra_args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        log.close()
+        self.proc = _launch(["serve", "--config", str(self.config_path), *self.extra_args], self.log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,28 @@ def row_of(value: tuple[str, dict[str, tuple[str, float, str]]]) -> tuple[str, d
 
 # `--- PASS: TestGroupETL/range/848 (12.01s)`, indented two spaces per subtest level.
 _RESULT = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+) \(([\d.]+)s\)", re.MULTILINE)
+
+
+def cache() -> Path:
+    """Where the compiled tests are kept between runs: ~/.cache/vcproxy/franz-go, or $VCPROXY_FRANZ_GO_CACHE."""
+    env = os.environ.get("VCPROXY_FRANZ_GO_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "vcproxy" / "franz-go"
+
+
+def built() -> Path:
+    """The tests of VERSION compiled by this machine's Go, built at the first call into the cache. `make franz-go`
+    (which .ci/run runs beside the Python install, on the core pip leaves idle) builds them before the suite,
+    which then finds them: the build is some 30 s of CPU."""
+    go = shutil.which("go")
+    assert go, "no go on PATH: franz-go's tests are built with Go (the Go module proxy reachable)"
+    toolchain = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    binary = cache() / f"{VERSION}-{toolchain}" / "kgo.test"
+    if binary.exists():
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=binary.parent) as work:
+        os.replace(build(Path(work)), binary)  # whole or not at all, should two processes build at once
+    return binary
 
 
 def build(workdir: Path) -> Path:
@@ -224,3 +247,7 @@ def table(runs: dict[str, dict[str, Run]] | dict[str, dict[str, Cell]], ways: li
         lines.append(f"| {test} | " + " | ".join(cells) + " |")
     lines.append(standing.totals_row(runs, ways, "| **passed, total time** |"))
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # `make franz-go`
+    print(built())

@@ -30,8 +30,8 @@ LIGHT_WORKERS = 2
 
 
 @pytest.fixture(scope="module")
-def kgo_binary(tmp_path_factory) -> Path:
-    return franz_go.build(tmp_path_factory.mktemp("franz-go"))
+def kgo_binary() -> Path:
+    return franz_go.built()
 
 
 # franz-go's ETL tests open about 650 connections each, all from 127.0.0.1 here: more than the proxy's
