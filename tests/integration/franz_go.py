@@ -75,6 +75,48 @@ KNOWN_RACES = {
     "848 stale commit; skip checks": "KIP-848 stale commit before KIP-1251",
 }
 
+# What each test reports when run directly against the suite's cluster (Kafka 4.2.2, franz-go VERSION): PASS, and
+# PASS for these subtests (TestGroupSimple/848 skips directly). A direct run tests Kafka and franz-go, not the proxy:
+# in `make test` it is made only when a proxy way does not match this reference, and then compared as ever (the
+# heavy tests' direct runs were a third of the module's time). `make compat` (VCPROXY_FRANZ_GO_REPORT) runs every
+# test directly and fails where the direct run no longer matches this table: update it with the versions.
+REFERENCE: dict[str, frozenset[str]] = {
+    test: frozenset(f"{test}/{sub}" for sub in subtests)
+    for test, subtests in {
+        "TestClient_ProduceLargeMessages": ("LargeMessage_FailureBroker", "LargeMessage_FailureClient"),
+        "TestGroupSimple": ("classic",),
+        "TestIssue523": ("roundrobin", "sticky"),
+        **{
+            etl: (
+                "range",
+                "range/848",
+                "sticky/848",
+                "sticky/848/static",
+                "cooperative-sticky",
+                "cooperative-sticky/static",
+            )
+            for etl in ("TestGroupETL", "TestTxnEtl")
+        },
+    }.items()
+}
+ALWAYS_DIRECT_ENV = "VCPROXY_FRANZ_GO_REPORT"  # set by `make compat`: every test runs directly too
+
+
+def reference(test: str) -> Run:
+    """The direct run REFERENCE describes, as a run that was not made."""
+    return Run("direct", test, "PASS", 0.0, dict.fromkeys(REFERENCE.get(test, ()), "PASS"), note="reference, not run")
+
+
+def off_reference(test: str, direct: Run) -> list[str]:
+    """Where a direct run differs from REFERENCE (for `make compat`, which makes every direct run)."""
+    expected = REFERENCE.get(test, frozenset())
+    passed = {name for name, outcome in direct.subtests.items() if outcome == "PASS"}
+    found = [f"{test}: {direct.status} directly"] if direct.status != "PASS" else []
+    found += [f"{name}: {direct.subtests.get(name, 'missing')} directly" for name in sorted(expected - passed)]
+    found += [f"{name}: PASS directly, not in the reference" for name in sorted(passed - expected)]
+    return [f"{line} (update franz_go.REFERENCE)" for line in found]
+
+
 # Each test's row travels to the terminal summary (tests/conftest.py) as a user property of its report: with
 # pytest-xdist the test runs in a worker, and only reports reach the process that prints the summary.
 REPORT_PROPERTY = "franz-go row"

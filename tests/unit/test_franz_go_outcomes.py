@@ -3,7 +3,19 @@ subtest, and what counts as a difference from the direct run."""
 
 from __future__ import annotations
 
-from tests.integration.franz_go import REPORT_PROPERTY, Run, differences, outcomes, row_of, row_property, table
+from tests.integration.franz_go import (
+    REFERENCE,
+    REPORT_PROPERTY,
+    TESTS,
+    Run,
+    differences,
+    off_reference,
+    outcomes,
+    reference,
+    row_of,
+    row_property,
+    table,
+)
 
 OUTPUT = """=== RUN   TestTxnEtl
 === RUN   TestTxnEtl/range
@@ -60,3 +72,36 @@ def test_a_row_travels_as_plain_values_and_makes_the_same_table():
     assert value == ("T", {"direct": ("PASS", 2.0, ""), "proxy": ("PASS", 3.5, "run 2, after x")})
     test, cells = row_of(value)
     assert table({test: cells}, ["direct", "proxy"]) == table({"T": runs}, ["direct", "proxy"])
+
+
+def test_the_reference_stands_for_a_direct_run_a_proxy_way_must_match():
+    assert set(REFERENCE) <= set(TESTS)
+    expected = reference("TestTxnEtl")
+    assert expected.status == "PASS" and set(expected.subtests) == REFERENCE["TestTxnEtl"] and expected.seconds == 0
+    passed = Run("proxy", "TestTxnEtl", "PASS", 50.0, dict.fromkeys(REFERENCE["TestTxnEtl"], "PASS"))
+    assert differences(expected, passed) == []
+    missing = Run(
+        "proxy", "TestTxnEtl", "PASS", 50.0, dict.fromkeys(REFERENCE["TestTxnEtl"] - {"TestTxnEtl/range"}, "PASS")
+    )
+    assert differences(expected, missing) == ["TestTxnEtl/range: missing proxy (PASS directly)"]
+    # A test without subtests in the reference must pass as a whole.
+    assert differences(reference("TestPing"), Run("vc", "TestPing", "SKIP", 0.1)) == [
+        "TestPing: SKIP vc (PASS directly)"
+    ]
+
+
+def test_make_compat_fails_where_a_direct_run_no_longer_matches_the_reference():
+    same = Run(
+        "direct", "TestGroupSimple", "PASS", 1.0, {"TestGroupSimple/classic": "PASS", "TestGroupSimple/848": "SKIP"}
+    )
+    assert off_reference("TestGroupSimple", same) == []
+    more = Run(
+        "direct", "TestGroupSimple", "PASS", 1.0, {"TestGroupSimple/classic": "PASS", "TestGroupSimple/848": "PASS"}
+    )
+    assert off_reference("TestGroupSimple", more) == [
+        "TestGroupSimple/848: PASS directly, not in the reference (update franz_go.REFERENCE)"
+    ]
+    fewer = Run("direct", "TestGroupSimple", "PASS", 1.0, {"TestGroupSimple/classic": "SKIP"})
+    assert off_reference("TestGroupSimple", fewer) == [
+        "TestGroupSimple/classic: SKIP directly (update franz_go.REFERENCE)"
+    ]
