@@ -24,7 +24,7 @@ from proxy.core.session import Action, ProxySession
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header, response_body_offset
-from proxy.tenancy.engine import Policy, tenant_rules
+from proxy.tenancy.engine import Policy, TenantEngine, tenant_rules
 from proxy.tenancy.fields import identifier_paths
 from proxy.tenancy.model import TenancyImage, gen_record, link_record, principal_record, topic_record, vc_record
 from proxy.tenancy.names import DESCRIBED_INTERNAL
@@ -106,6 +106,8 @@ def sample(cls: type, values: dict[str, Any], depth: int = 0) -> Any:
             kwargs[f.name] = values[kinds[f.name]]
         elif f.name == "resource_name":
             kwargs[f.name] = values["topic"]
+        elif f.name.endswith("message") and tp is str:  # error messages quote names: scrubbed, spliced or not
+            kwargs[f.name] = f"{values['topic']} failed"
         elif f.name in SPECIAL:
             kwargs[f.name] = _coerce(tp, SPECIAL[f.name])
         else:
@@ -180,6 +182,37 @@ def test_request_and_response_carry_only_the_right_side_names(key, version):
             assert value == virtual[kind], (path, value)
     text = repr(back)
     assert physical["team-a"] not in text and vc.id not in text
+
+
+def _spliced_apis() -> list[tuple[int, int]]:
+    return [(key, version) for key, version in advertised_rewrites() if "response" in tenant_rules()[key].splice]
+
+
+@pytest.mark.parametrize(("key", "version"), _spliced_apis())
+def test_a_spliced_answer_is_the_decoded_answer_byte_for_byte(key, version, monkeypatch):
+    """Produce, Fetch and the share answers are spliced: names translated and error messages scrubbed in place.
+    The same answer through the decoding path (decode, translate, scrub, encode) must come out identical."""
+    image, physical = make_image()
+    vc = image.vcs["team-a"]
+    virtual = {"topic": "orders", "group": "g1", "txn": "tx1", "topic_id": TOPIC_ID}
+    phys = {
+        "topic": physical["team-a"],
+        "group": vc.physical_id("g1"),
+        "txn": vc.physical_id("tx1"),
+        "topic_id": TOPIC_ID,
+    }
+    out = {}
+    for spliced in (True, False):
+        if not spliced:
+            monkeypatch.setattr(TenantEngine, "splices_response", lambda self, ex: False)
+        session = tenant_session(image)
+        request = sample(request_type(key, version), virtual)
+        assert session.on_request(memoryview(request_frame(key, version, 7, request))).action is Action.FORWARD
+        response = sample(response_type(key, version), phys)
+        result = session.on_response(memoryview(bytearray(response_frame(key, version, 7, response))))
+        out[spliced] = b"".join(bytes(p) for p in result.pieces)
+    assert out[True] == out[False]
+    assert physical["team-a"].encode() not in out[True]
 
 
 def test_every_advertised_api_has_a_tenant_rule():
