@@ -321,6 +321,17 @@ def deleted_in_session(
     return seen["entry"], seen["raw"]
 
 
+def served_in_new_session(fetcher: RawClient, topic_id: uuid.UUID) -> Any:
+    """A new fetch session's opening answer, if the leader served the topic's partition in it (else None). A
+    session opened before the leader's metadata knew the id holds the partition without a name, and Kafka answers
+    it UNKNOWN_TOPIC_ID from then on, deleted or not (v15 of issue 24 met it: the reference below said 100 where a
+    session that knew the name says UNKNOWN_TOPIC_OR_PARTITION for a deleted topic, as the VC's did)."""
+    _, opened = fetcher.request(FETCH, 13, 10, fetch(0, 0, topic_id))
+    assert opened.error_code == 0 and opened.session_id != 0
+    served = bool(opened.responses) and all(int(p.error_code) == 0 for t in opened.responses for p in t.partitions)
+    return opened if served else None
+
+
 def test_a_deleted_topic_still_in_a_fetch_session_is_answered_as_kafka_answers_it(proxy, kafka_cluster):
     """Issue 25 (franz-go's TestIssue434 through a VC): the entry came back under the zero id with the records
     of the physical topic the delete left (KIP-1134's unlink); the client dropped it at once."""
@@ -329,8 +340,7 @@ def test_a_deleted_topic_still_in_a_fetch_session_is_answered_as_kafka_answers_i
         assert int(create_topics(direct, name)[name].error_code) == 0
         topic, leader = ready_topic(direct, name)
         with RawClient(leader, timeout=30) as fetcher:
-            _, opened = fetcher.request(FETCH, 13, 10, fetch(0, 0, topic.topic_id))
-            assert opened.error_code == 0 and opened.session_id != 0
+            opened = until(lambda: served_in_new_session(fetcher, topic.topic_id), f"{name} served in a fetch session")
             # While the deletion reaches the leader it answers NOT_LEADER_OR_FOLLOWER for a moment; then, for as
             # long as the session holds the partition, UNKNOWN_TOPIC_OR_PARTITION (KafkaApis.handleFetchRequest).
             final = frozenset({int(ErrorCode.unknown_topic_or_partition), int(ErrorCode.unknown_topic_id)})
