@@ -7,12 +7,12 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.integration.polling import until
 from vcproxy_tools.process import proxy_config
 from vcproxy_tools.proxy_forks import ForkServer
 
@@ -30,11 +30,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _until(condition, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie its new parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_a_bad_config_exits_2_naming_the_file_relative_to_the_requests_directory(forks, tmp_path):
@@ -52,7 +53,7 @@ def test_a_running_proxy_is_waited_for_signalled_and_killed(forks, tmp_path):
     (tmp_path / "proxy.yaml").write_text(yaml.safe_dump(config))
     log = tmp_path / "proxy.log"
     child = forks.spawn(["serve", "--config", "proxy.yaml"], tmp_path, dict(os.environ), log)
-    _until(lambda: log.exists() and "listening on" in log.read_text())
+    until(lambda: log.exists() and "listening on" in log.read_text(), "the proxy to listen", timeout=30)
     assert Path(f"/proc/{child.pid}/cwd").resolve() == tmp_path.resolve()
     assert child.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
@@ -68,4 +69,4 @@ def test_closing_the_server_stops_the_proxies_it_forked(tmp_path):
     child = server.spawn(["serve", "--config", "proxy.yaml"], tmp_path, dict(os.environ), tmp_path / "proxy.log")
     assert child.poll() is None
     server.close()
-    _until(lambda: not Path(f"/proc/{child.pid}").exists())
+    until(lambda: _gone(child.pid), "the proxy to stop with its server", timeout=30)
