@@ -141,17 +141,23 @@ def advertised_rewrites() -> list[tuple[int, int]]:
     return out
 
 
-@pytest.mark.parametrize(("key", "version"), advertised_rewrites())
-def test_request_and_response_carry_only_the_right_side_names(key, version):
-    image, physical = make_image()
+def both_sides(image: TenancyImage, physical: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """team-a's names as its clients say them, and as the broker knows them."""
     vc = image.vcs["team-a"]
     virtual = {"topic": "orders", "group": "g1", "txn": "tx1", "topic_id": TOPIC_ID}
-    phys = {
+    return virtual, {
         "topic": physical["team-a"],
         "group": vc.physical_id("g1"),
         "txn": vc.physical_id("tx1"),
         "topic_id": TOPIC_ID,
     }
+
+
+@pytest.mark.parametrize(("key", "version"), advertised_rewrites())
+def test_request_and_response_carry_only_the_right_side_names(key, version):
+    image, physical = make_image()
+    vc = image.vcs["team-a"]
+    virtual, phys = both_sides(image, physical)
 
     session = tenant_session(image)
     request = sample(request_type(key, version), virtual)
@@ -193,14 +199,7 @@ def test_a_spliced_answer_is_the_decoded_answer_byte_for_byte(key, version, monk
     """Produce, Fetch and the share answers are spliced: names translated and error messages scrubbed in place.
     The same answer through the decoding path (decode, translate, scrub, encode) must come out identical."""
     image, physical = make_image()
-    vc = image.vcs["team-a"]
-    virtual = {"topic": "orders", "group": "g1", "txn": "tx1", "topic_id": TOPIC_ID}
-    phys = {
-        "topic": physical["team-a"],
-        "group": vc.physical_id("g1"),
-        "txn": vc.physical_id("tx1"),
-        "topic_id": TOPIC_ID,
-    }
+    virtual, phys = both_sides(image, physical)
     out = {}
     for spliced in (True, False):
         if not spliced:
