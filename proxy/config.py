@@ -822,7 +822,7 @@ def load_config(path: str | Path) -> ProxyConfig:
     return parse_config(data, str(path), path.resolve().parent)
 
 
-def load_for_command(path: str | Path, log_level: str | None = None) -> ProxyConfig | None:
+def load_for_command(path: str | Path, log_level: str | None = None, tag: str | None = None) -> ProxyConfig | None:
     """For the commands that run the proxy: the config, with logging set up; None after printing why
     the file cannot be used (the caller exits 2)."""
     import logging
@@ -835,7 +835,7 @@ def load_for_command(path: str | Path, log_level: str | None = None) -> ProxyCon
         return None
     logging.basicConfig(
         level=getattr(logging, log_level or config.logging.level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s {tag + ' ' if tag else ''}%(name)s: %(message)s",
         stream=sys.stderr,
     )
     return config

@@ -15,11 +15,33 @@ def _serve(args: argparse.Namespace) -> int:
     from .config import load_for_command
     from .net.server import serve
 
+    if args.worker:  # one of the processes of `--workers N`, started by the parent (proxy/net/workers.py)
+        from .net.worker_link import WorkerLink, parse_worker_arg
+
+        index, count, handoff_fd, control_fd = parse_worker_arg(args.worker)
+        config = load_for_command(args.config, args.log_level, f"worker-{index}")
+        if config is None:
+            return 2
+        trio.run(serve, config, args.config, args.log_level, WorkerLink(index, count, handoff_fd, control_fd))
+        return 0
     config = load_for_command(args.config, args.log_level)
     if config is None:
         return 2
+    if args.workers > 1:
+        from .net.workers import serve_workers
+
+        return trio.run(serve_workers, config, args.config, args.log_level, args.workers)
     trio.run(serve, config, args.config, args.log_level)
     return 0
+
+
+def _workers(value: str) -> int:
+    from .core.handoff import worker_count
+
+    try:
+        return worker_count(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--config", required=True, help="YAML configuration file (see config/example.yaml)")
     serve.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="override logging.level")
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        help="serve from N worker processes, one instance for clients (listeners, connection limits, quotas, "
+        "/metrics and health are the instance's); auto: one per CPU this process may use (default 1)",
+    )
+    serve.add_argument("--worker", help=argparse.SUPPRESS)  # the parent's, for each worker it starts
     serve.set_defaults(func=_serve)
 
 

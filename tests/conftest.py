@@ -76,6 +76,7 @@ SLOW_MODULES: dict[str, int] = {
     "test_privilege_matrix": 58,
     "test_traces_e2e": 76,
     "test_streams_groups": 49,
+    "test_workers": 45,
     "test_traces_aggregate": 85,
     "test_state_store": 46,
     "test_image_install": 44,

@@ -5,7 +5,10 @@ passes the clock."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+MAX_KEY = 1024  # a user name or an address told by another worker; longer ones are not learnt
 
 
 @dataclass
@@ -20,6 +23,8 @@ class FailureBudget:
     window: float
     max_keys: int = 100_000
     _failures: dict[str, deque[float]] = field(default_factory=dict)
+    # With workers (proxy/core/handoff.py): told each failure, for the other workers' `learn`.
+    tell: Callable[[str, float], None] | None = None
 
     def exhausted(self, key: str, now: float) -> bool:
         times = self._failures.get(key)
@@ -33,6 +38,11 @@ class FailureBudget:
         return len(times) >= self.limit
 
     def record(self, key: str, now: float) -> None:
+        if self.tell is not None:
+            self.tell(key, now)
+        self._add(key, now)
+
+    def _add(self, key: str, now: float) -> None:
         times = self._failures.get(key)
         if times is None:
             if len(self._failures) >= self.max_keys:
@@ -68,6 +78,24 @@ class LoginGuard:
     @classmethod
     def create(cls, limit: int, window: float) -> LoginGuard:
         return cls(FailureBudget(limit, window), FailureBudget(limit, window))
+
+    def share(self, tell: Callable[[list[object]], None]) -> None:
+        """A worker's: each failure recorded here is told to the other workers (the budgets are the
+        instance's). The time is the monotonic clock's, which every process on the host shares."""
+        self.by_address.tell = lambda key, now: tell(["address", key, now])
+        self.by_user.tell = lambda key, now: tell(["user", key, now])
+
+    def learn(self, told: object) -> None:
+        """Another worker's failure, as `share` tells it; anything else is ignored."""
+        if not (isinstance(told, list) and len(told) == 3):
+            return
+        which, key, now = told
+        budget = {"address": self.by_address, "user": self.by_user}.get(which) if isinstance(which, str) else None
+        if budget is None or not isinstance(key, str) or len(key) > MAX_KEY:
+            return
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or now != now:
+            return
+        budget._add(key, float(now))
 
     def spent(self, address: str, user: str, now: float) -> str | None:
         """Which budget a PLAIN check for `user` from `address` would exceed, if any."""

@@ -69,9 +69,10 @@ class Discovering(Protocol):
     async def on_brokers(self, seen: list[BrokerEndpoint], full_list: bool) -> None: ...
 
 
-async def discovery_loop(server: Discovering) -> None:
+async def discovery_loop(server: Discovering, *, versions: bool = True, announce: bool = True) -> None:
     """Ask the cluster for its brokers until cancelled, backing off on failure; the first success makes
-    the server ready (after the version tables are built)."""
+    the server ready (after the version tables are built, unless `versions` is off: a parent of workers
+    answers no client itself) and, with `announce`, logs "proxy ready" (a worker's parent does that)."""
     delay = 0.5
     while True:
         try:
@@ -92,14 +93,16 @@ async def discovery_loop(server: Discovering) -> None:
             log.info("upstream cluster id %s, brokers %s", view.cluster_id, sorted(b.node_id for b in view.brokers))
             server.cluster_id = view.cluster_id
         await server.on_brokers(view.brokers, True)
-        if not server.ready.is_set():
+        if not server.ready.is_set() and versions:
             # Build the version tables before saying ready: the first build costs seconds of schema
             # loading, which must not land on a client's first request.
             if server.config.tenancy.enabled:
                 apiversions.tenant_versions()
             else:
                 apiversions.proxy_versions()
-            _log_ready(server)
+        if not server.ready.is_set():
+            if announce:
+                _log_ready(server)
             server.ready.set()
         await trio.sleep(server.config.upstream.metadata_refresh_seconds)
 

@@ -9,13 +9,24 @@ from collections.abc import Callable
 
 import trio
 
+from ..config import ProxyConfig
 from ..core.admission import ConnectionLimiter
-from ..core.endpoints import ListenerLayout
+from ..core.endpoints import ListenerLayout, SniRouting
 
 log = logging.getLogger(__name__)
 
 # Hands an admitted connection on (to the connection handler's nursery): stream, broker node id or None, address.
 Admit = Callable[[trio.SocketStream, int | None, str], None]
+
+
+def listener_layout(config: ProxyConfig) -> ListenerLayout:
+    """Which ports the listeners bind and what they advertise: the config's `listeners`."""
+    lc = config.listeners
+    sni = None
+    if lc.sni is not None:
+        port = lc.sni.advertised_port or lc.bootstrap_port
+        sni = SniRouting(lc.sni.broker_host_pattern, lc.sni.bootstrap_host, port)
+    return ListenerLayout(lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base, sni)
 
 
 class Listeners:

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import signal
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,13 +19,13 @@ from ..auth.guard import LoginGuard
 from ..config import ProxyConfig
 from ..core import apiversions
 from ..core.admission import ConnectionLimiter
-from ..core.endpoints import BrokerEndpoint, ListenerLayout, SniRouting, UnknownServerName
+from ..core.endpoints import BrokerEndpoint, UnknownServerName
 from ..tenancy.settings import VcSettings
 from . import upstream as up
 from .connection import ClientConnection, ConnectionLimits
 from .discovery import BrokerRegistry, discovery_loop
 from .handshake import listener_context, principal_mapper, secure
-from .listeners import Listeners, peer, peer_address
+from .listeners import Listeners, listener_layout, peer, peer_address
 from .listings import UpstreamListings
 from .reloader import Reloader
 from .sessions import new_session
@@ -33,21 +34,18 @@ if TYPE_CHECKING:
     from ..observability.tracing import Telemetry
     from ..reload import Decision
     from ..state.service import TenancyService
+    from .worker_link import WorkerLink
 
 log = logging.getLogger(__name__)
 
 
 class ProxyServer:
-    def __init__(self, config: ProxyConfig):
+    def __init__(self, config: ProxyConfig, link: WorkerLink | None = None):
         self.config = config
-        lc = config.listeners
-        sni = None
-        if lc.sni is not None:
-            port = lc.sni.advertised_port or lc.bootstrap_port
-            sni = SniRouting(lc.sni.broker_host_pattern, lc.sni.bootstrap_host, port)
-        self.layout = ListenerLayout(
-            lc.effective_advertised_host, lc.bootstrap_port, lc.effective_broker_port_base, sni
-        )
+        # A worker of `serve --workers N` (proxy/net/workers.py): its parent listens, admits and serves
+        # the HTTP endpoints; connections arrive through the link.
+        self.link = link
+        self.layout = listener_layout(config)
         self.registry = BrokerRegistry()
         self.bootstrap_addresses = [up.split_host_port(s) for s in config.upstream.bootstrap_servers]
         self.upstream_security = up.UpstreamSecurity.from_config(config.upstream)
@@ -133,7 +131,7 @@ class ProxyServer:
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as handlers:
             self._handler_nursery = handlers
-            if self.config.metrics.enabled:  # before the replay: /readyz says why the proxy is not ready
+            if self.config.metrics.enabled and self.link is None:  # before the replay: /readyz says why
                 await handlers.start(self._serve_http)
             if self.config.tenancy.enabled:  # replayed before any port is bound: no tenant sees a stale view
                 from ..state.service import TenancyService
@@ -146,22 +144,43 @@ class ProxyServer:
                 self.vc_settings = VcSettings(self.config.tenancy, lambda: service.image)
                 await handlers.start(self.tenancy.run)
                 service.image.limits = self.config.tenancy.state_limits.build()  # the replayed image's, for good
-                if self.config.tenancy.quota_sharing.enabled:  # replicas hold each quota together
+                shared = self.config.tenancy.quota_sharing
+                if shared.enabled:  # replicas hold each quota together (a worker is one of them)
                     from ..state.quota_sharing import QuotaSharing
                     from ..state.service import client_config
 
+                    if self.link is not None:  # while the topic is down, a worker's share is the instance's / N
+                        shared = shared.model_copy(update={"replicas": shared.replicas * self.link.count})
                     sharing = QuotaSharing(
                         lambda: service.image,
                         service.store.topic,
                         service.store.replication_factor,
                         client_config(self.config),
-                        self.config.tenancy.quota_sharing,
+                        shared,
                     )
                     handlers.start_soon(sharing.run)
+                elif self.link is not None:  # no topic: the workers share through their parent
+                    handlers.start_soon(
+                        self.link.share_quotas,
+                        lambda: service.image,
+                        shared.report_interval_ms / 1000,
+                        shared.stale_after_ms / 1000,
+                    )
                 handlers.start_soon(upkeep.follow_bindings, service, lambda: self.connections)
                 handlers.start_soon(
                     upkeep.sweep_orphans, service, lambda: self.config.tenancy.state_check_interval_seconds
                 )
+            if self.link is not None:
+                from ..observability.http import server_readiness
+
+                handlers.start_soon(partial(discovery_loop, self, announce=False))
+                metrics = self.telemetry.metrics if self.telemetry is not None else None
+                self.link.guard = self.login_guard  # failed logins count for the instance
+                self.link.answers["ready"] = lambda: list(server_readiness(self))
+                self.link.answers["metrics"] = lambda: metrics.render().decode() if metrics is not None else ""
+                await handlers.start(self.link.serve, self._serve_handed, self.ready)
+                task_status.started()
+                return
             with self.listeners.scope:
                 async with trio.open_nursery() as listeners:
                     self.listeners.nursery = listeners
@@ -200,14 +219,19 @@ class ProxyServer:
     # -- connections ----------------------------------------------------------------------------
 
     def _admit(self, client: trio.SocketStream, node_id: int | None, ip: str) -> None:
-        assert self._handler_nursery is not None
-        self._handler_nursery.start_soon(self._handle_admitted, client, node_id, ip)
+        self._serve_handed(client, node_id, ip, lambda: self.admission.release(ip))
 
-    async def _handle_admitted(self, client: trio.SocketStream, node_id: int | None, ip: str) -> None:
+    def _serve_handed(self, client: trio.SocketStream, node_id: int | None, ip: str, done: Callable[[], None]) -> None:
+        """Serve a connection admitted by this process's listeners or, in a worker, by its parent; `done`
+        releases the admission once the connection has ended."""
+        assert self._handler_nursery is not None
+        self._handler_nursery.start_soon(self._handle_then, client, node_id, done)
+
+    async def _handle_then(self, client: trio.SocketStream, node_id: int | None, done: Callable[[], None]) -> None:
         try:
             await self._handle(client, node_id)
         finally:
-            self.admission.release(ip)
+            done()
 
     def _upstream_for(self, node_id: int | None) -> list[tuple[str, int]]:
         if node_id is None:
@@ -272,10 +296,16 @@ class ProxyServer:
             self.connections.discard(connection)
 
 
-async def serve(config: ProxyConfig, config_path: str | Path | None = None, log_level: str | None = None) -> None:
+async def serve(
+    config: ProxyConfig,
+    config_path: str | Path | None = None,
+    log_level: str | None = None,
+    link: WorkerLink | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM, then drain; with `config_path`, reload it when it (or a file it names)
-    changes, and on SIGHUP (`log_level`: the command line's, which a reload does not override)."""
-    server = ProxyServer(config)
+    changes, and on SIGHUP (`log_level`: the command line's, which a reload does not override). With
+    `link`, as a worker of `serve --workers N` (proxy/net/workers.py)."""
+    server = ProxyServer(config, link)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server.run)  # not start(): a signal must work while tenancy replays

@@ -13,8 +13,9 @@ One request per connection (``Connection: close``); requests larger than 8 KiB o
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_HEAD = 8192
 REQUEST_TIMEOUT = 10.0
 TEXT = "text/plain; charset=utf-8"
-Readiness = Callable[[], tuple[bool, str]]
+Readiness = Callable[[], tuple[bool, str] | Awaitable[tuple[bool, str]]]
 
 
 def server_readiness(server: Any) -> tuple[bool, str]:
@@ -71,7 +72,7 @@ class HttpServer:
                 head = await _read_head(stream)
                 if head is None:
                     return
-                status, content_type, body = self.route(head)
+                status, content_type, body = await self.route(head)
                 method = head.split(b" ", 1)[0]
                 await stream.send_all(_response(status, content_type, b"" if method == b"HEAD" else body, len(body)))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -79,7 +80,7 @@ class HttpServer:
         finally:
             await trio.aclose_forcefully(stream)
 
-    def route(self, head: bytes) -> tuple[int, str, bytes]:
+    async def route(self, head: bytes) -> tuple[int, str, bytes]:
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -91,13 +92,18 @@ class HttpServer:
         if path == "/healthz":
             return 200, TEXT, b"ok\n"
         if path == "/readyz":
-            ready, reason = self.readiness()
+            ready, reason = await _settled(self.readiness())
             return (200 if ready else 503), TEXT, reason.encode() + b"\n"
         if path == "/metrics" and self.metrics is not None:
             from prometheus_client import CONTENT_TYPE_LATEST
 
-            return 200, CONTENT_TYPE_LATEST, self.metrics.render()
+            return 200, CONTENT_TYPE_LATEST, await _settled(self.metrics.render())
         return 404, TEXT, b"not found\n"
+
+
+async def _settled(value: Any) -> Any:
+    """A single proxy answers at once; a parent of workers (proxy/net/workers.py) asks them first."""
+    return await value if inspect.isawaitable(value) else value
 
 
 async def _read_head(stream: trio.SocketStream) -> bytes | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from kio.schema.errors import ErrorCode
 
@@ -41,6 +41,9 @@ class FetchSessionOwners:
         self.limit = limit
         # (broker, session id) -> VC id, least recently used first
         self._owner: OrderedDict[tuple[Broker, int], str] = OrderedDict()
+        # With workers (proxy/core/handoff.py): told each change of a broker's (node id's) session, for the
+        # other workers' `learn`; a client that reconnects to another worker keeps its session.
+        self.tell: Callable[[list[object]], None] | None = None
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -56,13 +59,40 @@ class FetchSessionOwners:
 
     def record(self, vc_id: str, broker: Broker, session_id: int) -> None:
         key = (broker, session_id)
-        self._owner[key] = vc_id  # a newer owner wins: that broker reused the id
+        if self._owner.get(key) != vc_id and self.tell is not None and type(broker) is int:
+            self.tell(["record", vc_id, broker, session_id])
+        self._set(key, vc_id)  # a newer owner wins: that broker reused the id
+
+    def drop(self, broker: Broker, session_id: int) -> None:
+        if self._owner.pop((broker, session_id), None) is not None and self.tell is not None and type(broker) is int:
+            self.tell(["drop", broker, session_id])
+
+    def learn(self, told: object) -> None:
+        """Another worker's change, as its `tell` gave it. A record for an id this worker holds for another
+        VC leaves the id to nobody: the two were told in some order across processes, and the older may
+        have arrived last; either owner's next Fetch gets FETCH_SESSION_ID_NOT_FOUND and starts anew, and
+        neither reaches the other's session. Anything else than a change `tell` gives is ignored."""
+        if not isinstance(told, list) or not told:
+            return
+        if told[0] == "record" and len(told) == 4:
+            _, vc_id, broker, session_id = told
+            if isinstance(vc_id, str) and type(broker) is int and type(session_id) is int:
+                key = (broker, session_id)
+                owner = self._owner.get(key)
+                if owner is None or owner == vc_id:
+                    self._set(key, vc_id)
+                else:
+                    del self._owner[key]
+        elif told[0] == "drop" and len(told) == 3:
+            _, broker, session_id = told
+            if type(broker) is int and type(session_id) is int:
+                self._owner.pop((broker, session_id), None)
+
+    def _set(self, key: tuple[Broker, int], vc_id: str) -> None:
+        self._owner[key] = vc_id
         self._owner.move_to_end(key)
         while len(self._owner) > self.limit:
             self._owner.popitem(last=False)
-
-    def drop(self, broker: Broker, session_id: int) -> None:
-        self._owner.pop((broker, session_id), None)
 
     def on_response(
         self, vc_id: str, broker: Broker | None, sent: tuple[int, int] | None, body: memoryview | bytes

@@ -15,7 +15,8 @@ tenant's input, so:
   change only the added names are matched. A compiled pattern is kept only while names are left to
   match, so cached expansions hold no RE2 memory (and RE2's own module cache is kept empty).
 * **Budgeted**: matching runs in slices of at most `SLICE_SECONDS` per request, and a VC may spend
-  at most `VC_RATE` seconds of matching per second (burst `VC_BURST`). An expansion that is not
+  at most `VC_RATE` seconds of matching per second (burst `VC_BURST`), per instance: each of N workers
+  (`serve --workers N`) grants a VC 1/N of it (`RegexCache.share`). An expansion that is not
   finished yet is a subset of the final one; callers re-send it when it grows (heartbeats do).
 """
 
@@ -112,6 +113,10 @@ class RegexCache:
         self._evaluations: dict[str, OrderedDict[str, _Evaluation]] = {}
         self._buckets: dict[str, _Bucket] = {}
         self._regex_of: dict[str, OrderedDict[bytes, str]] = {}  # digest of an expansion -> the regex
+        self.share = 1.0  # of each VC's budget this process grants: 1/N in each of N workers
+        # With workers: told each expansion's regex, for the others' `learn` (a group described through
+        # another worker than its heartbeats' shows the client's regex, not HIDDEN).
+        self.tell: Callable[[list[object]], None] | None = None
 
     def expand(self, vc: Any, regex: str, what: str = "SubscribedTopicRegex") -> Expansion:
         """The physical names of `vc`'s links that fully match `regex`, as an RE2 alternation."""
@@ -146,9 +151,9 @@ class RegexCache:
 
     def _match(self, vc_id: str, ev: _Evaluation) -> bool:
         """Match what the VC's budget allows; True if anything new matched."""
-        bucket = self._buckets.setdefault(vc_id, _Bucket(at=self.clock()))
+        bucket = self._buckets.setdefault(vc_id, _Bucket(tokens=VC_BURST * self.share, at=self.clock()))
         now = self.clock()
-        bucket.tokens = min(VC_BURST, bucket.tokens + (now - bucket.at) * VC_RATE)
+        bucket.tokens = min(VC_BURST * self.share, bucket.tokens + (now - bucket.at) * VC_RATE * self.share)
         bucket.at = now
         allowed = min(SLICE_SECONDS, bucket.tokens)
         if allowed <= 0:
@@ -175,8 +180,28 @@ class RegexCache:
         return "|".join(map(_literal, physical))
 
     def _remember(self, vc_id: str, expansion: str, regex: str) -> None:
-        seen = self._regex_of.setdefault(vc_id, OrderedDict())
         key = _digest(expansion)
+        if self.tell is not None and self._regex_of.get(vc_id, {}).get(key) != regex:
+            self.tell(["regex", vc_id, key.hex(), regex])
+        self._keep(vc_id, key, regex)
+
+    def learn(self, told: object) -> None:
+        """Another worker's expansion, as its `tell` gave it; anything else is ignored."""
+        if not (isinstance(told, list) and len(told) == 4 and told[0] == "regex"):
+            return
+        _, vc_id, digest, regex = told
+        if not (isinstance(vc_id, str) and isinstance(digest, str) and isinstance(regex, str)):
+            return
+        if len(vc_id) > 64 or len(regex) > MAX_REGEX_LENGTH or len(digest) != 32:
+            return
+        try:
+            key = bytes.fromhex(digest)
+        except ValueError:
+            return
+        self._keep(vc_id, key, regex)
+
+    def _keep(self, vc_id: str, key: bytes, regex: str) -> None:
+        seen = self._regex_of.setdefault(vc_id, OrderedDict())
         seen[key] = regex
         seen.move_to_end(key)
         while len(seen) > MAX_REGEXES_PER_VC:

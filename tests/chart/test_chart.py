@@ -113,7 +113,7 @@ def test_ports_of_config_pod_and_service_agree(helm):
         service["spec"]["selector"].items()
         <= find(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
     )
-    assert proxy["args"] == ["serve", "--config", "/etc/vcproxy/config/config.yaml"]
+    assert proxy["args"] == ["serve", "--config", "/etc/vcproxy/config/config.yaml", "--workers", "auto"]
     mounts = {m["name"]: m["mountPath"] for m in proxy["volumeMounts"]}
     assert mounts["config"] == "/etc/vcproxy/config"
 
@@ -212,6 +212,8 @@ def test_sidecar_mode_is_an_application_pod_on_localhost(helm):
         ({"listener.securityProtocol": '"SASL_PLAINTEXT"'}, "needs credentials.users or credentials.existingSecret"),
         ({"terminationGracePeriodSeconds": "12"}, "must exceed config.limits.drain_timeout_seconds"),
         ({"listener.nodeIds": '{"first": 5, "last": 2}'}, "nodeIds.first must not be above"),
+        ({"workers": "0"}, "workers"),
+        ({"workers": '"all"'}, "workers"),
     ],
 )
 def test_bad_values_are_refused(helm: Helm, sets, expected):
@@ -235,3 +237,21 @@ def test_gateway_replicas_know_how_many_share_each_quota(helm, sets, replicas, t
     _mount_files(config, tmp_path)
     assert parse_config(config, "config.yaml", tmp_path).tenancy.quota_sharing.replicas == replicas
     assert "tenancy" not in proxy_config(helm.template(sets={"replicaCount": "3"}))  # tenancy off: untouched
+
+
+@pytest.mark.parametrize(("sets", "expected"), [({}, "auto"), ({"workers": "3"}, "3")])
+def test_the_proxy_serves_from_the_workers_the_values_say(helm, sets, expected):
+    """`workers` becomes `serve --workers`, in both modes, and the proxy's own parser takes it."""
+    import argparse
+
+    from proxy import serve
+
+    for mode in ("gateway", "sidecar"):
+        extra = SIDECAR_APP if mode == "sidecar" else {}
+        objects = helm.template(sets={"mode": f'"{mode}"', **extra, **sets})
+        containers = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+        (proxy,) = [c for c in containers if c["name"] == "vcproxy"]
+        assert proxy["args"][-2:] == ["--workers", expected]
+        parser = argparse.ArgumentParser()
+        serve.register(parser.add_subparsers())
+        assert parser.parse_args(proxy["args"]).workers >= 1

@@ -180,3 +180,56 @@ def test_transactional_id_pattern_cannot_escape_the_vc_prefix():
     prefix = image.vcs["team-a"].id
     assert re2.fullmatch(sent.transactional_id_pattern, f"{prefix}.tx-1")
     assert not re2.fullmatch(sent.transactional_id_pattern, f"{image.vcs['team-b'].id}.tx-1")
+
+
+def test_another_worker_shows_the_regex_behind_an_expansion_it_did_not_send():
+    """With `serve --workers N` a group's heartbeats and its describe can go through different workers: the one
+    that expanded a regex tells the others (proxy/core/handoff.py), once per expansion."""
+    image, _ = make_image()
+    vc = image.vcs["team-a"]
+    here, there = RegexCache(), RegexCache()
+    told: list[list[object]] = []
+    here.tell = lambda message: (told.append(message), there.learn(message))
+    expansion = here.expand(vc, "ord.*").pattern
+    here.expand(vc, "ord.*")
+    assert len(told) == 1
+    assert there.regex_for(vc, expansion) == "ord.*"
+    assert there.regex_for(image.vcs["team-b"], expansion) is None  # another VC's question: not its regex
+
+
+@pytest.mark.parametrize(
+    "told",
+    [None, ["regex"], ["regex", "vc", "00" * 16], ["regex", 1, "00" * 16, "x"], ["regex", "vc", "zz" * 16, "x"],
+     ["regex", "vc", "00" * 15, "x"], ["regex", "vc", "00" * 16, "x" * (MAX_REGEX_LENGTH + 1)],
+     ["regex", "v" * 65, "00" * 16, "x"], ["fetch", "vc", "00" * 16, "x"]],
+)  # fmt: skip
+def test_what_is_not_a_told_regex_is_ignored(told):
+    cache = RegexCache()
+    cache.learn(told)
+    assert cache._regex_of == {}
+
+
+def test_each_of_n_workers_grants_a_vc_one_nth_of_its_matching_budget():
+    image = TenancyImage()
+    image.apply(*('["vc","big"]', {"id": str(uuid.uuid4()), "cluster_id": "c"}))
+    vc = image.vcs["big"]
+    for i in range(400):
+        image.apply(*link_record("big", f"t{i:04d}", f"{uuid.uuid4()}.t{i:04d}"))
+
+    def calls(share: float) -> int:
+        now = [0.0]
+
+        def clock() -> float:
+            now[0] += 0.001
+            return now[0]
+
+        cache = RegexCache(clock)
+        cache.share = share
+        for n in range(1, 100_000):
+            if cache.expand(vc, "t.*").complete:
+                return n
+        raise AssertionError("never complete")
+
+    # Half the rate and half the burst: at least twice the calls (more: each call's own clock readings).
+    alone, of_two = calls(1.0), calls(0.5)
+    assert of_two >= 2 * alone, (alone, of_two)

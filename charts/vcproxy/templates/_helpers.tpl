@@ -128,7 +128,7 @@ to 1/N of it, N the most replicas that may run (docs/quotas.md). A value the con
 - name: vcproxy
   image: {{ include "vcproxy.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  args: ["serve", "--config", "{{ include "vcproxy.configDir" . }}/config/config.yaml"]
+  args: ["serve", "--config", "{{ include "vcproxy.configDir" . }}/config/config.yaml", "--workers", {{ .Values.workers | toString | quote }}]
   env:
     - name: PYTHONUNBUFFERED
       value: "1"

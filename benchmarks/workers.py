@@ -1,0 +1,232 @@
+"""Small-request throughput of one proxy instance with N workers (`vcproxy serve --workers N`), the proxy
+being the bottleneck.
+
+On a 2-core machine the broker and the clients need CPU too, so "every core" cannot be shown by giving
+the proxy whole cores. Instead each worker gets the same slice of wall time, as `cpulimit` gives one: a
+thread of this script lets each worker run `--share` of every `--period-ms` and holds it stopped
+(SIGSTOP, SIGCONT) for the rest, the workers' windows staggered. A worker then uses at most that share of
+a core, and the proxy is the bottleneck at any N whose shares leave the rest of the machine to the broker
+and the clients: throughput with N workers against one worker is the scaling. (cgroup v1's CFS quota was
+the first choice; on this machine's sandboxed kernel a process in such a group did not run at all.)
+`--share 0` runs unthrottled (then the machine, not the proxy, is the limit).
+
+The load: `--producers` librdkafka producers over `--processes` client processes, each sending ~3.3 KB
+records one per Produce request (`batch.num.messages=1`, `linger.ms=0`, `acks=1`, up to `--depth` in
+flight), as fast as the proxy lets them for `--seconds`, to a 1-partition topic; deliveries counted.
+Rounds rotate the worker counts, so the machine's load hits all alike; medians reported, with the
+proxy's CPU (the parent's and every worker's utime+stime) per request and each worker's share of it.
+
+Run (a 1-broker cluster from `vcproxy kafka start --dir D --brokers 1 --base-port 29092`):
+    PYTHONPATH=. .venv/bin/python benchmarks/workers.py --bootstrap 127.0.0.1:29092 --workers 1,2,3 \\
+        --share 0.25 --rounds 3 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CLIENT_ID = "vcbench"
+TOPIC = "workersbench"
+RECORD = b"x" * 3300
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            out += [int(p) for p in (task / "children").read_text().split()]
+    return out
+
+
+def start(work: Path, workers: int, port: int, upstream: str, tenancy: bool) -> subprocess.Popen[bytes]:
+    cfg: dict[str, object] = {
+        "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
+        "upstream": {"bootstrap_servers": [upstream]},
+        "logging": {"level": "WARNING"},
+    }
+    if tenancy:
+        cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": "bench", "client_ids": [CLIENT_ID]}]}
+    path = work / f"workers-{workers}.json"
+    path.write_text(json.dumps(cfg))
+    log = work / f"workers-{workers}.log"
+    argv = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--workers", str(workers)]
+    argv += ["--log-level", "INFO"]
+    proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while b"proxy ready:" not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"{workers} workers did not start: see {log}")
+        time.sleep(0.2)
+    return proc
+
+
+class Throttle(threading.Thread):
+    """Each pid runs `share` of every `period` seconds, stopped the rest; windows staggered by pid."""
+
+    def __init__(self, pids: list[int], share: float, period: float):
+        super().__init__(daemon=True)
+        self.pids, self.share, self.period = pids, share, period
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        running = dict.fromkeys(self.pids, True)
+        while not self.stopping.is_set():
+            now = time.monotonic() - start
+            for i, pid in enumerate(self.pids):
+                phase = (now / self.period + i / len(self.pids)) % 1.0
+                should = phase < self.share
+                if should != running[pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT if should else signal.SIGSTOP)
+                    running[pid] = should
+            time.sleep(self.period / 200)
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(5)
+
+
+def produce(bootstrap: str, producers: int, depth: int, seconds: float, start_at: float, out: object) -> None:
+    """One client process: `producers` producers, as fast as they may, from `start_at` for `seconds`."""
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "client.id": CLIENT_ID,
+        "linger.ms": 0,
+        "batch.num.messages": 1,
+        "acks": 1,
+        "compression.type": "none",
+        "enable.idempotence": False,
+        "max.in.flight.requests.per.connection": depth,
+        "queue.buffering.max.messages": depth * 4,
+    }
+    ps = [Producer(conf) for _ in range(producers)]
+    for p in ps:  # connected and knowing the leader before anything is counted
+        p.produce(TOPIC, RECORD)
+        p.flush(60)
+    done = [0]
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is None:
+            done[0] += 1
+
+    while time.monotonic() < start_at:
+        time.sleep(0.01)
+    end = start_at + seconds
+    while time.monotonic() < end:
+        for p in ps:
+            with contextlib.suppress(BufferError):  # full: its deliveries first
+                p.produce(TOPIC, RECORD, on_delivery=delivered)
+            p.poll(0)
+        if all(len(p) >= depth * 4 for p in ps):
+            ps[0].poll(0.001)
+    counted = done[0]
+    for p in ps:
+        p.flush(60)
+    out.put(counted)  # type: ignore[attr-defined]
+
+
+def run(bootstrap: str, args: argparse.Namespace) -> float:
+    queue: multiprocessing.Queue[int] = multiprocessing.Queue()
+    start_at = time.monotonic() + 8  # every client connected first
+    each = max(1, args.producers // args.processes)
+    procs = [
+        multiprocessing.Process(target=produce, args=(bootstrap, each, args.depth, args.seconds, start_at, queue))
+        for _ in range(args.processes)
+    ]
+    for p in procs:
+        p.start()
+    counts = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+    return sum(counts) / args.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--workers", default="1,2,3")
+    parser.add_argument("--share", type=float, default=0.25, help="of the wall time each worker runs (0: all)")
+    parser.add_argument("--period-ms", type=float, default=20.0, help="the throttle's window")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--producers", type=int, default=12)
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--depth", type=int, default=5)
+    parser.add_argument("--port", type=int, default=24600)
+    parser.add_argument("--tenancy", action="store_true", help="a VC bound by client id (else passthrough)")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+    results: dict[int, list[tuple[float, float, list[float]]]] = {n: [] for n in counts}
+    with tempfile.TemporaryDirectory(prefix="vcbench-workers-") as tmp:
+        work = Path(tmp)
+        for round_no in range(args.rounds):
+            order = counts[round_no % len(counts) :] + counts[: round_no % len(counts)]
+            for n in order:
+                port = args.port + 10 * n
+                proc = start(work, n, port, args.bootstrap, args.tenancy)
+                throttle: Throttle | None = None
+                try:
+                    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "client.id": CLIENT_ID})
+                    for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+                        with contextlib.suppress(Exception):
+                            future.result(60)
+                    workers = children(proc.pid)
+                    if args.share > 0:
+                        throttle = Throttle(workers, args.share, args.period_ms / 1000)
+                        throttle.start()
+                    before = {pid: cpu_seconds(pid) for pid in [proc.pid, *workers]}
+                    rate = run(f"127.0.0.1:{port}", args)
+                    spent = {pid: cpu_seconds(pid) - cpu for pid, cpu in before.items()}
+                finally:
+                    if throttle is not None:
+                        throttle.stop()
+                    proc.terminate()
+                    proc.wait(60)
+                total = sum(spent.values())
+                # CPU per request over the whole run (connecting and the tail included): an upper bound.
+                per_request = total / (rate * args.seconds) * 1e6 if rate else float("nan")
+                shares = sorted(spent[pid] / total for pid in workers) if total else []
+                results[n].append((rate, per_request, shares))
+                print(f"round {round_no + 1}, {n} worker(s): {rate:,.0f} requests/s, {per_request:,.0f} µs proxy "
+                      f"CPU per request, workers' shares {[round(s, 2) for s in shares]}", flush=True)  # fmt: skip
+    base = statistics.median(r for r, _, _ in results[counts[0]])
+    head = f"| workers | requests/s (median of {args.rounds}) | ÷ {counts[0]} worker(s) | per worker |"
+    print(f"\n{head} µs proxy CPU per request |")
+    print("|---|---|---|---|---|")
+    for n in counts:
+        rate = statistics.median(r for r, _, _ in results[n])
+        cpu = statistics.median(c for _, c, _ in results[n])
+        print(f"| {n} | {rate:,.0f} | {rate / base:.2f} | {rate / base / n * counts[0]:.2f} | {cpu:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
