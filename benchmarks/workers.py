@@ -154,7 +154,8 @@ def produce(bootstrap: str, producers: int, depth: int, seconds: float, start_at
     out.put(counted)  # type: ignore[attr-defined]
 
 
-def run(bootstrap: str, args: argparse.Namespace) -> float:
+def run(bootstrap: str, args: argparse.Namespace, pids: list[int]) -> tuple[float, dict[int, float]]:
+    """Requests per second over the measured window, and each pid's CPU seconds within it."""
     queue: multiprocessing.Queue[int] = multiprocessing.Queue()
     start_at = time.monotonic() + 8  # every client connected first
     each = max(1, args.producers // args.processes)
@@ -164,10 +165,14 @@ def run(bootstrap: str, args: argparse.Namespace) -> float:
     ]
     for p in procs:
         p.start()
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    time.sleep(max(0.0, start_at + args.seconds - time.monotonic()))
+    spent = {pid: cpu_seconds(pid) - cpu for pid, cpu in before.items()}
     counts = [queue.get(timeout=300) for _ in procs]
     for p in procs:
         p.join(60)
-    return sum(counts) / args.seconds
+    return sum(counts) / args.seconds, spent
 
 
 def main() -> None:
@@ -203,16 +208,13 @@ def main() -> None:
                     if args.share > 0:
                         throttle = Throttle(workers, args.share, args.period_ms / 1000)
                         throttle.start()
-                    before = {pid: cpu_seconds(pid) for pid in [proc.pid, *workers]}
-                    rate = run(f"127.0.0.1:{port}", args)
-                    spent = {pid: cpu_seconds(pid) - cpu for pid, cpu in before.items()}
+                    rate, spent = run(f"127.0.0.1:{port}", args, [proc.pid, *workers])
                 finally:
                     if throttle is not None:
                         throttle.stop()
                     proc.terminate()
                     proc.wait(60)
                 total = sum(spent.values())
-                # CPU per request over the whole run (connecting and the tail included): an upper bound.
                 per_request = total / (rate * args.seconds) * 1e6 if rate else float("nan")
                 shares = sorted(spent[pid] / total for pid in workers) if total else []
                 results[n].append((rate, per_request, shares))

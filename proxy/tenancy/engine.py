@@ -214,7 +214,7 @@ class TenantEngine:
         handler = self.registry.handlers[ex.rule.handler] if ex.rule.handler and answer_unseen else None
         unseen = handler.unseen if handler is not None else None
         cls = response_type(ex.api_key, ex.version)
-        paths = frozenset(identifier_paths(cls)) | message_paths(cls)[0]
+        paths = _response_paths(cls)
         hidden = False
 
         def names(kind: str, value: Any) -> Any:
@@ -316,6 +316,12 @@ def _scrub_plan(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 MESSAGE = "message"  # the splice's kind for an error message: scrubbed, not translated
+
+
+@functools.cache
+def _response_paths(cls: type) -> frozenset[tuple[str, str]]:
+    """What a spliced answer's walk rewrites: its names and its messages (made once per class)."""
+    return frozenset(identifier_paths(cls)) | message_paths(cls)[0]
 
 
 @functools.cache
