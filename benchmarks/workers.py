@@ -13,7 +13,8 @@ the first choice; on this machine's sandboxed kernel a process in such a group d
 The load: `--producers` librdkafka producers over `--processes` client processes, each sending ~3.3 KB
 records one per Produce request (`batch.num.messages=1`, `linger.ms=0`, `acks=1`, up to `--depth` in
 flight), as fast as the proxy lets them for `--seconds`, to a 1-partition topic; deliveries counted.
-Rounds rotate the worker counts, so the machine's load hits all alike; medians reported, with the
+`--workers 1` is the proxy as one process (no parent), the
+baseline. Rounds rotate the worker counts, so the machine's load hits all alike; medians reported, with the
 proxy's CPU (the parent's and every worker's utime+stime) per request and each worker's share of it.
 
 Run (a 1-broker cluster from `vcproxy kafka start --dir D --brokers 1 --base-port 29092`):
@@ -204,11 +205,11 @@ def main() -> None:
                     for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
                         with contextlib.suppress(Exception):
                             future.result(60)
-                    workers = children(proc.pid)
+                    workers = children(proc.pid) or [proc.pid]  # --workers 1: the proxy is one process
                     if args.share > 0:
                         throttle = Throttle(workers, args.share, args.period_ms / 1000)
                         throttle.start()
-                    rate, spent = run(f"127.0.0.1:{port}", args, [proc.pid, *workers])
+                    rate, spent = run(f"127.0.0.1:{port}", args, sorted({proc.pid, *workers}))
                 finally:
                     if throttle is not None:
                         throttle.stop()
