@@ -64,10 +64,14 @@ def _rss_mib(pid: int) -> float:
 
 
 def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            out += [int(p) for p in (task / "children").read_text().split()]
+    """A process's live children, by their parent pid (a thread's `children` file misses those whose starting
+    thread has ended)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == pid and state != "Z":
+                out.append(int(stat.parent.name))
     return out
 
 

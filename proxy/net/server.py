@@ -175,6 +175,8 @@ class ProxyServer:
 
                 handlers.start_soon(partial(discovery_loop, self, announce=False))
                 metrics = self.telemetry.metrics if self.telemetry is not None else None
+                if metrics is not None:  # vcproxy_ready{worker=...}: this worker's own readiness
+                    metrics.readiness = lambda: server_readiness(self)
                 self.link.guard = self.login_guard  # failed logins count for the instance
                 self.link.answers["ready"] = lambda: list(server_readiness(self))
                 self.link.answers["metrics"] = lambda: metrics.render().decode() if metrics is not None else ""

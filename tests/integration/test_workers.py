@@ -79,11 +79,15 @@ def instance(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
 
 
 def _workers(parent: int) -> list[int]:
-    """The parent's children: listed per thread (the one that started each), so every thread is read."""
-    children: list[int] = []
-    for task in Path(f"/proc/{parent}/task").glob("*"):
-        with contextlib.suppress(OSError):  # a thread that has ended
-            children += [int(p) for p in (task / "children").read_text().split()]
+    """The parent's live children, by each process's parent pid. (Not /proc/PID/task/TID/children: a child is
+    listed under the thread that started it, and moves to another when that thread ends, so a reading can
+    miss it.)"""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == parent and state != "Z":
+                children.append(int(stat.parent.name))
     return children
 
 
@@ -165,6 +169,7 @@ def test_connections_spread_over_both_workers_and_one_scrape_shows_them(instance
     # it: proxy/core/handoff.py's unit tests); both take some.
     assert set(accepted) == {"0", "1"} and min(accepted.values()) >= 1, accepted
     assert _by_worker(samples["vcproxy_worker_up"], "vcproxy_worker_up") == {"0": 1.0, "1": 1.0}
+    assert _by_worker(samples["vcproxy_ready"], "vcproxy_ready") == {"0": 1.0, "1": 1.0}
     produced = _by_worker(samples["vcproxy_requests"], "vcproxy_requests_total", api="Produce", vc="team-a")
     assert sum(produced.values()) >= 4, produced
 
