@@ -42,6 +42,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from vcproxy_tools.process import children_of
+
 CLIENT_ID = "vcbench"
 TOPIC = "workersbench"
 RECORD = b"x" * 3300
@@ -61,18 +63,6 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def children(pid: int) -> list[int]:
-    """A process's live children, by their parent pid (a thread's `children` file misses those whose starting
-    thread has ended)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
-            if int(ppid) == pid and state != "Z":
-                out.append(int(stat.parent.name))
-    return out
 
 
 def start(work: Path, workers: int, port: int, upstream: str, tenancy: bool) -> subprocess.Popen[bytes]:
@@ -224,7 +214,7 @@ def main() -> None:
                     for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
                         with contextlib.suppress(Exception):
                             future.result(60)
-                    workers = children(proc.pid) or [proc.pid]  # --workers 1: the proxy is one process
+                    workers = children_of(proc.pid) or [proc.pid]  # --workers 1: the proxy is one process
                     if args.share > 0:
                         throttle = Throttle(workers, args.share, args.period_ms / 1000)
                         throttle.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -117,3 +118,16 @@ def proxy_config(upstream_bootstrap: str, bootstrap_port: int, host: str = "127.
     for key, value in sections.items():
         config.setdefault(key, {}).update(value)
     return config
+
+
+def children_of(pid: int) -> list[int]:
+    """A process's live children (a `serve --workers N` parent's workers), by each process's parent pid. Not
+    /proc/PID/task/TID/children: a child is listed under the thread that started it (trio starts processes
+    from a worker thread) and moves to another when that thread ends, so a reading there can miss it."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == pid and state != "Z":
+                children.append(int(stat.parent.name))
+    return children

@@ -15,7 +15,6 @@ processes (proxy/net/workers.py).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -34,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.auth.credentials import make_entry
-from vcproxy_tools.process import ProxyProcess
+from vcproxy_tools.process import ProxyProcess, children_of
 
 from .flows import produce_for
 from .polling import until
@@ -67,7 +66,7 @@ def instance(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     )
     proxy = ProxyProcess(config, workdir, name="workers", extra_args=["--workers", "2"]).start(timeout=120)
     yield proxy
-    workers = _workers(proxy.pid or 0)
+    workers = children_of(proxy.pid or 0)
     assert len(workers) == 2, workers
     assert proxy.stop(timeout=60) == 0, proxy.log_tail(lines=60)
     assert not [pid for pid in workers if _alive(pid)], "a worker outlived its parent"
@@ -76,19 +75,6 @@ def instance(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     errors = [line for line in log.splitlines() if " ERROR " in line and "exited with code -9" not in line]
     assert "Traceback" not in log and not errors, proxy.log_tail(lines=60)
     assert re.search(r"worker-0 .*draining", log) and re.search(r"worker-1 .*draining", log), proxy.log_tail()
-
-
-def _workers(parent: int) -> list[int]:
-    """The parent's live children, by each process's parent pid. (Not /proc/PID/task/TID/children: a child is
-    listed under the thread that started it, and moves to another when that thread ends, so a reading can
-    miss it.)"""
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
-            if int(ppid) == parent and state != "Z":
-                children.append(int(stat.parent.name))
-    return children
 
 
 def _alive(pid: int) -> bool:
@@ -264,7 +250,7 @@ def test_a_fetch_session_is_its_vcs_on_every_worker(instance):
 
 def test_a_killed_worker_is_replaced_and_its_places_freed(instance):
     until(lambda: sum(_serving(instance).values()) == 0, "the earlier tests' clients gone")
-    workers = _workers(instance.pid or 0)
+    workers = children_of(instance.pid or 0)
     assert len(workers) == 2, workers
     killed = _index(workers[0])
     with ExitStack() as stack:
@@ -279,7 +265,7 @@ def test_a_killed_worker_is_replaced_and_its_places_freed(instance):
         assert not any(_refused(sock) for sock in more), "the killed worker's places were not freed"
         assert _refused(stack.enter_context(_connect(instance)))
     until(lambda: _readyz(instance) == "ready (2 workers)\n", "the instance ready again", timeout=120)
-    replaced = [pid for pid in _workers(instance.pid or 0) if pid != workers[0]]
+    replaced = [pid for pid in children_of(instance.pid or 0) if pid != workers[0]]
     assert sorted(_index(pid) for pid in replaced) == ["0", "1"], replaced
     until(lambda: sum(_serving(instance).values()) == 0, "the test's connections gone")
     for _ in range(2):  # with none open, of a producer's connections the new worker takes one or more
