@@ -115,15 +115,16 @@ class Roster:
         gone = [n for n, (w, _) in self._served.items() if w == worker]
         return [self._served.pop(n)[1] for n in gone]
 
-    def assign(self, ip: str) -> tuple[int, int] | None:
+    def assign(self, ip: str, skip: frozenset[int] = frozenset()) -> tuple[int, int] | None:
         """The worker for a new connection from `ip` and the connection's number; None without workers.
         Fewest open connections first, at random among equals: a client opens its bootstrap connection and
         then its broker connections, and a fixed order would put every client's busy broker connection on
         the same worker (the bootstrap one's on the first, the broker one's on the second)."""
-        if not self.open:
+        open_ = {w: n for w, n in self.open.items() if w not in skip}  # `skip`: could not take this one
+        if not open_:
             return None
-        fewest = min(self.open.values())
-        worker = self.rng.choice([w for w, n in self.open.items() if n == fewest])
+        fewest = min(open_.values())
+        worker = self.rng.choice([w for w, n in open_.items() if n == fewest])
         self._next += 1
         self.open[worker] += 1
         self._served[self._next] = (worker, ip)

@@ -258,25 +258,29 @@ class Parent:
     def _admit(self, client: trio.SocketStream, node_id: int | None, ip: str) -> None:
         """Hand an admitted connection to the least busy worker; it is the worker's from then on."""
         sock = client.socket
+        full: frozenset[int] = frozenset()
         while True:
-            chosen = self.roster.assign(ip)
+            chosen = self.roster.assign(ip, full)
             if chosen is None:
                 log.warning("no worker to take a connection from %s: closing it", ip)
                 self.admission.release(ip)
                 break
             index, number = chosen
-            worker = self.workers[index]
+            handoff_socket = self.workers[index].handoff
             try:
-                assert worker.handoff is not None
+                if handoff_socket is None:
+                    raise OSError("its handoff channel is closed")
                 fds = array.array("i", [sock.fileno()])
-                worker.handoff.sendmsg(
-                    [handoff.handoff_header(number, node_id, ip)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
-                )
+                header = handoff.handoff_header(number, node_id, ip)
+                handoff_socket.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
                 break
-            except (OSError, AssertionError) as exc:  # full (the worker is stuck) or gone: the next one
+            except BlockingIOError:  # its queue is full for now: another worker takes this one
+                self.roster.closed(index, number)
+                full |= {index}
+            except OSError as exc:  # gone: it takes nothing more until it is started again
                 log.warning("worker %d cannot take a connection (%s): it takes no more until it is back", index, exc)
                 self.roster.closed(index, number)
-                self.roster.pause(index)  # back when restarted; what it serves is released as it closes
+                self.roster.pause(index)  # what it serves is released as it closes, or when it exits
         sock.close()
 
     # -- /metrics, /healthz, /readyz --------------------------------------------------------------

@@ -78,6 +78,15 @@ def test_a_paused_worker_takes_nothing_new_but_keeps_what_it_serves():
     assert roster.assign("10.0.0.3") is None
 
 
+def test_a_worker_that_cannot_take_one_connection_is_skipped_for_it_only():
+    roster = Roster()
+    roster.join(0)
+    roster.join(1)
+    assert {roster.assign("10.0.0.1", frozenset({0}))[0] for _ in range(3)} == {1}
+    assert roster.assign("10.0.0.1", frozenset({0, 1})) is None
+    assert roster.assign("10.0.0.1")[0] == 0  # still taking the next one: the least busy
+
+
 def test_control_lines_are_bounded_and_must_be_objects():
     assert handoff.decode(handoff.encode({"closed": 3})) == {"closed": 3}
     assert handoff.decode(b"[1, 2]") == "not an object"
