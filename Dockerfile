@@ -17,8 +17,12 @@ COPY pyproject.toml README.md ./
 COPY proxy proxy
 COPY vcproxy_tools vcproxy_tools
 COPY rewrite_rules rewrite_rules
-# --no-deps: every dependency came pinned and hashed above; the wheel brings only vcproxy itself.
+# The compiled walker's wheel, where `make image` built it into native/wheels (a Rust toolchain on the
+# build host, none in the image); without one the proxy runs on the pure-Python path and says so at start.
+COPY native/wheels native/wheels
+# --no-deps: every dependency came pinned and hashed above; the wheels bring only vcproxy itself.
 RUN /opt/vcproxy/bin/pip install --no-deps . \
+ && if ls native/wheels/*.whl >/dev/null 2>&1; then /opt/vcproxy/bin/pip install --no-deps native/wheels/*.whl; fi \
  && /opt/vcproxy/bin/python -m compileall -q /opt/vcproxy/lib
 
 # The proxy as it runs; the stages below add to it. The last stage is what a plain build gives.

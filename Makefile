@@ -16,14 +16,24 @@ $(PY):
 
 # One marker per kind of install: the runtime (what `make run` needs: no PySpark, pyarrow or test
 # tools), and the runtime plus the test extra (pytest, ruff, PySpark and pyarrow for the analytics tests).
-$(VENV)/.installed-run: pyproject.toml | $(PY)
+$(VENV)/.installed-run: pyproject.toml $(VENV)/.installed-native | $(PY)
 	@echo "== installing vcproxy (runtime) into $(VENV)"
 	$(PIP) -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(PY)
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-native | $(PY)
 	@echo "== installing vcproxy with its test extra into $(VENV)"
 	$(PIP) -e '.[test]'
+	touch $@
+
+# The compiled walker (native/: Rust with PyO3, built by maturin from PyPI, crates from crates.io). Without
+# cargo the proxy runs on the pure-Python path and says so at start; under CI=true that is a failure.
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
+$(VENV)/.installed-native: $(NATIVE_SOURCES) | $(PY)
+	@if command -v cargo >/dev/null; then \
+		echo "== building the compiled walker (native/) into $(VENV)"; $(PIP) ./native; \
+	elif [ "$$CI" = true ]; then echo "cargo not found: CI builds the compiled walker (native/)" >&2; exit 1; \
+	else echo "== cargo not found: the proxy will run on the pure-Python path (it says so at start)"; fi
 	touch $@
 
 # Any install has the launcher; without one, the runtime is enough.
@@ -48,8 +58,10 @@ franz-go: | $(PY)
 # BUILD_VOLUMES: e.g. a CA bundle and pip.conf for pip behind a TLS-intercepting proxy (build time only).
 IMAGE ?= localhost/vcproxy:0.1.0
 BUILD_VOLUMES ?=
-image:
+image: | $(PY)
 	mkdir -p .vcproxy
+	rm -f native/wheels/*.whl
+	$(PY) -m pip wheel --disable-pip-version-check -q --no-deps -w native/wheels ./native
 	mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm .vcproxy/base.tar
 	podman import .vcproxy/base.tar localhost/vcproxy-base:bookworm
 	buildah bud --isolation chroot $(BUILD_VOLUMES) --build-arg PYTHON_IMAGE=localhost/vcproxy-base:bookworm --target runtime -t $(IMAGE) .

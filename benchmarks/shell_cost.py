@@ -67,7 +67,9 @@ class Proxy:
         return vol, invol
 
 
-def start_proxy(work: Path, checkout: str, src: Path, mode: str, port: int, upstream: str) -> Proxy:
+def start_proxy(
+    work: Path, checkout: str, src: Path, mode: str, port: int, upstream: str, extra_env: dict[str, str]
+) -> Proxy:
     cfg: dict[str, object] = {
         "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
         "upstream": {"bootstrap_servers": [upstream]},
@@ -78,7 +80,7 @@ def start_proxy(work: Path, checkout: str, src: Path, mode: str, port: int, upst
     path = work / f"{checkout}-{mode}.json"
     path.write_text(json.dumps(cfg))
     log = (work / f"{checkout}-{mode}.log").open("wb")
-    env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1", **extra_env)
     argv = [sys.executable, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 1200
@@ -168,7 +170,12 @@ def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tup
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--checkout", action="append", required=True, help="NAME=DIR, a source tree of vcproxy")
+    ap.add_argument(
+        "--checkout",
+        action="append",
+        required=True,
+        help="NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy, and its environment (e.g. VCPROXY_PURE=1)",
+    )
     ap.add_argument("--modes", default="passthrough,tenant")
     ap.add_argument("--depths", default="1,5")
     ap.add_argument("--rounds", type=int, default=5)
@@ -183,9 +190,11 @@ def main() -> None:
     try:
         port = args.port
         for spec in args.checkout:
-            name, _, src = spec.partition("=")
+            name, _, rest = spec.partition("=")
+            src, *assignments = rest.split(",")
+            extra_env = dict(a.split("=", 1) for a in assignments)
             for mode in args.modes.split(","):
-                proxies.append(start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap))
+                proxies.append(start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap, extra_env))
                 port += 20
         for proxy in proxies:
             create_topic(proxy)

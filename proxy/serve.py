@@ -27,12 +27,22 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_for_command(args.config, args.log_level)
     if config is None:
         return 2
+    _say_walker()
     if args.workers > 1:
         from .net.workers import serve_workers
 
         return trio.run(serve_workers, config, args.config, args.log_level, args.workers)
     trio.run(serve, config, args.config, args.log_level)
     return 0
+
+
+def _say_walker() -> None:
+    """Once per instance (workers load the same module and say nothing): which path walks bodies."""
+    import logging
+
+    from .protocol import native
+
+    logging.getLogger("proxy.serve").log(logging.INFO if native.COMPILED else logging.WARNING, native.describe())
 
 
 def _workers(value: str) -> int:

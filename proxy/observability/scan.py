@@ -6,7 +6,7 @@ the record bytes under each topic (Produce requests, Fetch/ShareFetch responses)
 skipped by their length prefix, never read or copied.
 
 The walk is generated once per kio schema class as Python source (one function, loops inlined, no
-call per field) from the same field metadata walker.py uses, so it costs a fraction of a decode.
+call per field) from the same field metadata plans.py reads, so it costs a fraction of a decode.
 Tagged fields are skipped, not read.
 """
 
@@ -21,8 +21,9 @@ from collections.abc import Callable
 from kio.schema.types import TopicName
 
 from ..protocol.entities import unwrap
+from ..protocol.plans import FIXED, regular_fields
 from ..protocol.primitives import INT16, INT32, read_uvarint, skip_tagged_fields
-from ..protocol.walker import _FIXED, Buf, regular_fields
+from ..protocol.walker import Buf
 
 TopicKey = str | uuid.UUID
 _ZERO_UUID_BYTES = bytes(16)
@@ -59,9 +60,9 @@ def top_error_offset(cls: type) -> int | None:
         kafka_type = f.metadata.get("kafka_type")
         if kafka_type == "error_code":
             return offset
-        if kafka_type not in _FIXED:
+        if kafka_type not in FIXED:
             return None
-        offset += _FIXED[kafka_type]
+        offset += FIXED[kafka_type]
     return None
 
 
@@ -151,8 +152,8 @@ class _Block:
 
 def _scalar(gen: _Gen, kafka_type: str | None, flexible: bool) -> None:
     """Skip one scalar."""
-    if kafka_type in _FIXED:
-        gen.pending_skip += _FIXED[kafka_type]
+    if kafka_type in FIXED:
+        gen.pending_skip += FIXED[kafka_type]
         return
     prefix = 2 if kafka_type == "string" else 4
     if kafka_type not in ("string", "bytes", "records"):

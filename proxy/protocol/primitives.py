@@ -20,6 +20,10 @@ class TruncatedError(MalformedInput, ValueError):
     """The buffer ended in the middle of a field."""
 
 
+class MalformedError(MalformedInput, ValueError):
+    """A body that no Kafka peer may send: a length past the frame, a null where none is allowed."""
+
+
 # What reading hostile bytes by hand can raise (bad UTF-8 is a ValueError; struct.error and
 # IndexError come from reads past the end): a protocol error for the peer, never an internal one.
 MALFORMED: tuple[type[Exception], ...] = (ValueError, struct.error, IndexError)

@@ -9,21 +9,29 @@ length, and the only byte length covering the edits is the frame's size prefix, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import typing
 import uuid
 from collections.abc import Callable
 
-from .entities import unwrap
-from .primitives import INT16, TruncatedError, encode_uvarint, read_int16, read_int32, read_uvarint, skip_tagged_fields
-from .walker import MAX_STRING, Buf, MalformedError, _field_skip, regular_fields
+from . import native, plans
+from .plans import MAX_STRING, Node, Paths
+from .primitives import (
+    INT16,
+    MalformedError,
+    TruncatedError,
+    encode_uvarint,
+    read_int16,
+    read_int32,
+    read_uvarint,
+    skip_tagged_fields,
+)
+from .walker import Buf, pure_skipper
 
 # fn(kind, value) -> new value; kind is the rule's entity kind ("topic", "txn", "topic_id", ...)
 Translate = Callable[[str, typing.Any], typing.Any]
 Edits = list[tuple[int, int, bytes]]  # (start, end, replacement) in frame offsets
 Step = Callable[[Buf, int, Edits, Translate], int]
-Paths = frozenset[tuple[str, str]]  # {(path, kind)}
 
 
 def read_string(buf: Buf, offset: int, flexible: bool) -> tuple[str | None, int]:
@@ -88,24 +96,7 @@ def _array_step(flexible: bool, item: Step) -> Step:
     return step
 
 
-@functools.cache
-def _compiled(cls: type, paths: Paths) -> Step:
-    flexible = cls.__flexible__  # type: ignore[attr-defined]
-    here = {path: kind for path, kind in paths if "[]." not in path}
-    steps: list[Step] = []
-    for f in regular_fields(cls):
-        if f.name in here:
-            is_uuid = f.metadata.get("kafka_type") == "uuid"
-            steps.append(_uuid_step(here[f.name]) if is_uuid else _string_step(flexible, here[f.name]))
-            continue
-        nested = frozenset((p[len(f.name) + 3 :], k) for p, k in paths if p.startswith(f"{f.name}[]."))
-        if nested:
-            inner, _ = unwrap(typing.get_args(unwrap(f.type)[0])[0])
-            steps.append(_array_step(flexible, _compiled(inner, nested)))  # type: ignore[arg-type]
-        else:
-            skip = _field_skip(f, flexible)
-            steps.append(lambda buf, offset, edits, fn, skip=skip: skip(buf, offset))
-
+def _struct_step(flexible: bool, steps: list[Step]) -> Step:
     def run(buf: Buf, offset: int, edits: Edits, fn: Translate) -> int:
         for step in steps:
             offset = step(buf, offset, edits, fn)
@@ -114,6 +105,28 @@ def _compiled(cls: type, paths: Paths) -> Step:
         return offset
 
     return run
+
+
+@functools.cache
+def pure_step(node: Node) -> Step:
+    """The pure-Python runner of a splice plan node (the reference)."""
+    match node:
+        case ("string", flexible, kind):
+            return _string_step(flexible, kind)
+        case ("uuid", kind):
+            return _uuid_step(kind)
+        case ("parray", flexible, item):
+            return _array_step(flexible, pure_step(item))
+        case ("pstruct", flexible, steps):
+            return _struct_step(flexible, [pure_step(step) for step in steps])
+    skip = pure_skipper(node)  # a field with nothing to translate below it
+    return lambda buf, offset, edits, fn: skip(buf, offset)
+
+
+@functools.cache
+def _walk(cls: type, paths: Paths) -> Step:
+    node = plans.splice_entity(cls, paths)
+    return native.plan(node).splice if native.COMPILED else pure_step(node)
 
 
 def rewrite_fields(
@@ -129,10 +142,9 @@ def rewrite_fields(
 
 def edits_for(cls: type, frame: memoryview, body_offset: int, paths: Paths, fn: Translate) -> Edits:
     """The edits `rewrite_fields` makes, in frame order, for a caller that has more to splice in."""
-    for path, _ in paths:
-        _check_path(cls, path)
+    plans.check_paths(cls, paths)
     edits: Edits = []
-    if _compiled(cls, paths)(frame, body_offset, edits, fn) > len(frame):
+    if _walk(cls, paths)(frame, body_offset, edits, fn) > len(frame):
         raise TruncatedError(f"{cls.__qualname__} body past end of frame")
     return edits
 
@@ -154,15 +166,3 @@ def apply(frame: bytes | memoryview, edits: Edits) -> list[bytes | memoryview]:
         position = end
     pieces.append(frame[position:])
     return [size.to_bytes(4, "big"), *pieces]
-
-
-@functools.cache
-def _check_path(cls: type, path: str) -> None:
-    head, _, rest = path.partition("[].")
-    names = {f.name for f in dataclasses.fields(cls)}
-    if head not in names:
-        raise KeyError(f"{cls.__qualname__} has no field {head!r}")
-    if rest:
-        hint = typing.get_type_hints(cls)[head]
-        inner, _ = unwrap(typing.get_args(unwrap(hint)[0])[0])
-        _check_path(inner, rest)  # type: ignore[arg-type]

@@ -2,38 +2,23 @@
 
 Used for bodies that carry record batches (Produce, Fetch, ShareFetch): the proxy must reach a
 field that sits after the records (e.g. the KIP-951 ``NodeEndpoints`` tagged field at the end of
-a Fetch response) without decoding or copying the records. The walk is compiled once per kio
-schema class into a chain of skip functions; each record set is skipped by its length prefix.
+a Fetch response) without decoding or copying the records. Each kio schema class is read once into a
+plan (plans.py), run here by a chain of closures (the pure path, the reference) or by the compiled
+walker (native.py); each record set is skipped by its length prefix.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import typing
 from collections.abc import Callable
 
-from ..errors import MalformedInput
-from .entities import unwrap
-from .primitives import TruncatedError, read_tagged_fields, read_uvarint, skip_tagged_fields
+from . import native, plans
+from .plans import Node
+from .primitives import MalformedError, TruncatedError, read_tagged_fields, read_uvarint, skip_tagged_fields
 
 Buf = memoryview | bytes
 Skip = Callable[[Buf, int], int]
-
-_FIXED = {
-    "bool": 1,
-    "int8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "error_code": 2,
-    "int32": 4,
-    "timedelta_i32": 4,
-    "int64": 8,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "float64": 8,
-    "uuid": 16,
-}
 
 
 def _check(buf: Buf, offset: int) -> int:
@@ -43,7 +28,7 @@ def _check(buf: Buf, offset: int) -> int:
 
 
 class _Fixed:
-    """Skips a fixed number of bytes; consecutive fixed-size fields merge into one step."""
+    """Skips a fixed number of bytes; consecutive fixed-size fields merge into one step (plans.merge_fixed)."""
 
     __slots__ = ("size",)
 
@@ -55,16 +40,6 @@ class _Fixed:
         if offset > len(buf):
             raise TruncatedError("field past end of buffer")
         return offset
-
-
-def _merge_fixed(steps: list[Skip]) -> list[Skip]:
-    out: list[Skip] = []
-    for step in steps:
-        if isinstance(step, _Fixed) and out and isinstance(out[-1], _Fixed):
-            out[-1] = _Fixed(out[-1].size + step.size)
-        else:
-            out.append(step)
-    return out
 
 
 def _length_prefixed(flexible: bool, prefix_bytes: int) -> Skip:
@@ -99,55 +74,7 @@ def _array(flexible: bool, item: Skip) -> Skip:
     return skip
 
 
-def _field_skip(field: dataclasses.Field, flexible: bool) -> Skip:
-    kafka_type = field.metadata.get("kafka_type")
-    tp, nullable = unwrap(field.type)
-    if typing.get_origin(tp) is tuple:
-        inner, _ = unwrap(typing.get_args(tp)[0])
-        if dataclasses.is_dataclass(inner):
-            return _array(flexible, entity_skipper(inner))  # type: ignore[arg-type]
-        return _array(flexible, _scalar_skip(kafka_type, flexible))
-    if dataclasses.is_dataclass(tp):
-        inner_skip = entity_skipper(tp)  # type: ignore[arg-type]
-        if nullable:
-            # Nullable structs carry an int8 marker: -1 null, 1 present.
-            def skip(buf: Buf, offset: int) -> int:
-                marker = buf[_check(buf, offset + 1) - 1]
-                offset += 1
-                return offset if marker == 0xFF else inner_skip(buf, offset)
-
-            return skip
-        return inner_skip
-    return _scalar_skip(kafka_type, flexible)
-
-
-def _scalar_skip(kafka_type: str | None, flexible: bool) -> Skip:
-    if kafka_type in _FIXED:
-        return _Fixed(_FIXED[kafka_type])
-    if kafka_type == "string":
-        return _length_prefixed(flexible, 2)
-    if kafka_type in ("bytes", "records"):
-        return _length_prefixed(flexible, 4)
-    raise ValueError(f"no skipper for kafka_type {kafka_type!r}")
-
-
-def regular_fields(cls: type) -> list[dataclasses.Field]:
-    """Fields in wire order, tagged fields excluded (they live in the trailing tag section)."""
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        if "tag" in f.metadata:
-            continue
-        f.type = hints[f.name]
-        out.append(f)
-    return out
-
-
-@functools.cache
-def entity_skipper(cls: type) -> Skip:
-    flexible = cls.__flexible__  # type: ignore[attr-defined]
-    steps = _merge_fixed([_field_skip(f, flexible) for f in regular_fields(cls)])
-
+def _struct(flexible: bool, steps: list[Skip]) -> Skip:
     def skip(buf: Buf, offset: int) -> int:
         for step in steps:
             offset = step(buf, offset)
@@ -159,10 +86,46 @@ def entity_skipper(cls: type) -> Skip:
     return skip
 
 
+def _nullable_struct(inner_skip: Skip) -> Skip:
+    # Nullable structs carry an int8 marker: -1 null, 1 present.
+    def skip(buf: Buf, offset: int) -> int:
+        marker = buf[_check(buf, offset + 1) - 1]
+        offset += 1
+        return offset if marker == 0xFF else inner_skip(buf, offset)
+
+    return skip
+
+
+@functools.cache
+def pure_skipper(node: Node) -> Skip:
+    """The pure-Python runner of a lenient plan node (the reference)."""
+    match node:
+        case ("fixed", size):
+            return _Fixed(size)
+        case ("sized", flexible, prefix):
+            return _length_prefixed(flexible, prefix)
+        case ("array", flexible, item):
+            return _array(flexible, pure_skipper(item))
+        case ("struct", flexible, steps):
+            return _struct(flexible, [pure_skipper(step) for step in steps])
+        case ("nstruct", inner):
+            return _nullable_struct(pure_skipper(inner))
+    raise ValueError(f"not a skip plan: {node[0]!r}")
+
+
+@functools.cache
+def skipper(node: Node) -> Skip:
+    """The runner of a lenient plan node: compiled where vcproxy_native is built, else pure."""
+    return native.plan(node).skip if native.COMPILED else pure_skipper(node)
+
+
+def entity_skipper(cls: type) -> Skip:
+    return skipper(plans.skip_entity(cls))
+
+
 @functools.cache
 def _top_level_steps(cls: type) -> tuple[tuple[str, Skip], ...]:
-    flexible = cls.__flexible__  # type: ignore[attr-defined]
-    return tuple((f.name, _field_skip(f, flexible)) for f in regular_fields(cls))
+    return tuple((name, skipper(node)) for name, node in plans.top_level(cls))
 
 
 @functools.cache
@@ -208,12 +171,6 @@ def layout(cls: type, buf: Buf, offset: int) -> Layout:
 
 Check = Callable[[Buf, int, int], int]  # (buf, offset, end) -> offset after the field
 
-MAX_STRING = 0x7FFF  # Kafka's readers refuse longer strings, compact ones included
-
-
-class MalformedError(MalformedInput, ValueError):
-    """A body that no Kafka peer may send: a length past the frame, a null where none is allowed."""
-
 
 def _uvarint(buf: Buf, offset: int, end: int) -> tuple[int, int]:
     value = 0
@@ -236,16 +193,6 @@ def _prefix(buf: Buf, offset: int, end: int, flexible: bool, size: int) -> tuple
     if offset + size > end:
         raise MalformedError("length past end of frame")
     return int.from_bytes(buf[offset : offset + size], "big", signed=True), offset + size
-
-
-def _v_fixed(size: int) -> Check:
-    def check(buf: Buf, offset: int, end: int) -> int:
-        offset += size
-        if offset > end:
-            raise MalformedError("field past end of frame")
-        return offset
-
-    return check
 
 
 def _v_sized(flexible: bool, size: int, nullable: bool, limit: int | None, what: str) -> Check:
@@ -298,63 +245,17 @@ class _VFixed:
         return offset
 
 
-def _v_scalar(kafka_type: str | None, flexible: bool, nullable: bool) -> tuple[Check, int]:
-    if kafka_type in _FIXED:
-        return _VFixed(_FIXED[kafka_type]), _FIXED[kafka_type]
-    minimum = 1 if flexible else 2
-    if kafka_type == "string":
-        return _v_sized(flexible, 2, nullable, MAX_STRING, "string"), minimum
-    if kafka_type in ("bytes", "records"):
-        return _v_sized(flexible, 4, nullable, None, kafka_type), 1 if flexible else 4
-    raise ValueError(f"no validator for kafka_type {kafka_type!r}")
+def _v_nullable_struct(inner_check: Check) -> Check:
+    def check(buf: Buf, offset: int, end: int) -> int:
+        if offset >= end:
+            raise MalformedError("struct marker past end of frame")
+        marker = buf[offset]
+        return offset + 1 if marker == 0xFF else inner_check(buf, offset + 1, end)
+
+    return check
 
 
-def _v_field(tp: object, kafka_type: str | None, flexible: bool) -> tuple[Check, int]:
-    """The check for a field of type `tp` and its minimum wire size."""
-    tp, nullable = unwrap(tp)
-    if typing.get_origin(tp) is tuple:
-        inner, inner_nullable = unwrap(typing.get_args(tp)[0])
-        if dataclasses.is_dataclass(inner):
-            item, item_min = entity_validator(inner)  # type: ignore[arg-type]
-        else:
-            item, item_min = _v_scalar(kafka_type, flexible, inner_nullable)
-        return _v_array(flexible, nullable, item, max(item_min, 1)), 1 if flexible else 4
-    if dataclasses.is_dataclass(tp):
-        inner_check, inner_min = entity_validator(tp)  # type: ignore[arg-type]
-        if not nullable:
-            return inner_check, inner_min
-
-        def check(buf: Buf, offset: int, end: int) -> int:
-            if offset >= end:
-                raise MalformedError("struct marker past end of frame")
-            marker = buf[offset]
-            return offset + 1 if marker == 0xFF else inner_check(buf, offset + 1, end)
-
-        return check, 1
-    return _v_scalar(kafka_type, flexible, nullable)
-
-
-@functools.cache
-def entity_validator(cls: type) -> tuple[Check, int]:
-    """(check, minimum wire size) for one entity of `cls`: raises MalformedError for a body kio must not see."""
-    flexible = cls.__flexible__  # type: ignore[attr-defined]
-    hints = typing.get_type_hints(cls)
-    steps: list[Check] = []
-    tagged: dict[int, Check] = {}
-    minimum = 1 if flexible else 0
-    for f in dataclasses.fields(cls):
-        check, size = _v_field(hints[f.name], f.metadata.get("kafka_type"), flexible)
-        if "tag" in f.metadata:
-            tagged[int(f.metadata["tag"])] = check
-            continue
-        minimum += size
-        if isinstance(check, _VFixed) and steps and isinstance(steps[-1], _VFixed):
-            steps[-1] = _VFixed(steps[-1].size + check.size)  # consecutive fixed fields: one bound check
-        else:
-            steps.append(check)
-    if not flexible and all(isinstance(step, _VFixed) for step in steps):
-        return _VFixed(minimum), max(minimum, 1)  # arrays of these need no walk, only count * size
-
+def _v_struct(flexible: bool, steps: list[Check], tagged: dict[int, Check], name: str) -> Check:
     def validate(buf: Buf, offset: int, end: int) -> int:
         for step in steps:
             offset = step(buf, offset, end)
@@ -372,12 +273,43 @@ def entity_validator(cls: type) -> tuple[Check, int]:
                 raise MalformedError("tagged field past end of frame")
             check = tagged.get(tag)
             if check is None:  # a field the broker may know and read, unseen by the proxy: never forwarded unread
-                raise MalformedError(f"unknown tagged field {tag} in {cls.__qualname__}")
+                raise MalformedError(f"unknown tagged field {tag} in {name}")
             check(buf, offset, offset + size)
             offset += size
         return offset
 
-    return validate, max(minimum, 1)
+    return validate
+
+
+@functools.cache
+def pure_checker(node: Node) -> Check:
+    """The pure-Python runner of a strict plan node (the reference)."""
+    match node:
+        case ("vfixed", size):
+            return _VFixed(size)
+        case ("vsized", flexible, size, nullable, limit, what):
+            return _v_sized(flexible, size, nullable, limit, what)
+        case ("varray", flexible, nullable, item, item_min):
+            return _v_array(flexible, nullable, pure_checker(item), item_min)
+        case ("vstruct", flexible, steps, tagged, name):
+            checks = [pure_checker(step) for step in steps]
+            return _v_struct(flexible, checks, {tag: pure_checker(n) for tag, n in tagged}, name)
+        case ("vnstruct", inner):
+            return _v_nullable_struct(pure_checker(inner))
+    raise ValueError(f"not a validation plan: {node[0]!r}")
+
+
+@functools.cache
+def checker(node: Node) -> Check:
+    """The runner of a strict plan node: compiled where vcproxy_native is built, else pure."""
+    return native.plan(node).validate if native.COMPILED else pure_checker(node)
+
+
+@functools.cache
+def entity_validator(cls: type) -> tuple[Check, int]:
+    """(check, minimum wire size) for one entity of `cls`: raises MalformedError for a body kio must not see."""
+    node, minimum = plans.check_entity(cls)
+    return checker(node), minimum
 
 
 def validate(cls: type, buf: Buf, offset: int) -> int:

@@ -18,8 +18,9 @@ from kio.static.primitive import i32Timedelta
 
 from ..protocol.apis import response_type
 from ..protocol.headers import response_body_offset
+from ..protocol.plans import regular_fields
 from ..protocol.primitives import INT32
-from ..protocol.walker import layout, regular_fields
+from ..protocol.walker import layout
 
 _MAX_MS = 2**31 - 1
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import codec, splice, walker
+from ..protocol import codec, plans, splice, walker
 from ..protocol.apis import request_type, response_type
 from ..protocol.framing import with_body
 from ..rules import TenantRule, tenant_rules
@@ -330,7 +330,7 @@ def message_paths(cls: type) -> tuple[frozenset[tuple[str, str]], bool]:
     whether they are all of them: a message in a tagged field or below a struct that is not an array item is
     out of the splice's reach, and such an answer is decoded instead."""
     hints = typing.get_type_hints(cls)
-    regular = {f.name for f in walker.regular_fields(cls)}
+    regular = {f.name for f in plans.regular_fields(cls)}
     paths: set[tuple[str, str]] = set()
     complete = True
     for f in dataclasses.fields(cls):

@@ -1,7 +1,8 @@
 """The image's install steps, as the Dockerfile runs them, in a clean virtualenv (no container runs on
 this machine: docs/deploy.md#the-image says why): the pinned, hashed runtime requirements, then the
-wheel without dependencies. The installed `vcproxy` serves real clients with the chart-style config, its
-HEALTHCHECK command answers, and nothing of PySpark, pyarrow or the test tools came along."""
+wheel without dependencies, and the compiled walker's wheel. The installed `vcproxy` says it walks
+compiled, serves real clients with the chart-style config, its HEALTHCHECK command answers, and nothing
+of PySpark, pyarrow or the test tools came along."""
 
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ def test_installed_as_the_image_installs_it(kafka_cluster, tmp_path):
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(ROOT)])
     (wheel,) = wheels.glob("vcproxy-*.whl")
     _run([*pip, "--no-deps", str(wheel)])
+    # The compiled walker's wheel, as `make image` builds it for the Dockerfile (native/wheels).
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(ROOT / "native")])
+    (native_wheel,) = wheels.glob("vcproxy_native-*.whl")
+    _run([*pip, "--no-deps", str(native_wheel)])
+    assert "native/wheels" in DOCKERFILE and "!native/wheels/" in (ROOT / ".dockerignore").read_text()
     installed = _run([str(venv / "bin" / "pip"), "list", "--format=freeze"]).stdout.lower()
     assert not [name for name in LEAN if f"{name}==" in installed], installed
 
@@ -86,6 +92,7 @@ def test_installed_as_the_image_installs_it(kafka_cluster, tmp_path):
         while READY_LINE not in log.read_text():
             assert serve.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
+        assert "compiled walker: vcproxy_native" in log.read_text()  # said once at start
         healthcheck = re.search(r'HEALTHCHECK .*CMD \["vcproxy", "probe", "([^"]+)"\]', DOCKERFILE)
         assert healthcheck is not None
         url = healthcheck.group(1).replace(":9404", f":{metrics_port}")

@@ -1,0 +1,48 @@
+"""The compiled walker, where it is built: ``vcproxy_native`` (native/, Rust with PyO3, built by maturin).
+
+Plans (plans.py) run on it instead of the pure-Python closures of walker.py and splice.py, which stay
+the reference: tests/unit/test_native_walk.py shows the two agree byte for byte on every API and
+version. Where it is not installed, or ``VCPROXY_PURE=1`` is set, everything runs on the pure path and
+`vcproxy serve` says so once at start (``describe``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from types import ModuleType
+from typing import Any
+
+from .plans import Node
+from .primitives import MalformedError, TruncatedError
+
+PURE_ENV = "VCPROXY_PURE"
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None, f"{PURE_ENV} is set"
+    try:
+        import vcproxy_native
+    except ImportError as exc:
+        return None, f"vcproxy_native is not installed ({exc}; `make` builds it from native/ with cargo)"
+    return vcproxy_native, ""
+
+
+_MODULE, REASON = _load()
+COMPILED = _MODULE is not None
+
+
+def plan(node: Node, module: ModuleType | None = None) -> Any:
+    """A compiled ``Plan`` of `node`, raising the pure walker's exception classes."""
+    module = module or _MODULE
+    if module is None:
+        raise RuntimeError(f"the compiled walker is not available: {REASON}")
+    return module.Plan(node, MalformedError, TruncatedError, uuid.UUID)
+
+
+def describe() -> str:
+    """One line for the start log: which path walks and splices bodies."""
+    if COMPILED:
+        return "compiled walker: vcproxy_native (validation, skips and splices of message bodies)"
+    return f"compiled walker not in use, running on the pure-Python path: {REASON}"
