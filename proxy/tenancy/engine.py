@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import codec, plans, splice, walker
-from ..protocol.apis import request_type, response_type
+from ..protocol.apis import known_apis, request_type, response_type
 from ..protocol.framing import with_body
 from ..rules import TenantRule, tenant_rules
 from .fields import DROP, apply_path, identifier_paths
@@ -69,11 +69,39 @@ class Registry:
             problems.append(f"handlers no rule in tenant.yaml uses: {unused}")
         if unknown_kinds:
             problems.append(f"tenant.yaml names identifier kinds nothing translates: {unknown_kinds}")
+        for key, rule in rules.items():
+            problems += self._splice_problems(key, rule)
         if problems:
             raise ValueError("; ".join(problems))
 
+    def _splice_problems(self, key: int, rule: TenantRule) -> list[str]:
+        """A spliced body is walked, not decoded: nothing that needs the decoded body may be asked of it
+        (a request hook, extra paths, response filters), and every name of every version must be within a
+        splice's reach (a top-level field or an "array[].field" chain). A rule that asks more fails the load."""
+        handler = self.handlers.get(rule.handler) if rule.handler else None
+        problems = []
+        if "request" in rule.splice and (rule.request or (handler is not None and handler.request is not None)):
+            problems.append(f"api {key}: a spliced request has a request hook or extra paths, which need a decode")
+        if "response" in rule.splice and (rule.response or rule.filters):
+            problems.append(f"api {key}: a spliced response has extra paths or filters, which need a decode")
+        for version in _versions(key) if rule.splice else ():
+            try:
+                if "request" in rule.splice:
+                    cls = request_type(key, version)
+                    plans.splice_entity(cls, frozenset(identifier_paths(cls)))
+                if "response" in rule.splice:
+                    plans.splice_entity(response_type(key, version), _response_paths(response_type(key, version)))
+            except KeyError as exc:
+                problems.append(f"api {key} v{version}: a name out of a splice's reach: {exc}")
+        return problems
+
 
 PLAIN_KINDS = frozenset({"topic", "group", "txn", "topic_id"})  # translate.Translation's own
+
+
+def _versions(key: int) -> range:
+    info = known_apis()[key]
+    return range(info.min_version, info.max_version + 1)
 
 
 @dataclass

@@ -24,8 +24,10 @@ from proxy.core.session import Action, ProxySession
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
 from proxy.protocol.headers import parse_request_header, response_body_offset
+from proxy.tenancy import engine as engine_module
 from proxy.tenancy.engine import Policy, TenantEngine, tenant_rules
 from proxy.tenancy.fields import identifier_paths
+from proxy.tenancy.handlers import registry
 from proxy.tenancy.model import TenancyImage, gen_record, link_record, principal_record, topic_record, vc_record
 from proxy.tenancy.names import DESCRIBED_INTERNAL
 from proxy.tenancy.translate import ZERO_UUID
@@ -212,6 +214,49 @@ def test_a_spliced_answer_is_the_decoded_answer_byte_for_byte(key, version, monk
         out[spliced] = b"".join(bytes(p) for p in result.pieces)
     assert out[True] == out[False]
     assert physical["team-a"].encode() not in out[True]
+
+
+def _spliced_requests() -> list[tuple[int, int]]:
+    return [(key, version) for key, version in advertised_rewrites() if "request" in tenant_rules()[key].splice]
+
+
+@pytest.mark.parametrize(("key", "version"), _spliced_requests())
+def test_a_spliced_request_is_the_decoded_request_byte_for_byte(key, version, monkeypatch):
+    """Produce, OffsetCommit and TxnOffsetCommit requests are spliced: their names translated in place. The
+    same request through the decoding path (decode, translate, encode) must go upstream identical."""
+    image, _ = make_image()
+    virtual, _ = both_sides(image, make_image()[1])
+    out = {}
+    for spliced in (True, False):
+        if not spliced:
+            rules = {k: dataclasses.replace(r, splice=r.splice - {"request"}) for k, r in tenant_rules().items()}
+            monkeypatch.setattr(engine_module, "tenant_rules", lambda rules=rules: rules)
+        session = tenant_session(image)
+        request = sample(request_type(key, version), virtual)
+        decision = session.on_request(memoryview(request_frame(key, version, 7, request)))
+        assert decision.action is Action.FORWARD, decision.reason
+        out[spliced] = b"".join(bytes(p) for p in decision.pieces)
+    assert out[True] == out[False]
+    assert out[True] != request_frame(key, version, 7, request)  # something was translated
+
+
+def test_a_splice_that_would_skip_what_a_decode_does_is_refused_at_load():
+    """A spliced body is never decoded: a rule may not splice what needs the decoded body (a request hook,
+    extra paths, filters) or names a splice cannot reach (a struct's field, an array of strings)."""
+    reg = registry()
+    by_name = {api_info(key).name: key for key in tenant_rules()}
+    cases = {
+        "offset_fetch": "response",  # its answer is filtered
+        "list_offsets": "request",  # its request hook refuses replica ids
+        "describe_groups": "request",  # group ids in an array of strings
+        "describe_topic_partitions": "request",  # a name in a struct (the cursor)
+    }
+    for name, side in cases.items():
+        key = by_name[name]
+        rule = tenant_rules()[key]
+        with pytest.raises(ValueError, match=f"api {key}"):
+            reg.check({**tenant_rules(), key: dataclasses.replace(rule, splice=rule.splice | {side})})
+    reg.check(tenant_rules())  # the rules as shipped pass
 
 
 def test_every_advertised_api_has_a_tenant_rule():
