@@ -165,6 +165,33 @@ def decode(line: bytes) -> dict[str, Any] | str:
     return message
 
 
+class Lines:
+    """The control channel's lines, out of a byte stream. Each byte is scanned for a newline once and the
+    partial line grows in one bytearray, so a worker's large metrics text costs linear time, not a copy and
+    a split of everything received so far per chunk. A partial line past `limit` is dropped."""
+
+    def __init__(self, limit: int = MAX_LINE):
+        self.limit = limit
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> tuple[list[dict[str, Any]], list[str]]:
+        """The messages the chunk completes, and why any line was dropped."""
+        scanned = len(self._buf)
+        self._buf += chunk
+        messages: list[dict[str, Any]] = []
+        dropped: list[str] = []
+        start = 0
+        while (end := self._buf.find(b"\n", scanned)) != -1:
+            message = decode(bytes(self._buf[start:end]))
+            (dropped if isinstance(message, str) else messages).append(message)  # type: ignore[arg-type]
+            start = scanned = end + 1
+        del self._buf[:start]
+        if len(self._buf) > self.limit:
+            dropped.append(f"a line over {self.limit} bytes")
+            self._buf.clear()
+        return messages, dropped
+
+
 def handoff_header(number: int, node_id: int | None, ip: str) -> bytes:
     header = json.dumps({"n": number, "node": node_id, "ip": ip}, separators=(",", ":")).encode()
     assert len(header) <= MAX_HEADER

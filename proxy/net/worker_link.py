@@ -99,22 +99,16 @@ class WorkerLink:
             serve(stream, node_id, ip, lambda n=number: self.send({"closed": n}))
 
     async def _read_control(self) -> None:
-        buffer = b""
+        lines = handoff.Lines()
         while True:
             chunk = await self._control.receive_some(65536)
             if not chunk:
                 self._parent_gone("the parent closed the control channel")
                 return
-            buffer += chunk
-            if len(buffer) > handoff.MAX_LINE:
-                log.error("dropping the parent's control line over %d bytes", handoff.MAX_LINE)
-                buffer = b""
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                message = handoff.decode(line)
-                if isinstance(message, str):
-                    log.error("dropping a control line from the parent: %s", message)
-                    continue
+            messages, dropped = lines.feed(chunk)
+            for why in dropped:
+                log.error("dropping a control line from the parent: %s", why)
+            for message in messages:
                 self._on(message)
 
     def _on(self, message: dict[str, Any]) -> None:

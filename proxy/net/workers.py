@@ -211,7 +211,7 @@ class Parent:
 
     async def _read(self, worker: Worker) -> None:
         assert worker.control is not None
-        buffer = b""
+        lines = handoff.Lines()
         while True:
             try:
                 chunk = await worker.control.receive_some(65536)
@@ -219,17 +219,11 @@ class Parent:
                 return
             if not chunk:
                 return
-            buffer += chunk
-            if len(buffer) > handoff.MAX_LINE:
-                log.error("worker %d: dropping a control line over %d bytes", worker.index, handoff.MAX_LINE)
-                buffer = b""
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                message = handoff.decode(line)
-                if isinstance(message, str):
-                    log.error("worker %d: dropping a control line: %s", worker.index, message)
-                else:
-                    self._on(worker, message)
+            messages, dropped = lines.feed(chunk)
+            for why in dropped:
+                log.error("worker %d: dropping a control line: %s", worker.index, why)
+            for message in messages:
+                self._on(worker, message)
 
     def _on(self, worker: Worker, message: dict[str, Any]) -> None:
         if "closed" in message:

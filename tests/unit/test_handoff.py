@@ -94,6 +94,45 @@ def test_control_lines_are_bounded_and_must_be_objects():
     assert handoff.decode(b" " * (handoff.MAX_LINE + 1)).startswith("a line of")
 
 
+def test_control_lines_come_whole_whatever_the_chunks():
+    stream = b"".join(handoff.encode({"n": i, "text": "x" * (i * 37)}) for i in range(50)) + b"[1]\n"
+    for size in (1, 7, 4096, len(stream)):
+        lines = handoff.Lines()
+        got, dropped = [], []
+        for at in range(0, len(stream), size):
+            messages, why = lines.feed(stream[at : at + size])
+            got += messages
+            dropped += why
+        assert [m["n"] for m in got] == list(range(50)) and dropped == ["not an object"], size
+
+
+def test_a_partial_control_line_past_the_limit_is_dropped_and_the_next_one_read():
+    lines = handoff.Lines(limit=100)
+    assert lines.feed(b"{" + b" " * 150) == ([], ["a line over 100 bytes"])
+    messages, dropped = lines.feed(b'}\n{"closed": 1}\n')  # the dropped line's tail, then a whole one
+    assert messages == [{"closed": 1}] and len(dropped) == 1 and dropped[0].startswith("not JSON")
+
+
+def test_a_large_control_line_costs_linear_time():
+    """A worker's 8 MiB metrics text in 64 KiB chunks: each byte scanned once (it was copied per chunk)."""
+    text = handoff.encode({"metrics": "m" * (8 << 20)})
+    lines = handoff.Lines()
+    scanned = 0
+    real_find = bytearray.find
+
+    class Counting(bytearray):
+        def find(self, sub, start=0):  # type: ignore[override]
+            nonlocal scanned
+            scanned += len(self) - start
+            return real_find(self, sub, start)
+
+    lines._buf = Counting()
+    for at in range(0, len(text), 65536):
+        messages, _ = lines.feed(text[at : at + 65536])
+    assert len(messages[0]["metrics"]) == 8 << 20
+    assert scanned <= len(text)  # every byte searched once, from where the last search stopped
+
+
 def test_a_handoff_header_says_number_broker_and_address():
     assert handoff.read_handoff(handoff.handoff_header(7, None, "::1")) == (7, None, "::1")
     assert handoff.read_handoff(handoff.handoff_header(8, 3, "10.0.0.1")) == (8, 3, "10.0.0.1")
