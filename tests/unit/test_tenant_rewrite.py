@@ -222,8 +222,9 @@ def _spliced_requests() -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize(("key", "version"), _spliced_requests())
 def test_a_spliced_request_is_the_decoded_request_byte_for_byte(key, version, monkeypatch):
-    """Produce, OffsetCommit and TxnOffsetCommit requests are spliced: their names translated in place. The
-    same request through the decoding path (decode, translate, encode) must go upstream identical."""
+    """Produce, the offset commits, the group heartbeats and leaves, and the transactions' requests are spliced:
+    their names translated in place. The same request through the decoding path (decode, translate, encode)
+    must go upstream identical."""
     image, _ = make_image()
     virtual, _ = both_sides(image, make_image()[1])
     out = {}
