@@ -177,3 +177,41 @@ def test_a_hostile_count_is_refused_before_any_walk():
     with pytest.raises(walker.MalformedError, match="cannot fit") as got:
         compiled(body, 0, len(body))
     assert str(expected.value) == str(got.value)
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_serve_says_once_at_start_which_path_walks(pure, tmp_path):
+    """`vcproxy serve` names the path in its first lines, once: compiled (INFO), or pure and why (WARNING)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from vcproxy_tools.process import proxy_config
+
+    config = tmp_path / "config.yaml"
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    config.write_text(yaml.safe_dump(proxy_config("127.0.0.1:1", port)))  # no broker there: it waits for one
+    env = {**os.environ, native.PURE_ENV: "1" if pure else ""}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config)], stderr=out, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while "walker" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    lines = [line for line in log.read_text().splitlines() if "walker" in line]
+    expected = (
+        "WARNING proxy.serve: compiled walker not in use"
+        if pure
+        else "INFO proxy.serve: compiled walker: vcproxy_native"
+    )
+    assert len(lines) == 1 and expected in lines[0], lines
