@@ -50,6 +50,26 @@ def test_a_plain_build_gives_the_proxy_not_analytics():
     assert "analytics" not in runtime.split("\n", 1)[1] and "openjdk" not in runtime
 
 
+def test_the_build_context_holds_everything_the_dockerfile_copies():
+    """.dockerignore excludes everything but what the COPY lines take: a source it does not admit fails the build
+    (vcproxy_tools once was, after the tools moved out of the runtime package)."""
+    admitted = [
+        line[1:].strip().rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    sources = [
+        source
+        for line in DOCKERFILE.splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+        for source in line.split()[1:-1]
+    ]
+    assert sources, "no COPY from the build context?"
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert any(source == a or source.startswith(a + "/") for a in admitted), f"{source} is not in the build context"
+
+
 def test_installed_as_the_image_installs_it(kafka_cluster, tmp_path):
     venv = tmp_path / "opt-vcproxy"
     _run([sys.executable, "-m", "venv", str(venv)])
