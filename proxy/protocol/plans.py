@@ -171,7 +171,8 @@ def check_entity(cls: type) -> tuple[Node, int]:
 @functools.cache
 def splice_entity(cls: type, paths: Paths) -> Node:
     """The walk of `cls` that passes each field at `paths` through the translation."""
-    check_paths(cls, paths)
+    for path, _ in paths:
+        _check_path(cls, path)
     flexible = cls.__flexible__  # type: ignore[attr-defined]
     here = {path: kind for path, kind in paths if "[]." not in path}
     steps: list[Node] = []
@@ -187,11 +188,6 @@ def splice_entity(cls: type, paths: Paths) -> Node:
         else:
             steps.append(skip_field(f, flexible))
     return ("pstruct", flexible, tuple(steps))
-
-
-def check_paths(cls: type, paths: Paths) -> None:
-    for path, _ in paths:
-        _check_path(cls, path)
 
 
 @functools.cache

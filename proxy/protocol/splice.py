@@ -141,8 +141,8 @@ def rewrite_fields(
 
 
 def edits_for(cls: type, frame: memoryview, body_offset: int, paths: Paths, fn: Translate) -> Edits:
-    """The edits `rewrite_fields` makes, in frame order, for a caller that has more to splice in."""
-    plans.check_paths(cls, paths)
+    """The edits `rewrite_fields` makes, in frame order, for a caller that has more to splice in. A path
+    the class lacks is a KeyError, from the walk's plan (made once per class and paths, checked then)."""
     edits: Edits = []
     if _walk(cls, paths)(frame, body_offset, edits, fn) > len(frame):
         raise TruncatedError(f"{cls.__qualname__} body past end of frame")

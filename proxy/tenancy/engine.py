@@ -88,7 +88,7 @@ class Registry:
             try:
                 if "request" in rule.splice:
                     cls = request_type(key, version)
-                    plans.splice_entity(cls, frozenset(identifier_paths(cls)))
+                    plans.splice_entity(cls, _splice_paths(cls))
                 if "response" in rule.splice:
                     plans.splice_entity(response_type(key, version), _response_paths(response_type(key, version)))
             except KeyError as exc:
@@ -192,12 +192,12 @@ class TenantEngine:
         if rule.action == "pass":
             return ex, [frame]
         cls = request_type(api_key, version)
-        paths = identifier_paths(cls) + tuple((p, k) for p, k in rule.request if _has_path(cls, p))
         if "request" in rule.splice:
             # Spliced, not decoded: validated first, so a tagged field the proxy's schema does not name (which a
             # newer broker might read as a name to translate) is refused, as a decode refuses it (docs/security.md).
             walker.validate(cls, frame, body_offset)
-            return ex, splice.rewrite_fields(cls, frame, body_offset, frozenset(paths), self._to_physical(ex))
+            return ex, splice.rewrite_fields(cls, frame, body_offset, _splice_paths(cls), self._to_physical(ex))
+        paths = _request_paths(cls, rule.request)
         body = decoded() if decoded is not None else codec.decode(cls, frame, body_offset)[0]
         hook = self.registry.handlers[rule.handler].request if rule.handler else None
         try:
@@ -288,6 +288,18 @@ class TenantEngine:
 def _keep(ex: TenantCall, item: Any, field_name: str, kind: str) -> Any:
     value = getattr(item, field_name, None)
     return item if ex.tx.visible(kind, value) else DROP
+
+
+@functools.cache
+def _request_paths(cls: type, extra: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A decoded request's names: those its schema marks, and the rule's extras that this version has."""
+    return identifier_paths(cls) + tuple((p, k) for p, k in extra if _has_path(cls, p))
+
+
+@functools.cache
+def _splice_paths(cls: type) -> frozenset[tuple[str, str]]:
+    """A spliced request's names: its schema's (the registry refuses extras with a splice)."""
+    return frozenset(identifier_paths(cls))
 
 
 def _has_path(cls: type, path: str) -> bool:

@@ -19,10 +19,10 @@ from kio.schema.errors import ErrorCode
 from benchmarks import fuzz_session
 from proxy.core.session import Action, ProtocolViolation, ProxySession
 from proxy.protocol import codec, walker
-from proxy.protocol.apis import known_apis, request_type, response_type
+from proxy.protocol.apis import request_type
 from proxy.protocol.headers import encode_request_header
 
-from .wire import request_frame
+from .wire import every_schema, request_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 # Metadata v12 whose compact topics array claims 2^32-2 entries, then the two booleans: 7 bytes.
@@ -49,17 +49,9 @@ def outcome(session: ProxySession, frame: bytes) -> str:
 # -- the validator agrees with kio on valid bodies -----------------------------------------------------
 
 
-def _every_schema() -> list[type]:
-    out = []
-    for key, info in sorted(known_apis().items()):
-        for version in range(info.min_version, info.max_version + 1):
-            out += [request_type(key, version), response_type(key, version)]
-    return out
-
-
 def test_validator_accepts_every_valid_body_of_every_api_and_version():
     rng = random.Random(7)
-    for cls in _every_schema():
+    for cls in every_schema():
         for _ in range(3):
             body = codec.encode(fuzz_session.generate(cls, rng))
             assert walker.validate(cls, body, 0) == len(body), cls

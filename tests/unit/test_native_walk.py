@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from benchmarks import fuzz_session
 from proxy.protocol import native, plans, splice, walker
-from proxy.protocol.apis import known_apis, request_type, response_type
+from proxy.protocol.apis import request_type
 from proxy.protocol.entities import unwrap
+
+from .wire import every_schema
 
 try:
     import vcproxy_native
@@ -33,15 +35,7 @@ except ImportError:  # CI builds it: missing there is a failure, not a skip
     pytest.skip("vcproxy_native is not built (make .venv/.installed-test builds it)", allow_module_level=True)
 
 
-def _schemas() -> list[type]:
-    out = []
-    for key, info in sorted(known_apis().items()):
-        for version in range(info.min_version, info.max_version + 1):
-            out += [request_type(key, version), response_type(key, version)]
-    return out
-
-
-SCHEMAS = _schemas()
+SCHEMAS = every_schema()
 
 
 def _paths(cls: type, prefix: str = "") -> list[str]:
