@@ -748,3 +748,64 @@ def test_list_config_resources_shows_only_the_vcs_topics_and_groups():
     )
     got, _ = answer(session, 74, 1, codec._empty(ListConfigResourcesResponse, config_resources=listed))
     assert [(r.resource_name, int(r.resource_type)) for r in got.config_resources] == [("orders", 2), ("g", 32)]
+
+
+@pytest.mark.parametrize("spliced", [True, False])
+def test_a_spliced_request_is_held_to_the_vcs_acls_as_a_decoded_one(spliced, monkeypatch):
+    """A VC's ACLs hold on a spliced request as on a decoded one: a group the caller may not read is refused
+    before anything leaves, and a topic it may not read goes up as a placeholder no one has, never as the VC's
+    physical topic (OffsetCommit, the offset commit a consumer repeats)."""
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.types import GroupId, TopicName
+    from kio.static.primitive import i32, i64
+
+    from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
+
+    if not spliced:
+        rules = {k: dataclasses.replace(r, splice=r.splice - {"request"}) for k, r in tenant_rules().items()}
+        monkeypatch.setattr(engine_module, "tenant_rules", lambda: rules)
+    assert ("request" in engine_module.tenant_rules()[8].splice) is spliced
+    image, physical = make_image()
+    secret = f"{uuid.uuid4()}.secret"
+    image.apply(*link_record("team-a", "secret", secret))
+    # g1 and secret have ACLs, for someone else: the VC allows where no ACL is found, as Kafka's default does.
+    grants = (("User:team-a-user", ResourceType.TOPIC, "orders"), ("User:team-a-user", ResourceType.GROUP, "g-ok"))
+    others = (("User:other", ResourceType.TOPIC, "secret"), ("User:other", ResourceType.GROUP, "g1"))
+    for user, kind, name in grants + others:
+        binding = AclBinding(kind, name, PatternType.LITERAL, user, "*", Operation.READ, Permission.ALLOW)
+        image.apply(*acl_record("team-a", binding, True))
+
+    def commit(group: str, topics: tuple[str, ...]) -> Any:
+        part = OffsetCommitRequestPartition(
+            partition_index=i32(0), committed_offset=i64(1), committed_leader_epoch=i32(-1), committed_metadata=""
+        )
+        return OffsetCommitRequest(
+            group_id=GroupId(group),
+            generation_id_or_member_epoch=i32(-1),
+            member_id="",
+            group_instance_id=None,
+            topics=tuple(OffsetCommitRequestTopic(name=TopicName(t), partitions=(part,)) for t in topics),
+        )
+
+    def forwarded(group: str, topics: tuple[str, ...]) -> Any:
+        decision = tenant_session(image).on_request(memoryview(request_frame(8, 8, 9, commit(group, topics))))
+        assert decision.action is Action.FORWARD, decision.reason
+        frame = b"".join(bytes(p) for p in decision.pieces)
+        offset = parse_request_header(frame, api_info(8).request_header_version(8)).body_offset
+        return frame, codec.decode(OffsetCommitRequest, frame, offset)[0]
+
+    # A group it may not read: refused before anything leaves (v8's answer has no top-level error to carry it,
+    # so the connection is closed, as the decoded path has always done).
+    refused = tenant_session(image).on_request(memoryview(request_frame(8, 8, 7, commit("g1", ("orders",)))))
+    assert refused.action is Action.CLOSE and refused.pieces is None and "not authorized: group 'g1'" in refused.reason
+
+    vc = image.vcs["team-a"]
+    frame, body = forwarded("g-ok", ("orders", "secret"))  # a topic it may not read: a placeholder too
+    assert body.group_id == vc.physical_group("g-ok")
+    names = [t.name for t in body.topics]
+    assert names[0] == physical["team-a"]
+    assert names[1].endswith(".secret") and names[1] != secret and secret.encode() not in frame
