@@ -45,7 +45,8 @@ class Proxy:
     mode: str
     port: int
     proc: subprocess.Popen[bytes]
-    runs: dict[int, list[tuple[float, float, float]]] = field(default_factory=dict)  # depth -> (µs, vol, invol)
+    # depth -> (µs, vol, invol, µs in the kernel)
+    runs: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
 
     @property
@@ -56,9 +57,10 @@ class Proxy:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def cpu(self) -> float:
+    def cpu(self) -> tuple[float, float]:
+        """(user, system) seconds of the proxy process."""
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        return int(fields[11]) / TICK, int(fields[12]) / TICK
 
     def switches(self) -> tuple[int, int]:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
@@ -68,7 +70,14 @@ class Proxy:
 
 
 def start_proxy(
-    work: Path, checkout: str, src: Path, mode: str, port: int, upstream: str, extra_env: dict[str, str]
+    work: Path,
+    checkout: str,
+    src: Path,
+    mode: str,
+    port: int,
+    upstream: str,
+    extra_env: dict[str, str],
+    python: str = sys.executable,
 ) -> Proxy:
     cfg: dict[str, object] = {
         "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
@@ -81,7 +90,7 @@ def start_proxy(
     path.write_text(json.dumps(cfg))
     log = (work / f"{checkout}-{mode}.log").open("wb")
     env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1", **extra_env)
-    argv = [sys.executable, "-m", "proxy", "serve", "--config", str(path)]
+    argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 1200
     while b"proxy ready:" not in (work / f"{checkout}-{mode}.log").read_bytes():
@@ -142,11 +151,11 @@ def drive(p: Producer, depth: int, n: int) -> None:
         raise SystemExit(f"{len(failed)} deliveries failed, e.g. {failed[0]}")
 
 
-def measure(proxy: Proxy, p: Producer, depth: int, n: int) -> tuple[float, float, float]:
-    cpu0, (v0, i0) = proxy.cpu(), proxy.switches()
+def measure(proxy: Proxy, p: Producer, depth: int, n: int) -> tuple[float, float, float, float]:
+    (u0, s0), (v0, i0) = proxy.cpu(), proxy.switches()
     drive(p, depth, n)
-    cpu1, (v1, i1) = proxy.cpu(), proxy.switches()
-    return (cpu1 - cpu0) * 1e6 / n, (v1 - v0) / n, (i1 - i0) / n
+    (u1, s1), (v1, i1) = proxy.cpu(), proxy.switches()
+    return (u1 - u0 + s1 - s0) * 1e6 / n, (v1 - v0) / n, (i1 - i0) / n, (s1 - s0) * 1e6 / n
 
 
 def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tuple[float, dict[str, float]]:
@@ -174,7 +183,8 @@ def main() -> None:
         "--checkout",
         action="append",
         required=True,
-        help="NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy, and its environment (e.g. VCPROXY_PURE=1)",
+        help="NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy and its environment (e.g. VCPROXY_PURE=1);"
+        " python=PATH runs it on another interpreter (one with vcproxy's dependencies: a virtualenv's)",
     )
     ap.add_argument("--modes", default="passthrough,tenant")
     ap.add_argument("--depths", default="1,5")
@@ -193,8 +203,11 @@ def main() -> None:
             name, _, rest = spec.partition("=")
             src, *assignments = rest.split(",")
             extra_env = dict(a.split("=", 1) for a in assignments)
+            python = extra_env.pop("python", sys.executable)
             for mode in args.modes.split(","):
-                proxies.append(start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap, extra_env))
+                proxies.append(
+                    start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap, extra_env, python)
+                )
                 port += 20
         for proxy in proxies:
             create_topic(proxy)
@@ -227,7 +240,10 @@ def main() -> None:
 
 def report(proxies: list[Proxy], depths: list[int], args: argparse.Namespace) -> None:
     print(f"{args.requests} Produce requests of ~3.4 KB per run, {args.rounds} rounds, medians (range)")
-    print(f"{'proxy':24} {'depth':>5} {'CPU µs/req':>22} {'vol cs/req':>10} {'invol cs/req':>12} {'syscalls/req':>12}")
+    print(
+        f"{'proxy':24} {'depth':>5} {'CPU µs/req':>22} {'of it kernel':>12} {'vol cs/req':>10} {'invol cs/req':>12}"
+        f" {'syscalls/req':>12}"
+    )
     out = []
     for x in proxies:
         for d in depths:
@@ -235,9 +251,10 @@ def report(proxies: list[Proxy], depths: list[int], args: argparse.Namespace) ->
             vol = statistics.median(r[1] for r in x.runs[d])
             invol = statistics.median(r[2] for r in x.runs[d])
             sc = x.syscalls.get(d, (float("nan"), {}))[0]
+            kernel = statistics.median(r[3] for r in x.runs[d])
             cpu = f"{statistics.median(us):.0f} ({min(us):.0f}..{max(us):.0f})"
-            print(f"{x.name:24} {d:>5} {cpu:>22} {vol:>10.2f} {invol:>12.2f} {sc:>12.1f}")
-            out.append({"proxy": x.name, "depth": d, "cpu_us": us, "vol": vol, "invol": invol,
+            print(f"{x.name:24} {d:>5} {cpu:>22} {kernel:>12.0f} {vol:>10.2f} {invol:>12.2f} {sc:>12.1f}")
+            out.append({"proxy": x.name, "depth": d, "cpu_us": us, "kernel_us": kernel, "vol": vol, "invol": invol,
                         "syscalls": x.syscalls.get(d)})  # fmt: skip
     for x in proxies:
         for d, (_total, calls) in x.syscalls.items():
