@@ -7,7 +7,9 @@ time (`depth 1`: produce, flush) or with up to 5 in flight (`depth 5`). Around e
 proxy's utime+stime (/proc/PID/stat) and voluntary + involuntary context switches (/proc/PID/status);
 the order of the proxies rotates every round, so the machine's load hits all alike; medians reported.
 With --strace, one more run per proxy and depth under `strace -c -f`, counting system calls only
-(strace inflates CPU: that run's CPU is not used).
+(strace inflates CPU: that run's CPU is not used). With --kroxylicious LIBS (its jars, as bench_peers.py
+installs them), Kroxylicious runs beside, without and with its MultiTenant filter, driven alike (the JVMs
+get a longer warm-up, for their JIT).
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -22,6 +24,7 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -63,9 +66,14 @@ class Proxy:
         return int(fields[11]) / TICK, int(fields[12]) / TICK
 
     def switches(self) -> tuple[int, int]:
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
-        invol = int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        """Voluntary and involuntary context switches of all the process' threads (a JVM's event loops, the
+        state topic's client threads)."""
+        vol = invol = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that just ended
+                status = (task / "status").read_text()
+                vol += int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+                invol += int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
         return vol, invol
 
 
@@ -99,6 +107,54 @@ def start_proxy(
             raise SystemExit(f"{checkout}/{mode} did not start: see {work}/{checkout}-{mode}.log")
         time.sleep(0.2)
     return Proxy(checkout, mode, port, proc)
+
+
+def start_kroxylicious(work: Path, libs: Path, mode: str, port: int, upstream: str) -> Proxy:
+    """Kroxylicious in front of `upstream` (as bench_peers.py runs it): a port per node; `multitenant` adds
+    its MultiTenant filter (topics prefixed by the virtual cluster's name)."""
+    brokers = AdminClient({"bootstrap.servers": upstream}).list_topics(timeout=30).brokers
+    ids = sorted(brokers)
+    lines = [
+        "virtualClusters:",
+        "  - name: bench",
+        "    targetCluster:",
+        f"      bootstrapServers: {upstream}",
+        "    gateways:",
+        "      - name: default",
+        "        portIdentifiesNode:",
+        f"          bootstrapAddress: 127.0.0.1:{port}",
+        f"          nodeStartPort: {port + 1}",
+        "          nodeIdRanges:",
+        f"            - {{name: brokers, start: {ids[0]}, end: {ids[-1]}}}",
+        "    logNetwork: false",
+        "    logFrames: false",
+    ]
+    if mode == "multitenant":
+        lines += [
+            "filterDefinitions:",
+            "  - name: multitenant",
+            "    type: MultiTenant",
+            "    config:",
+            '      prefixResourceNameSeparator: "-"',
+            "defaultFilters:",
+            "  - multitenant",
+        ]
+    path = work / f"kroxylicious-{mode}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    log_path = work / f"kroxylicious-{mode}.log"
+    argv = ["java", "-XX:+ExitOnOutOfMemoryError", "-cp", f"{libs}/*", "io.kroxylicious.app.Kroxylicious"]
+    proc = subprocess.Popen(
+        [*argv, "--config", str(path)], cwd=work, stdout=log_path.open("wb"), stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 300
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"kroxylicious/{mode} did not start: see {log_path}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            break
+        time.sleep(0.2)
+    return Proxy("kroxylicious", mode, port, proc)
 
 
 def create_topic(proxy: Proxy) -> None:
@@ -192,6 +248,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--port", type=int, default=29600)
     ap.add_argument("--strace", action="store_true")
+    ap.add_argument(
+        "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
@@ -209,12 +268,18 @@ def main() -> None:
                     start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap, extra_env, python)
                 )
                 port += 20
+        if args.kroxylicious is not None:
+            for mode in ("passthrough", "multitenant"):
+                proxies.append(start_kroxylicious(work, args.kroxylicious.resolve(), mode, port, args.bootstrap))
+                port += 20
         for proxy in proxies:
             create_topic(proxy)
         producers = {(x.name, d): producer(x, d) for x in proxies for d in depths}
-        for x in proxies:  # warm-up, unmeasured
+        for x in proxies:  # warm-up, unmeasured (longer for a JVM's JIT)
             for d in depths:
-                drive(producers[x.name, d], d, args.requests // 3)
+                drive(
+                    producers[x.name, d], d, args.requests * 2 if x.checkout == "kroxylicious" else args.requests // 3
+                )
         for r in range(args.rounds):
             order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
             for x in order:
