@@ -137,10 +137,6 @@ class ClientConnection:
         self._to_upstream: list[bytes | memoryview] = []
         self._to_client: list[bytes | memoryview] = []
         self._work = trio.Event()  # set when a request is queued, so the response pump looks again
-        # The response pump with nothing outstanding waits on the broker's socket itself (not on `_work`): the
-        # answer to the next forwarded request wakes it, with no hand-off between the pumps per request. This
-        # scope is that wait; a request answered here (or the upstream's replacement, or the end) cancels it.
-        self._idle: trio.CancelScope | None = None
         self._room = trio.Event()  # set when an answer left, so a request pump at max_in_flight reads on
         self._requests_done = False
         self._request_scope: trio.CancelScope | None = None
@@ -194,10 +190,7 @@ class ClientConnection:
         if self._scope is not None:
             self._close(self._scope, reason)
 
-    def _wake(self, upstream: bool = False) -> None:
-        """A request is queued; `upstream`: it went to the broker, whose answer wakes an idle response pump."""
-        if not upstream and self._idle is not None:
-            self._idle.cancel()
+    def _wake(self) -> None:
         self._work.set()
         self._work = trio.Event()
 
@@ -237,8 +230,6 @@ class ClientConnection:
                 await self._room.wait()
             old, self.upstream, self.upstream_reader, self.upstream_writer = self.upstream, None, None, None
             self._upstream_open = trio.Event()
-            if self._idle is not None:  # the response pump waits on the old socket: on `_work` instead
-                self._idle.cancel()
             await trio.aclose_forcefully(old)
         if self.upstream is None:
             self._upstream_login = login
@@ -357,28 +348,12 @@ class ClientConnection:
                     # A local answer does no I/O: without this, one client pipelining requests the proxy
                     # answers itself would hold the event loop for as long as its buffer lasts.
                     await trio.lowlevel.checkpoint()
-                self._wake(upstream=decision.action is Action.FORWARD)
+                self._wake()
         # Client finished sending (EOF or drain): what was read goes upstream; the response pump ends once
         # everything is answered.
         await self._flush_upstream()
         self._requests_done = True
         self._wake()
-
-    async def _idle_on_upstream(self, reader: FrameReader) -> None:
-        """Nothing outstanding: wait until the broker sends (the next forwarded request's answer), or until a
-        request answered here, the upstream's replacement or the end cancels the wait."""
-        with trio.CancelScope() as self._idle:
-            await reader.wait_readable()
-        self._idle = None
-        if self.session.in_flight or self._requests_done or reader is not self.upstream_reader:
-            return
-        # The broker spoke with nothing asked of it: its end of stream (it closed an idle connection), or bytes
-        # no request awaits (on_response refuses them).
-        frame = await reader.next_frame()
-        if frame is None:
-            self.close_reason = "upstream broker closed the connection"
-            raise trio.BrokenResourceError(self.close_reason)
-        self.session.on_response(frame)
 
     async def _response_pump(self, connection_scope: trio.CancelScope) -> None:
         session = self.session
@@ -415,10 +390,7 @@ class ClientConnection:
                 if self._requests_done:
                     connection_scope.cancel()
                     return
-                if reader is not None and reader.waits_on_socket:
-                    await self._idle_on_upstream(reader)
-                else:
-                    await self._work.wait()
+                await self._work.wait()
                 continue
             if self._received >= self._sent:  # queued, not sent yet (a relayed login's connection is opening)
                 await self._work.wait()

@@ -44,21 +44,7 @@ class FrameReader:
         # The last receive left room in the buffer, so the kernel had no more: wait for readiness rather than
         # try a receive that would fail with EAGAIN. True at first: the peer has not necessarily sent yet.
         self._drained = True
-        # wait_readable() returned: the next receive tries the kernel at once, with no scheduling point of its
-        # own (the wait was one).
-        self._readable = False
         self._unyielded = 0  # frames handed out since this reader last let other tasks run
-
-    @property
-    def waits_on_socket(self) -> bool:
-        """A plain socket, whose readiness wait_readable() can await (not TLS)."""
-        return self._socket is not None
-
-    async def wait_readable(self) -> None:
-        """Until the peer has sent something (bytes or its end of stream), without receiving it."""
-        assert self._socket is not None
-        await trio.lowlevel.wait_readable(self._socket)
-        self._readable = True
 
     def frame_ready(self) -> bool:
         """A whole frame is buffered: next_frame() returns it without a system call."""
@@ -86,9 +72,7 @@ class FrameReader:
         assert sock is not None
         self._unyielded = 0
         try:
-            if self._readable:
-                self._readable = False
-            elif self._drained:
+            if self._drained:
                 await trio.lowlevel.wait_readable(sock)
             else:
                 await trio.lowlevel.checkpoint()  # one scheduling point per receive

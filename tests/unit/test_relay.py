@@ -522,11 +522,7 @@ class _Shell:
     """A ClientConnection between an in-memory client and in-memory brokers that answer as told."""
 
     def __init__(
-        self,
-        nursery: Any,
-        limits: Any = None,
-        answer_authenticate: Callable[[int], bytes | None] | None = None,
-        sockets: bool = False,
+        self, nursery: Any, limits: Any = None, answer_authenticate: Callable[[int], bytes | None] | None = None
     ):
         import trio.testing
 
@@ -548,9 +544,6 @@ class _Shell:
         )
         self.replies = FrameReader(self.client, 1 << 20, 1 << 16)
         self.closed = trio.Event()
-        # sockets: the brokers are the far ends of socket pairs (the shell's own readiness waits), not memory
-        self.sockets = sockets
-        self.brokers: list[Any] = []  # the broker side of each upstream connection, in order
 
         async def run() -> None:
             await self.connection.run()
@@ -564,12 +557,7 @@ class _Shell:
     async def _connect(self, login: bool) -> Any:
         import trio.testing
 
-        if self.sockets:
-            a, b = trio.socket.socketpair()
-            ours, theirs = trio.SocketStream(a), trio.SocketStream(b)
-        else:
-            ours, theirs = trio.testing.memory_stream_pair()
-        self.brokers.append(theirs)
+        ours, theirs = trio.testing.memory_stream_pair()
         self.logins.append(login)
         self.seen.append([])
         self.nursery.start_soon(self._broker, theirs, self.seen[-1])
@@ -699,51 +687,3 @@ async def test_the_idle_clock_starts_at_the_login_not_at_its_deadline(autojump_c
         await shell.closed.wait()
         assert trio.current_time() - logged_in <= 3
         assert shell.connection.close_reason == "idle for 2 s (connections_max_idle_ms)"
-
-
-async def test_with_nothing_outstanding_the_shell_waits_on_the_brokers_socket():
-    """On plain sockets the response pump, with nothing outstanding, waits on the broker's socket itself (one
-    wake-up per forwarded request's answer). A request answered by the proxy, and the relayed login's new
-    broker connection, each end that wait: the same exchange as over memory streams."""
-    async with trio.open_nursery() as nursery:
-        shell = _Shell(nursery, sockets=True)
-        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
-        with trio.fail_after(10):
-            while shell.connection._idle is None:  # the pump waits on the socket, not on the request pump
-                await trio.sleep(0.01)
-        assert (await shell.ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none  # local
-        answer = await shell.ask(AUTHENTICATE, 2, 3, auth_bytes=b"\0carol\0carol-secret")  # a new upstream
-        assert answer.error_code == ErrorCode.none
-        assert shell.logins == [True, False]
-        assert shell.seen == [[API_VERSIONS], [HANDSHAKE, AUTHENTICATE]]
-        for n in range(4, 8):  # idle between each, woken by each answer
-            assert await shell.ask(API_VERSIONS, 3, n, client_software_name="t", client_software_version="1")
-        assert shell.seen[1][2:] == [API_VERSIONS] * 4
-        await shell.client.aclose()
-
-
-async def test_a_broker_closing_an_idle_connection_closes_the_clients_at_once():
-    """Nothing outstanding, the broker closes its end (its own connections.max.idle.ms, a restart): the client
-    connection closes then, not at its next request, so the client re-bootstraps before it needs to."""
-    async with trio.open_nursery() as nursery:
-        shell = _Shell(nursery, sockets=True)
-        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
-        await shell.brokers[0].aclose()
-        with trio.fail_after(10):
-            await shell.closed.wait()
-            assert await shell.replies.next_frame() is None  # closed, with nothing sent
-        assert shell.connection.close_reason.endswith("upstream broker closed the connection")
-
-
-async def test_a_broker_speaking_unasked_closes_the_connection(caplog):
-    """Bytes from the broker with nothing outstanding answer no request: the connection closes, with one line."""
-    caplog.set_level(logging.DEBUG, logger="proxy")
-    async with trio.open_nursery() as nursery:
-        shell = _Shell(nursery, sockets=True)
-        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
-        await shell.brokers[0].send_all(_handshake_response(99))
-        with trio.fail_after(10):
-            await shell.closed.wait()
-        assert "no request outstanding" in shell.connection.close_reason
-        closing = [r for r in caplog.records if "closing" in r.getMessage()]
-        assert len(closing) == 1 and closing[0].levelname == "INFO", closing
