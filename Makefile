@@ -1,8 +1,9 @@
 # The two commands a new user needs: `make run` and `make test`.
 # The virtualenv's interpreter: the distribution's CPython (/usr/bin/python3) when it is 3.11 or newer and can
 # make a virtualenv, else python3 from PATH; PYTHON=... chooses another. Debian, Ubuntu and Fedora build theirs
-# with PGO and LTO, as the image's base does: on this project's machines the proxy spends 0.85-0.9x the CPU per
-# request on it that it spends on a plain source build such as pyenv's (docs/performance.md, "The interpreter").
+# with profile-guided optimisation, as the image's base is: on this project's machines the proxy spends 0.86-0.9x
+# the CPU per request on it that it spends on pyenv's plain build (docs/performance.md, "A lone request beside
+# Kroxylicious, and the interpreter").
 PYTHON ?= $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& echo /usr/bin/python3 || echo python3)
 VENV ?= .venv
