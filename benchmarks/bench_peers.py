@@ -86,6 +86,43 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def kroxylicious_config(upstream: str, port: int, node_ids: list[int], multitenant: bool) -> str:
+    """Kroxylicious in front of `upstream`: one virtual cluster, a port per node from `port` + 1; `multitenant`
+    adds its MultiTenant filter (topic names prefixed by the virtual cluster's). Also shell_cost.py's."""
+    lines = [
+        "virtualClusters:",
+        f"  - name: {VC_NAME}",
+        "    targetCluster:",
+        f"      bootstrapServers: {upstream}",
+        "    gateways:",
+        "      - name: default",
+        "        portIdentifiesNode:",
+        f"          bootstrapAddress: 127.0.0.1:{port}",
+        f"          nodeStartPort: {port + 1}",
+        "          nodeIdRanges:",
+        f"            - {{name: brokers, start: {node_ids[0]}, end: {node_ids[-1]}}}",
+        "    logNetwork: false",
+        "    logFrames: false",
+    ]
+    if multitenant:
+        lines += [
+            "filterDefinitions:",
+            "  - name: multitenant",
+            "    type: MultiTenant",
+            "    config:",
+            '      prefixResourceNameSeparator: "-"',
+            "defaultFilters:",
+            "  - multitenant",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def kroxylicious_argv(libs: Path, config: Path, opts: tuple[str, ...] = ()) -> list[str]:
+    """What kroxylicious-start.sh/run-java.sh give it outside a container: JVM defaults + ExitOnOutOfMemoryError."""
+    main = "io.kroxylicious.app.Kroxylicious"
+    return ["java", "-XX:+ExitOnOutOfMemoryError", *opts, "-cp", f"{libs}/*", main, "--config", str(config)]
+
+
 class BenchError(RuntimeError):
     pass
 
@@ -591,37 +628,10 @@ class Bench:
             bootstrap = f"127.0.0.1:{port}"
         elif variant.startswith("kroxylicious"):
             ids = sorted(b[0] for b in self.brokers())
-            lines = [
-                "virtualClusters:",
-                f"  - name: {VC_NAME}",
-                "    targetCluster:",
-                f"      bootstrapServers: {upstream}",
-                "    gateways:",
-                "      - name: default",
-                "        portIdentifiesNode:",
-                f"          bootstrapAddress: 127.0.0.1:{port}",
-                f"          nodeStartPort: {port + 1}",
-                "          nodeIdRanges:",
-                f"            - {{name: brokers, start: {ids[0]}, end: {ids[-1]}}}",
-                "    logNetwork: false",
-                "    logFrames: false",
-            ]
-            if variant == "kroxylicious-mt":
-                lines += [
-                    "filterDefinitions:",
-                    "  - name: multitenant",
-                    "    type: MultiTenant",
-                    "    config:",
-                    '      prefixResourceNameSeparator: "-"',
-                    "defaultFilters:",
-                    "  - multitenant",
-                ]
             path = cfg_dir / f"{variant}.yaml"
-            path.write_text("\n".join(lines) + "\n")
-            opts = os.environ.get("KROXYLICIOUS_JAVA_OPTS", "").split()
-            # What kroxylicious-start.sh/run-java.sh give it outside a container: JVM defaults + ExitOnOutOfMemoryError.
-            argv = ["java", "-XX:+ExitOnOutOfMemoryError", *opts, "-cp", f"{self.kroxy_libs}/*",
-                    "io.kroxylicious.app.Kroxylicious", "--config", str(path)]  # fmt: skip
+            path.write_text(kroxylicious_config(upstream, port, ids, multitenant=variant == "kroxylicious-mt"))
+            opts = tuple(os.environ.get("KROXYLICIOUS_JAVA_OPTS", "").split())
+            argv = kroxylicious_argv(self.kroxy_libs, path, opts)
             cwd = self.work
             bootstrap = f"127.0.0.1:{port}"
         elif variant == "kafka-proxy":

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench_peers import kroxylicious_argv, kroxylicious_config  # this directory is on sys.path (a script's)
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -112,40 +113,12 @@ def start_proxy(
 def start_kroxylicious(work: Path, libs: Path, mode: str, port: int, upstream: str) -> Proxy:
     """Kroxylicious in front of `upstream` (as bench_peers.py runs it): a port per node; `multitenant` adds
     its MultiTenant filter (topics prefixed by the virtual cluster's name)."""
-    brokers = AdminClient({"bootstrap.servers": upstream}).list_topics(timeout=30).brokers
-    ids = sorted(brokers)
-    lines = [
-        "virtualClusters:",
-        "  - name: bench",
-        "    targetCluster:",
-        f"      bootstrapServers: {upstream}",
-        "    gateways:",
-        "      - name: default",
-        "        portIdentifiesNode:",
-        f"          bootstrapAddress: 127.0.0.1:{port}",
-        f"          nodeStartPort: {port + 1}",
-        "          nodeIdRanges:",
-        f"            - {{name: brokers, start: {ids[0]}, end: {ids[-1]}}}",
-        "    logNetwork: false",
-        "    logFrames: false",
-    ]
-    if mode == "multitenant":
-        lines += [
-            "filterDefinitions:",
-            "  - name: multitenant",
-            "    type: MultiTenant",
-            "    config:",
-            '      prefixResourceNameSeparator: "-"',
-            "defaultFilters:",
-            "  - multitenant",
-        ]
+    ids = sorted(AdminClient({"bootstrap.servers": upstream}).list_topics(timeout=30).brokers)
     path = work / f"kroxylicious-{mode}.yaml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(kroxylicious_config(upstream, port, ids, multitenant=mode == "multitenant"))
     log_path = work / f"kroxylicious-{mode}.log"
-    argv = ["java", "-XX:+ExitOnOutOfMemoryError", "-cp", f"{libs}/*", "io.kroxylicious.app.Kroxylicious"]
-    proc = subprocess.Popen(
-        [*argv, "--config", str(path)], cwd=work, stdout=log_path.open("wb"), stderr=subprocess.STDOUT
-    )
+    argv = kroxylicious_argv(libs, path)
+    proc = subprocess.Popen(argv, cwd=work, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while True:
         if proc.poll() is not None or time.monotonic() > deadline:
