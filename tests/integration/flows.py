@@ -61,7 +61,9 @@ def _ends(flow: Flow, start: float, seconds: float) -> float:
 
 def produce_for(config: dict[str, Any], topic: str, seconds: float, pace: float | None = None) -> Flow:
     """Produce VALUE-byte records for `seconds` from the first acknowledged one, as fast as the producer may
-    (or at `pace` bytes/s)."""
+    (or at `pace` bytes/s, counted from that first acknowledgement: a pace counted from the start would let the
+    producer queue what it could not send while connecting and send it in one burst, so a short run measured
+    faster than its pace and a long one)."""
     flow = Flow()
     producer = Producer(
         {**config, "acks": "all", "linger.ms": 5, "queue.buffering.max.kbytes": 2048,
@@ -78,9 +80,13 @@ def produce_for(config: dict[str, Any], topic: str, seconds: float, pace: float 
     start = time.monotonic()
     sent = 0
     while (now := time.monotonic()) < _ends(flow, start, seconds):
-        if pace is not None and sent >= pace * (now - start):
-            producer.poll(0.002)
-            continue
+        if pace is not None:
+            with flow.lock:
+                first = flow.events[0][0] if flow.events else None
+            # One record until the first is acknowledged, then `pace` from then on.
+            if sent and (first is None or sent >= VALUE + pace * (now - first)):
+                producer.poll(0.002)
+                continue
         try:
             producer.produce(topic, value, on_delivery=delivered)
             sent += VALUE
