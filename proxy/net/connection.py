@@ -384,8 +384,12 @@ class ClientConnection:
                     return
                 continue
             reader = self.upstream_reader
-            if reader is None or not reader.frame_ready():
-                await self._flush_client()  # before a wait, or a receive that moves the bytes the answers held use
+            if self._to_client and (reader is None or not reader.frame_ready()):
+                # Before a wait, or a receive that moves the bytes the answers held use. The send may wait for
+                # a client that reads slowly, and a request answered locally may arrive meanwhile (its wake
+                # would be lost): look again from the top.
+                await self._flush_client()
+                continue
             if not session.in_flight:
                 if self._requests_done:
                     connection_scope.cancel()

@@ -522,7 +522,11 @@ class _Shell:
     """A ClientConnection between an in-memory client and in-memory brokers that answer as told."""
 
     def __init__(
-        self, nursery: Any, limits: Any = None, answer_authenticate: Callable[[int], bytes | None] | None = None
+        self,
+        nursery: Any,
+        limits: Any = None,
+        answer_authenticate: Callable[[int], bytes | None] | None = None,
+        lockstep: bool = False,
     ):
         import trio.testing
 
@@ -533,7 +537,9 @@ class _Shell:
         self.seen: list[list[int]] = []
         self.nursery = nursery
         self.answer_authenticate = answer_authenticate or (lambda cid: _authenticate_response(cid))
-        self.client, proxy_side = trio.testing.memory_stream_pair()
+        # lockstep: the proxy's sends to the client wait until the client reads (a client that reads slowly)
+        pair = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
+        self.client, proxy_side = pair()
         self.connection = ClientConnection(
             proxy_side,
             self._connect,
@@ -687,3 +693,22 @@ async def test_the_idle_clock_starts_at_the_login_not_at_its_deadline(autojump_c
         await shell.closed.wait()
         assert trio.current_time() - logged_in <= 3
         assert shell.connection.close_reason == "idle for 2 s (connections_max_idle_ms)"
+
+
+async def test_a_client_that_reads_late_gets_every_answer_in_order():
+    """Answers wait on a client that is not reading while it asks more, some of it answered by the broker and
+    some by the proxy itself: once it reads, every answer comes, in the order asked, and nothing hangs."""
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, lockstep=True)
+        versions = {"client_software_name": "t", "client_software_version": "1"}
+        await shell.send(API_VERSIONS, 3, 1, **versions)  # forwarded
+        await shell.send(API_VERSIONS, 3, 2, **versions)
+        await shell.send(HANDSHAKE, 1, 3, mechanism="PLAIN")  # answered by the proxy
+        await shell.send(API_VERSIONS, 3, 4, **versions)
+        with trio.fail_after(10):
+            for correlation_id in (1, 2, 3, 4):
+                reply = await shell.replies.next_frame()
+                assert reply is not None, shell.connection.close_reason
+                assert int.from_bytes(reply[4:8], "big") == correlation_id
+        assert shell.seen == [[API_VERSIONS] * 3]
+        await shell.client.aclose()
