@@ -138,9 +138,13 @@ class ClientConnection:
         self._to_client: list[bytes | memoryview] = []
         self._work = trio.Event()  # set when a request is queued, so the response pump looks again
         self._room = trio.Event()  # set when an answer left, so a request pump at max_in_flight reads on
+        # Whether a task waits on each: most requests and answers find nobody waiting, and then cost no Event.
+        self._work_awaited = False
+        self._room_awaited = False
+        self._clock = trio.lowlevel.current_clock()
         self._requests_done = False
         self._request_scope: trio.CancelScope | None = None
-        self._last_active = trio.current_time()
+        self._last_active = self._clock.current_time()
         self.requests = 0
         self.telemetry = telemetry  # spans and metrics; None when both are off (no cost)
         self.close_reason = "client closed the connection"
@@ -191,13 +195,27 @@ class ClientConnection:
             self._close(self._scope, reason)
 
     def _wake(self) -> None:
-        self._work.set()
-        self._work = trio.Event()
+        if self._work_awaited:
+            self._work_awaited = False
+            self._work.set()
+            self._work = trio.Event()
 
     def _answered(self) -> None:
-        self._last_active = trio.current_time()
-        self._room.set()
-        self._room = trio.Event()
+        self._last_active = self._clock.current_time()
+        if self._room_awaited:
+            self._room_awaited = False
+            self._room.set()
+            self._room = trio.Event()
+
+    async def _wait_room(self) -> None:
+        """Until the next answer leaves."""
+        self._room_awaited = True
+        await self._room.wait()
+
+    async def _wait_work(self) -> None:
+        """Until the request pump queues something (or ends)."""
+        self._work_awaited = True
+        await self._work.wait()
 
     def _close(self, scope: trio.CancelScope, reason: str) -> None:
         log.info("%s: closing: %s", self.name, reason)
@@ -219,7 +237,7 @@ class ClientConnection:
                 self._close(connection_scope, f"idle for {self.limits.idle_timeout:g} s (connections_max_idle_ms)")
                 return
             else:  # a request is waiting upstream (a long poll, a rebalance): not idle until it is answered
-                await self._room.wait()
+                await self._wait_room()
 
     async def _open_upstream(self, login: bool = True) -> trio.abc.Stream:
         """The broker connection, opened by the first request that needs it (`login`: the proxy's own)."""
@@ -227,7 +245,7 @@ class ClientConnection:
             # A relayed login on a connection opened with the proxy's login: once everything sent on it is
             # answered, a new one without (never the proxy's identity for a principal it does not know).
             while self._received < self._sent:
-                await self._room.wait()
+                await self._wait_room()
             old, self.upstream, self.upstream_reader, self.upstream_writer = self.upstream, None, None, None
             self._upstream_open = trio.Event()
             await trio.aclose_forcefully(old)
@@ -296,13 +314,13 @@ class ClientConnection:
                 # Like a broker muting a channel with a response pending: read no further ahead than this.
                 while len(session.in_flight) >= self.limits.max_in_flight:
                     await self._flush_upstream()
-                    await self._room.wait()
+                    await self._wait_room()
                 if not reader.frame_ready():
                     await self._flush_upstream()  # before the reader moves the bytes the frames held point into
                 frame = await reader.next_frame()
                 if frame is None:
                     break
-                self._last_active = trio.current_time()
+                self._last_active = self._clock.current_time()
                 telemetry = self.telemetry
                 started = time.time_ns() if telemetry is not None else 0
                 decision = session.on_request(frame)
@@ -394,10 +412,10 @@ class ClientConnection:
                 if self._requests_done:
                     connection_scope.cancel()
                     return
-                await self._work.wait()
+                await self._wait_work()
                 continue
             if self._received >= self._sent:  # queued, not sent yet (a relayed login's connection is opening)
-                await self._work.wait()
+                await self._wait_work()
                 continue
             if self.upstream_reader is None:
                 await self._upstream_open.wait()

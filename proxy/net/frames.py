@@ -102,6 +102,10 @@ class FrameReader:
         return len(data)
 
 
+def _nbytes(piece: bytes | bytearray | memoryview) -> int:
+    return piece.nbytes if isinstance(piece, memoryview) else len(piece)
+
+
 class FrameWriter:
     """Sends pieces of frames in order, all of them before it returns."""
 
@@ -115,23 +119,37 @@ class FrameWriter:
             for piece in pieces:
                 await self.stream.send_all(piece)
             return
-        views = [memoryview(p).cast("B") for p in pieces]
         try:
-            while views:
+            if len(pieces) <= IOV_MAX:  # the usual case: the kernel takes it all at once, nothing to slice
+                try:
+                    n = os.writev(sock.fileno(), pieces)
+                except BlockingIOError:
+                    n = 0
+                if n == sum(map(_nbytes, pieces)):
+                    return
+                views = [memoryview(p).cast("B") for p in pieces]
+            else:
+                views = [memoryview(p).cast("B") for p in pieces]
                 try:
                     n = os.writev(sock.fileno(), views[:IOV_MAX])
                 except BlockingIOError:
                     n = 0
+            while True:
                 # Drop what was sent: whole pieces, then the front of the first one left.
                 i = 0
                 while i < len(views) and n >= len(views[i]):
                     n -= len(views[i])
                     i += 1
                 del views[:i]
-                if views:
-                    if n:
-                        views[0] = views[0][n:]
-                    else:
-                        await trio.lowlevel.wait_writable(sock)  # the kernel's buffer is full: the peer reads slowly
+                if not views:
+                    return
+                if n:
+                    views[0] = views[0][n:]
+                else:
+                    await trio.lowlevel.wait_writable(sock)  # the kernel's buffer is full: the peer reads slowly
+                try:
+                    n = os.writev(sock.fileno(), views[:IOV_MAX])
+                except BlockingIOError:
+                    n = 0
         except OSError as exc:
             raise trio.BrokenResourceError(str(exc)) from exc

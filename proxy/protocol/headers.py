@@ -8,9 +8,12 @@ use v0 so that a client can parse them before it knows the broker's versions.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
-from .primitives import INT16, INT32, read_int16, read_int32, read_nullable_string, skip_tagged_fields
+from .primitives import INT16, INT32, TruncatedError, skip_tagged_fields
+
+_FIXED = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id's length
 
 
 @dataclass(slots=True)
@@ -31,12 +34,23 @@ def peek_request(frame: memoryview | bytes) -> tuple[int, int, int]:
 
 
 def parse_request_header(frame: memoryview | bytes, header_version: int) -> RequestHeader:
-    api_key, offset = read_int16(frame, 4)
-    api_version, offset = read_int16(frame, offset)
-    correlation_id, offset = read_int32(frame, offset)
-    client_id, offset = read_nullable_string(frame, offset)
+    if len(frame) < 14:
+        raise TruncatedError("request shorter than its header")
+    # Once per request: the fixed part in one unpack, as read_int16/read_int32/read_nullable_string read it.
+    api_key, api_version, correlation_id, length = _FIXED.unpack_from(frame, 4)
+    offset = 14
+    if length < 0:
+        client_id = None
+    else:
+        if offset + length > len(frame):
+            raise TruncatedError("string past end of buffer")
+        client_id = str(frame[offset : offset + length], "utf-8")
+        offset += length
     if header_version >= 2:
-        offset = skip_tagged_fields(frame, offset)
+        if offset < len(frame) and frame[offset] == 0:  # no tagged fields, as nearly every client sends
+            offset += 1
+        else:
+            offset = skip_tagged_fields(frame, offset)
     return RequestHeader(api_key, api_version, correlation_id, client_id, header_version, offset)
 
 

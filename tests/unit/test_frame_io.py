@@ -3,8 +3,10 @@ order and back-pressure, and a reader with many frames buffered still lets other
 
 from __future__ import annotations
 
+import array
 import itertools
 
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -116,9 +118,21 @@ async def test_reader_raises_at_an_end_in_the_middle_of_a_frame():
     raise AssertionError("no FrameError")
 
 
-async def test_writer_sends_pieces_in_order_and_waits_for_a_slow_reader():
+def _many_pieces() -> list[bytes | bytearray | memoryview]:
+    """More pieces than one writev takes (IOV_MAX), of every kind a pump sends, some of them empty."""
+    words = array.array("I", range(250))  # a view of it is not of bytes: 1,000 bytes, 250 items
+    kinds = [bytes(range(256)) * 7, bytearray(b"y" * 999), memoryview(b"z" * 1_500)[3:], b"", memoryview(words)]
+    pieces = [kinds[i % len(kinds)] for i in range(3_000)]
+    return pieces
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["large-pieces", "more-than-iov-max"])
+async def test_writer_sends_pieces_in_order_and_waits_for_a_slow_reader(many):
     left, right = await pair()
-    pieces = [bytes([i]) * 100_000 for i in range(40)]  # 4 MB: far more than the socket buffers hold
+    # Either way, far more than the socket buffers hold
+    pieces = _many_pieces() if many else [bytes([i]) * 100_000 for i in range(40)]
+    total = sum(memoryview(p).nbytes for p in pieces)
+    assert total > 3_000_000
     sent = trio.Event()
 
     async def write() -> None:
@@ -130,7 +144,7 @@ async def test_writer_sends_pieces_in_order_and_waits_for_a_slow_reader():
         await trio.testing.wait_all_tasks_blocked()
         assert not sent.is_set()  # back-pressure: the writer waits while nobody reads
         received = bytearray()
-        while len(received) < 4_000_000:
+        while len(received) < total:
             received += await right.receive_some(1 << 16)
     assert sent.is_set()
     assert received == b"".join(pieces)
