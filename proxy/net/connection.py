@@ -36,6 +36,7 @@ from ..protocol.framing import FrameError
 from .frames import FrameReader, FrameWriter
 
 if TYPE_CHECKING:
+    from ..core.exchange import Exchange
     from ..observability.tracing import ConnectionTelemetry
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class ClientConnection:
         self._room_awaited = False
         self._clock = trio.lowlevel.current_clock()
         self._requests_done = False
+        self._reading = False  # the response pump waits on the broker's socket (or reads it)
         self._request_scope: trio.CancelScope | None = None
         self._last_active = self._clock.current_time()
         self.requests = 0
@@ -366,39 +368,53 @@ class ClientConnection:
                     # A local answer does no I/O: without this, one client pipelining requests the proxy
                     # answers itself would hold the event loop for as long as its buffer lasts.
                     await trio.lowlevel.checkpoint()
+                    if self._reading and (local := session.next_local_reply()) is not None:
+                        # The oldest outstanding, and the response pump waits on the broker with nothing
+                        # to write: answered here, in order (nothing the broker will answer comes before it).
+                        if await self._answer_local(local, connection_scope):
+                            return
+                        continue
                 self._wake()
         # Client finished sending (EOF or drain): what was read goes upstream; the response pump ends once
         # everything is answered.
         await self._flush_upstream()
         self._requests_done = True
+        if self._reading and not session.in_flight:  # the response pump waits on the broker for nothing
+            connection_scope.cancel()
         self._wake()
+
+    async def _answer_local(self, local: Exchange, connection_scope: trio.CancelScope) -> bool:
+        """Send a request's local answer (the oldest outstanding, dequeued); True if the connection closes."""
+        assert local.reply is not None
+        await self._flush_client()
+        if local.decide is not None and self.decide_state is not None:
+            # Decided again against the log, one replica at a time; answered once applied here.
+            body, local.writes = await self.decide_state(local.decide)
+            local.reply = codec.response_frame(local.correlation_id, local.response_header_version, body)
+        else:
+            await self._persist(local.writes)
+            audit.emit(local.audit)  # the local decision stands (no state topic to decide against)
+        if local.close_after and self.limits.failed_authentication_delay > 0:
+            # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
+            await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
+        await self._send((local.reply,))
+        log_local_answer(local, self.name)
+        if self.telemetry is not None:
+            self.telemetry.on_reply(local, [local.reply], None)
+        self._answered()
+        if local.close_after:
+            log.info("%s: closing after failed authentication", self.name)
+            self.close_reason = "failed authentication"
+            connection_scope.cancel()
+            return True
+        return False
 
     async def _response_pump(self, connection_scope: trio.CancelScope) -> None:
         session = self.session
         while True:
             local = session.next_local_reply()
             if local is not None:
-                assert local.reply is not None
-                await self._flush_client()
-                if local.decide is not None and self.decide_state is not None:
-                    # Decided again against the log, one replica at a time; answered once applied here.
-                    body, local.writes = await self.decide_state(local.decide)
-                    local.reply = codec.response_frame(local.correlation_id, local.response_header_version, body)
-                else:
-                    await self._persist(local.writes)
-                    audit.emit(local.audit)  # the local decision stands (no state topic to decide against)
-                if local.close_after and self.limits.failed_authentication_delay > 0:
-                    # Kafka's connection.failed.authentication.delay.ms: a guesser waits for each answer.
-                    await trio.sleep(self.limits.failed_authentication_delay * local.delay_factor)
-                await self._send((local.reply,))
-                log_local_answer(local, self.name)
-                if self.telemetry is not None:
-                    self.telemetry.on_reply(local, [local.reply], None)
-                self._answered()
-                if local.close_after:
-                    log.info("%s: closing after failed authentication", self.name)
-                    self.close_reason = "failed authentication"
-                    connection_scope.cancel()
+                if await self._answer_local(local, connection_scope):
                     return
                 continue
             reader = self.upstream_reader
@@ -412,16 +428,30 @@ class ClientConnection:
                 if self._requests_done:
                     connection_scope.cancel()
                     return
+                if reader is None:  # no broker connection yet: the request pump opens one, then wakes this
+                    await self._wait_work()
+                    continue
+                # Nothing outstanding: wait on the broker's socket itself, so the next answer wakes this pump
+                # directly (no hand-off from the request pump). The request pump answers a local request that
+                # comes meanwhile itself (it is the oldest outstanding, and this pump writes nothing while it
+                # waits); whatever the broker sends now is an answer to a request already queued, or unasked:
+                # on_response refuses a frame with nothing outstanding, and an end of stream closes the client's.
+            elif self._received >= self._sent:  # queued, not sent yet (a relayed login's connection is opening)
                 await self._wait_work()
                 continue
-            if self._received >= self._sent:  # queued, not sent yet (a relayed login's connection is opening)
-                await self._wait_work()
-                continue
-            if self.upstream_reader is None:
+            elif reader is None:
                 await self._upstream_open.wait()
-            reader = self.upstream_reader
-            assert reader is not None
-            frame = await reader.next_frame()
+                reader = self.upstream_reader
+                assert reader is not None
+            self._reading = True
+            try:
+                frame = await reader.next_frame()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                if self.upstream_reader is not reader:  # closed under the wait: a relayed login's replaced it
+                    continue
+                raise
+            finally:
+                self._reading = False
             if frame is None:
                 self.close_reason = "upstream broker closed the connection"
                 raise trio.BrokenResourceError(self.close_reason)

@@ -527,6 +527,7 @@ class _Shell:
         limits: Any = None,
         answer_authenticate: Callable[[int], bytes | None] | None = None,
         lockstep: bool = False,
+        sockets: bool = False,
     ):
         import trio.testing
 
@@ -550,6 +551,9 @@ class _Shell:
         )
         self.replies = FrameReader(self.client, 1 << 20, 1 << 16)
         self.closed = trio.Event()
+        # sockets: the brokers are the far ends of socket pairs (the shell's own readiness waits), not memory
+        self.sockets = sockets
+        self.brokers: list[Any] = []  # the broker side of each upstream connection, in order
 
         async def run() -> None:
             await self.connection.run()
@@ -563,7 +567,12 @@ class _Shell:
     async def _connect(self, login: bool) -> Any:
         import trio.testing
 
-        ours, theirs = trio.testing.memory_stream_pair()
+        if self.sockets:
+            a, b = trio.socket.socketpair()
+            ours, theirs = trio.SocketStream(a), trio.SocketStream(b)
+        else:
+            ours, theirs = trio.testing.memory_stream_pair()
+        self.brokers.append(theirs)
         self.logins.append(login)
         self.seen.append([])
         self.nursery.start_soon(self._broker, theirs, self.seen[-1])
@@ -712,3 +721,100 @@ async def test_a_client_that_reads_late_gets_every_answer_in_order():
                 assert int.from_bytes(reply[4:8], "big") == correlation_id
         assert shell.seen == [[API_VERSIONS] * 3]
         await shell.client.aclose()
+
+
+async def _reading(shell: _Shell) -> None:
+    """Until the response pump waits on the broker's socket (nothing outstanding)."""
+    with trio.fail_after(10):
+        while not shell.connection._reading:
+            await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("sockets", [True, False], ids=["sockets", "memory"])
+async def test_with_nothing_outstanding_the_shell_waits_on_the_brokers_connection(sockets):
+    """With nothing outstanding the response pump waits on the broker's connection itself (one wake-up per
+    forwarded request's answer). A request the proxy answers itself is answered by the request pump then, and
+    the relayed login's new broker connection replaces the one waited on: the same exchanges as before."""
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, sockets=sockets)
+        versions = {"client_software_name": "t", "client_software_version": "1"}
+        assert (await shell.ask(API_VERSIONS, 3, 1, **versions)).api_keys
+        await _reading(shell)
+        assert (await shell.ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none  # local
+        await _reading(shell)
+        answer = await shell.ask(AUTHENTICATE, 2, 3, auth_bytes=b"\0carol\0carol-secret")  # a new upstream
+        assert answer.error_code == ErrorCode.none
+        assert shell.logins == [True, False]
+        assert shell.seen == [[API_VERSIONS], [HANDSHAKE, AUTHENTICATE]]
+        for n in range(4, 8):  # idle between each, woken by each answer
+            await _reading(shell)
+            assert await shell.ask(API_VERSIONS, 3, n, **versions)
+        assert shell.seen[1][2:] == [API_VERSIONS] * 4
+        await shell.client.aclose()
+        with trio.fail_after(10):
+            await shell.closed.wait()  # the client's end: closed with nothing outstanding
+        assert shell.connection.close_reason == "client closed the connection"
+
+
+async def test_pipelined_local_and_forwarded_requests_are_answered_in_order_while_idle():
+    """A local request behind a forwarded one is not the request pump's to answer: the response pump answers
+    it after the broker's answer; one at the head while the broker is waited on is answered at once."""
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, sockets=True)
+        versions = {"client_software_name": "t", "client_software_version": "1"}
+        assert (await shell.ask(API_VERSIONS, 3, 1, **versions)).api_keys
+        await _reading(shell)
+        await shell.send(API_VERSIONS, 3, 2, **versions)
+        await shell.send(HANDSHAKE, 1, 3, mechanism="PLAIN")
+        await shell.send(API_VERSIONS, 3, 4, **versions)
+        with trio.fail_after(10):
+            for correlation_id in (2, 3, 4):
+                reply = await shell.replies.next_frame()
+                assert reply is not None, shell.connection.close_reason
+                assert int.from_bytes(reply[4:8], "big") == correlation_id
+        assert shell.seen == [[API_VERSIONS] * 3]
+        await shell.client.aclose()
+
+
+async def test_a_broker_closing_an_idle_connection_closes_the_clients_at_once():
+    """Nothing outstanding, the broker closes its end (its own connections.max.idle.ms, a restart): the client
+    connection closes then, not at its next request, so the client re-bootstraps before it needs to."""
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, sockets=True)
+        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
+        await _reading(shell)
+        await shell.brokers[0].aclose()
+        with trio.fail_after(10):
+            await shell.closed.wait()
+            assert await shell.replies.next_frame() is None  # closed, with nothing sent
+        assert shell.connection.close_reason.endswith("upstream broker closed the connection"), (
+            shell.connection.close_reason
+        )
+
+
+async def test_a_broker_speaking_unasked_closes_the_connection(caplog):
+    """Bytes from the broker with nothing outstanding answer no request: the connection closes, with one line."""
+    caplog.set_level(logging.DEBUG, logger="proxy")
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, sockets=True)
+        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
+        await _reading(shell)
+        await shell.brokers[0].send_all(_handshake_response(99))
+        with trio.fail_after(10):
+            await shell.closed.wait()
+        assert "no request outstanding" in shell.connection.close_reason
+        closing = [r for r in caplog.records if "closing" in r.getMessage()]
+        assert len(closing) == 1 and closing[0].levelname == "INFO", closing
+
+
+async def test_a_drained_connection_with_nothing_outstanding_closes():
+    """The proxy draining stops a connection's reading: with nothing outstanding it closes at once, though its
+    response pump waits on the broker."""
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, sockets=True)
+        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
+        await _reading(shell)
+        shell.connection.stop_reading()
+        with trio.fail_after(10):
+            await shell.closed.wait()
+        assert shell.connection.close_reason == "proxy draining"
