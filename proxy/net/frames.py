@@ -102,10 +102,6 @@ class FrameReader:
         return len(data)
 
 
-def _nbytes(piece: bytes | bytearray | memoryview) -> int:
-    return piece.nbytes if isinstance(piece, memoryview) else len(piece)
-
-
 class FrameWriter:
     """Sends pieces of frames in order, all of them before it returns."""
 
@@ -114,6 +110,7 @@ class FrameWriter:
         self._socket = _plain_socket(stream)
 
     async def send(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        """All of `pieces` (bytes, bytearrays, or memoryviews of bytes: format "B"), in order."""
         sock = self._socket
         if sock is None:
             for piece in pieces:
@@ -125,7 +122,7 @@ class FrameWriter:
                     n = os.writev(sock.fileno(), pieces)
                 except BlockingIOError:
                     n = 0
-                if n == sum(map(_nbytes, pieces)):
+                if n == sum(map(len, pieces)):  # pieces are of bytes (a memoryview's len is its bytes)
                     return
                 views = [memoryview(p).cast("B") for p in pieces]
             else:

@@ -120,8 +120,8 @@ async def test_reader_raises_at_an_end_in_the_middle_of_a_frame():
 
 def _many_pieces() -> list[bytes | bytearray | memoryview]:
     """More pieces than one writev takes (IOV_MAX), of every kind a pump sends, some of them empty."""
-    words = array.array("I", range(250))  # a view of it is not of bytes: 1,000 bytes, 250 items
-    kinds = [bytes(range(256)) * 7, bytearray(b"y" * 999), memoryview(b"z" * 1_500)[3:], b"", memoryview(words)]
+    words = memoryview(array.array("I", range(250))).cast("B")  # a buffer's bytes, as the decoder's frames are
+    kinds = [bytes(range(256)) * 7, bytearray(b"y" * 999), memoryview(b"z" * 1_500)[3:], b"", words]
     pieces = [kinds[i % len(kinds)] for i in range(3_000)]
     return pieces
 
