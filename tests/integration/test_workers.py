@@ -176,6 +176,9 @@ def test_the_connection_limit_per_address_holds_over_both_workers(instance):
                 return not _refused(sock)
 
         until(taken, "a place freed by a closed connection")
+    # Its places are freed as the workers see the closes: the next test's first connection must not find
+    # the instance still at its limit.
+    until(lambda: sum(_serving(instance).values()) == 0, "this test's connections gone")
 
 
 def test_one_user_through_both_workers_is_held_to_one_quota(instance):
