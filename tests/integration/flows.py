@@ -61,9 +61,9 @@ def _ends(flow: Flow, start: float, seconds: float) -> float:
 
 def produce_for(config: dict[str, Any], topic: str, seconds: float, pace: float | None = None) -> Flow:
     """Produce VALUE-byte records for `seconds` from the first acknowledged one, as fast as the producer may
-    (or at `pace` bytes/s, counted from that first acknowledgement: a pace counted from the start would let the
-    producer queue what it could not send while connecting and send it in one burst, so a short run measured
-    faster than its pace and a long one)."""
+    (or at `pace` bytes/s, counted from that first acknowledgement: counted from the start, the pace would let
+    the producer queue what it could not send while connecting, then send it in one burst, and a short run
+    would measure faster than a long one)."""
     flow = Flow()
     producer = Producer(
         {**config, "acks": "all", "linger.ms": 5, "queue.buffering.max.kbytes": 2048,
