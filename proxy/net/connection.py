@@ -145,6 +145,8 @@ class ClientConnection:
         self._clock = trio.lowlevel.current_clock()
         self._requests_done = False
         self._reading = False  # the response pump waits on the broker's socket (or reads it)
+        self._answering = False  # the request pump sends a local answer (not cut short by a drain)
+        self._draining = False
         self._request_scope: trio.CancelScope | None = None
         self._last_active = self._clock.current_time()
         self.requests = 0
@@ -188,7 +190,9 @@ class ClientConnection:
     def stop_reading(self) -> None:
         """Graceful drain: take no new requests, let the outstanding ones complete."""
         self.close_reason = "proxy draining"
-        if self._request_scope is not None:
+        self._draining = True
+        # An answer the request pump is sending (a local one, below) is outstanding work: it completes first.
+        if self._request_scope is not None and not self._answering:
             self._request_scope.cancel()
 
     def close_now(self, reason: str) -> None:
@@ -371,8 +375,14 @@ class ClientConnection:
                     if self._reading and (local := session.next_local_reply()) is not None:
                         # The oldest outstanding, and the response pump waits on the broker with nothing
                         # to write: answered here, in order (nothing the broker will answer comes before it).
-                        if await self._answer_local(local, connection_scope):
-                            return
+                        self._answering = True
+                        try:
+                            if await self._answer_local(local, connection_scope):
+                                return
+                        finally:
+                            self._answering = False
+                        if self._draining:  # the drain came while it answered
+                            break
                         continue
                 self._wake()
         # Client finished sending (EOF or drain): what was read goes upstream; the response pump ends once

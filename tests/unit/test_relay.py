@@ -818,3 +818,30 @@ async def test_a_drained_connection_with_nothing_outstanding_closes():
         with trio.fail_after(10):
             await shell.closed.wait()
         assert shell.connection.close_reason == "proxy draining"
+
+
+async def test_a_drain_lets_the_local_answer_being_sent_complete():
+    """A drain takes no new request but lets outstanding ones complete: a local answer the request pump is
+    sending (the response pump waits on the broker) reaches the client, here a refused login's after its
+    connection.failed.authentication.delay.ms, then the connection closes."""
+    from proxy.net.connection import ConnectionLimits
+
+    limits = ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, failed_authentication_delay=0.5)
+    async with trio.open_nursery() as nursery:
+        shell = _Shell(nursery, limits, sockets=True)
+        assert (await shell.ask(API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1")).api_keys
+        await _reading(shell)
+        assert (await shell.ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none
+        await _reading(shell)
+        await shell.send(AUTHENTICATE, 2, 3, auth_bytes=b"\0alice\0wrong")  # a known name: refused here
+        with trio.fail_after(10):
+            while not shell.connection._answering:  # the request pump holds the answer for the delay
+                await trio.sleep(0.01)
+        shell.connection.stop_reading()
+        with trio.fail_after(10):
+            reply = await shell.replies.next_frame()
+            assert reply is not None, shell.connection.close_reason
+            assert int.from_bytes(reply[4:8], "big") == 3
+            await shell.closed.wait()
+        assert shell.connection.close_reason == "failed authentication"
+        assert shell.seen == [[API_VERSIONS]]
