@@ -14,6 +14,9 @@ Systems ("variants"), all in front of one Kafka cluster started with vcproxy's o
   kroxylicious     Kroxylicious, portIdentifiesNode gateway, no filters (passthrough)
   kroxylicious-mt  Kroxylicious, the same plus its MultiTenant filter
   kafka-proxy      grepplabs/kafka-proxy, one --bootstrap-server-mapping per broker
+  vcproxy-base, vcproxy-base-tenant
+                   with --baseline DIR: vcproxy and vcproxy-tenant from another checkout (before a change), in
+                   the same rotating rounds, so a before/after comparison shares the machine's moment
 
 Workloads (Kafka's own perf tools, run as vcproxy's `bench` runs them: fresh JVM, G1, 512m heap):
 
@@ -68,6 +71,7 @@ KAFKA_PROXY_VERSION = os.environ.get("KAFKA_PROXY_VERSION", "v0.4.3")
 MAVEN_MIN = (3, 9)
 MAVEN_FETCH_VERSION = "3.9.9"
 ALL_VARIANTS = ["direct", "vcproxy", "vcproxy-tenant", "kroxylicious", "kroxylicious-mt", "kafka-proxy"]
+BASELINE_VARIANTS = ["vcproxy-base", "vcproxy-base-tenant"]  # --baseline DIR; ports after the others'
 CLIENT_ID = "vcbench"  # every client uses it; vcproxy-tenant binds it to its virtual cluster
 VC_NAME = "bench"  # vcproxy's virtual cluster and Kroxylicious's virtual cluster (MultiTenant prefix "bench-")
 TOPIC_PARTITIONS = 6
@@ -466,6 +470,9 @@ class Bench:
         self.py = self.checkout / ".venv" / "bin" / "python"
         if not self.py.exists():
             raise BenchError(f"{self.checkout} has no .venv/bin/python (set CHECKOUT to a vcproxy checkout)")
+        self.baseline = Path(args.baseline).resolve() if args.baseline else None
+        if self.baseline is not None and not (self.baseline / "proxy").is_dir():
+            raise BenchError(f"--baseline {self.baseline}: not a vcproxy checkout (no proxy/)")
         self.work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
         self.logs = self.work / "logs"
         self.logs.mkdir()
@@ -544,7 +551,7 @@ class Bench:
                 shutil.rmtree(data, ignore_errors=True)
 
     def port(self, variant: str, shift: int = 0) -> int:
-        return self.a.proxy_port_base + 100 * ALL_VARIANTS.index(variant) + 10 * shift
+        return self.a.proxy_port_base + 100 * (ALL_VARIANTS + BASELINE_VARIANTS).index(variant) + 10 * shift
 
     def free_port_block(self, variant: str) -> int:
         """The variant's bootstrap port: the first of its 100-port block whose bootstrap and broker ports can be
@@ -584,6 +591,10 @@ class Bench:
             rev = run(["git", "-C", str(self.checkout), "rev-parse", "--short", "HEAD"], timeout=30).stdout.strip()
             dirty = run(["git", "-C", str(self.checkout), "status", "--porcelain"], timeout=30).stdout.strip()
             self.versions["vcproxy"] = rev + (" (+ uncommitted changes)" if dirty else "")
+        if self.baseline is not None:
+            with contextlib.suppress(Exception):
+                rev = run(["git", "-C", str(self.baseline), "rev-parse", "--short", "HEAD"], timeout=30).stdout.strip()
+                self.versions["vcproxy-base"] = f"{rev} ({self.baseline})"
         with contextlib.suppress(Exception):
             self.versions["java"] = run(["java", "-version"], timeout=60).stderr.splitlines()[0]
         with contextlib.suppress(Exception):
@@ -618,12 +629,14 @@ class Bench:
                 "upstream": {"bootstrap_servers": upstream.split(",")},
                 "logging": {"level": "INFO"},
             }
-            if variant == "vcproxy-tenant":
+            if variant.endswith("-tenant"):
                 cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": VC_NAME, "client_ids": [CLIENT_ID]}]}
             path = cfg_dir / f"{variant}.yaml"
             path.write_text(json.dumps(cfg, indent=2) + "\n")  # JSON is YAML
             argv = [*self.vcproxy_cli(), "serve", "--config", str(path)]
-            cwd, ready_line = self.checkout, "proxy ready:"
+            # `python -m` imports from its working directory first: the baseline's code, this checkout's venv
+            base = variant.startswith("vcproxy-base")
+            cwd, ready_line = (self.baseline if base and self.baseline else self.checkout), "proxy ready:"
             env["PYTHONUNBUFFERED"] = "1"
             bootstrap = f"127.0.0.1:{port}"
         elif variant.startswith("kroxylicious"):
@@ -769,7 +782,7 @@ class Bench:
             "topics-list-direct", "kafka-topics", ["--bootstrap-server", self.bootstraps["direct"], "--list"]
         )
         names = [n for n in out.split() if self.run_id in n]
-        for v in ("vcproxy-tenant", "kroxylicious-mt"):
+        for v in ("vcproxy-tenant", "kroxylicious-mt", "vcproxy-base-tenant"):
             mine = [n for n in names if f"-{v}" in n.split(".")[-1]]
             self.tenancy_check[v] = sorted(mine)[:2]
 
@@ -859,9 +872,14 @@ class Bench:
     def main(self) -> dict[str, Any]:
         a = self.a
         variants = [v.strip() for v in a.variants.split(",") if v.strip()]
-        bad = [v for v in variants if v not in ALL_VARIANTS]
+        if self.baseline is not None and not any(v in BASELINE_VARIANTS for v in variants):
+            ours = [i for i, v in enumerate(variants) if v.startswith("vcproxy")]
+            at = ours[-1] + 1 if ours else len(variants)  # beside this checkout's
+            variants[at:at] = BASELINE_VARIANTS
+        known = ALL_VARIANTS + (BASELINE_VARIANTS if self.baseline is not None else [])
+        bad = [v for v in variants if v not in known]
         if bad:
-            raise BenchError(f"unknown variants {bad}; known: {ALL_VARIANTS}")
+            raise BenchError(f"unknown variants {bad}; known: {known} (vcproxy-base*: with --baseline)")
         t_start = time.time()
         load_start = uptime_line()
         self.install(variants)
@@ -1162,7 +1180,11 @@ def main() -> int:
     p.add_argument("--base-port", type=int, default=43092, help="the broker's port (launcher: node n on +10(n-1))")
     p.add_argument("--proxy-port-base", type=int, default=43200,
                    help="vcproxy listens on base+100, vcproxy-tenant +200, kroxylicious +300, kroxylicious-mt +400, "
-                        "kafka-proxy +500 (+10 per try if a port is taken); broker N on bootstrap+N")  # fmt: skip
+                        "kafka-proxy +500, vcproxy-base +600, vcproxy-base-tenant +700 (+10 per try if a port is "
+                        "taken); broker N on bootstrap+N")  # fmt: skip
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also run vcproxy and vcproxy-tenant from checkout DIR (variants vcproxy-base, "
+                        "vcproxy-base-tenant; this checkout's .venv), in the same rounds: before and after a change")  # fmt: skip
     p.add_argument("--cluster-dir", help="use a cluster already running from `vcproxy kafka start --dir DIR`")
     p.add_argument("--start-timeout", type=float, default=180)
     p.add_argument("--no-warmup", action="store_true")
