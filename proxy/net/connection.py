@@ -145,7 +145,9 @@ class ClientConnection:
         self._clock = trio.lowlevel.current_clock()
         self._requests_done = False
         self._reading = False  # the response pump waits on the broker's socket (or reads it)
-        self._answering = False  # the request pump sends a local answer (not cut short by a drain)
+        # A drain stops the request pump only between requests (waiting for the next one, or for room): a request
+        # read is forwarded or answered whole, so everything outstanding completes (docs/architecture.md).
+        self._between_requests = False
         self._draining = False
         self._request_scope: trio.CancelScope | None = None
         self._last_active = self._clock.current_time()
@@ -191,8 +193,7 @@ class ClientConnection:
         """Graceful drain: take no new requests, let the outstanding ones complete."""
         self.close_reason = "proxy draining"
         self._draining = True
-        # An answer the request pump is sending (a local one, below) is outstanding work: it completes first.
-        if self._request_scope is not None and not self._answering:
+        if self._request_scope is not None and self._between_requests:
             self._request_scope.cancel()
 
     def close_now(self, reason: str) -> None:
@@ -320,10 +321,18 @@ class ClientConnection:
                 # Like a broker muting a channel with a response pending: read no further ahead than this.
                 while len(session.in_flight) >= self.limits.max_in_flight:
                     await self._flush_upstream()
+                    if self._draining:
+                        break
+                    self._between_requests = True
                     await self._wait_room()
+                    self._between_requests = False
                 if not reader.frame_ready():
                     await self._flush_upstream()  # before the reader moves the bytes the frames held point into
+                if self._draining:  # it came while this pump was busy with the last request
+                    break
+                self._between_requests = True
                 frame = await reader.next_frame()
+                self._between_requests = False
                 if frame is None:
                     break
                 self._last_active = self._clock.current_time()
@@ -375,14 +384,8 @@ class ClientConnection:
                     if self._reading and (local := session.next_local_reply()) is not None:
                         # The oldest outstanding, and the response pump waits on the broker with nothing
                         # to write: answered here, in order (nothing the broker will answer comes before it).
-                        self._answering = True
-                        try:
-                            if await self._answer_local(local, connection_scope):
-                                return
-                        finally:
-                            self._answering = False
-                        if self._draining:  # the drain came while it answered
-                            break
+                        if await self._answer_local(local, connection_scope):
+                            return
                         continue
                 self._wake()
         # Client finished sending (EOF or drain): what was read goes upstream; the response pump ends once

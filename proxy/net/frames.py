@@ -53,12 +53,13 @@ class FrameReader:
     async def next_frame(self) -> memoryview | None:
         """The next frame, or None at a clean end of stream. The previous frame is invalid after this."""
         while True:
+            if self._unyielded >= FRAMES_PER_YIELD and self.decoder.frame_ready():
+                # Before the frame is taken: a task cancelled here (a drain) loses no frame it was handed.
+                self._unyielded = 0
+                await trio.lowlevel.checkpoint()
             frame = self.decoder.next_frame()
             if frame is not None:
                 self._unyielded += 1
-                if self._unyielded > FRAMES_PER_YIELD:
-                    self._unyielded = 0
-                    await trio.lowlevel.checkpoint()  # the frame's bytes stay put: only a receive moves them
                 return frame
             n = await (self._receive_socket() if self._socket is not None else self._receive_stream())
             if not n:

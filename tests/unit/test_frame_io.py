@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import socket
 
 import pytest
 import trio
@@ -179,3 +180,23 @@ async def test_a_reader_with_many_frames_buffered_lets_other_tasks_run():
             assert bytes(await reader.next_frame()) == frame(b"x")
         assert ticks >= count // FRAMES_PER_YIELD - 1  # one receive, yet the other task ran every few frames
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_cancelled_where_it_yields_loses_no_frame():
+    """The reader yields every FRAMES_PER_YIELD frames; a task cancelled there (a drain stopping the request pump)
+    must not lose a frame: the yield comes before the next frame is taken, so reading on gets every frame."""
+    left, right = await pair()
+    sent = [frame(bytes([i])) for i in range(3 * FRAMES_PER_YIELD)]
+    await left.send_all(b"".join(sent))
+    reader = FrameReader(right, 1000, 1 << 16)
+    got: list[bytes] = []
+    with trio.CancelScope() as scope:
+        while len(got) < len(sent):
+            got.append(bytes(await reader.next_frame()))
+            if len(got) == FRAMES_PER_YIELD:
+                scope.cancel()  # delivered at the reader's next scheduling point
+    assert len(got) == FRAMES_PER_YIELD  # it was cancelled, at its yield
+    left.socket.shutdown(socket.SHUT_WR)  # a lost frame shows as the end coming early, not as a wait
+    while (next_frame := await reader.next_frame()) is not None:
+        got.append(bytes(next_frame))
+    assert got == sent

@@ -821,9 +821,10 @@ async def test_a_drained_connection_with_nothing_outstanding_closes():
 
 
 async def test_a_drain_lets_the_local_answer_being_sent_complete():
-    """A drain takes no new request but lets outstanding ones complete: a local answer the request pump is
-    sending (the response pump waits on the broker) reaches the client, here a refused login's after its
-    connection.failed.authentication.delay.ms, then the connection closes."""
+    """A drain takes no new request but lets outstanding ones complete (it stops the request pump only between
+    requests): a local answer the request pump is sending (the response pump waits on the broker) reaches the
+    client, here a refused login's after its connection.failed.authentication.delay.ms, then the connection
+    closes."""
     from proxy.net.connection import ConnectionLimits
 
     limits = ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, failed_authentication_delay=0.5)
@@ -835,7 +836,8 @@ async def test_a_drain_lets_the_local_answer_being_sent_complete():
         await _reading(shell)
         await shell.send(AUTHENTICATE, 2, 3, auth_bytes=b"\0alice\0wrong")  # a known name: refused here
         with trio.fail_after(10):
-            while not shell.connection._answering:  # the request pump holds the answer for the delay
+            # Read and dequeued: the request pump holds its answer for the delay.
+            while shell.connection.requests < 3 or shell.connection.session.in_flight:
                 await trio.sleep(0.01)
         shell.connection.stop_reading()
         with trio.fail_after(10):
