@@ -103,6 +103,14 @@ class FrameReader:
         return len(data)
 
 
+def _writev(fd: int, pieces: Sequence[bytes | bytearray | memoryview]) -> int:
+    """Bytes the kernel took now (0 when its buffer is full)."""
+    try:
+        return os.writev(fd, pieces)
+    except BlockingIOError:
+        return 0
+
+
 class FrameWriter:
     """Sends pieces of frames in order, all of them before it returns."""
 
@@ -118,20 +126,12 @@ class FrameWriter:
                 await self.stream.send_all(piece)
             return
         try:
-            if len(pieces) <= IOV_MAX:  # the usual case: the kernel takes it all at once, nothing to slice
-                try:
-                    n = os.writev(sock.fileno(), pieces)
-                except BlockingIOError:
-                    n = 0
-                if n == sum(map(len, pieces)):  # pieces are of bytes (a memoryview's len is its bytes)
-                    return
-                views = [memoryview(p).cast("B") for p in pieces]
-            else:
-                views = [memoryview(p).cast("B") for p in pieces]
-                try:
-                    n = os.writev(sock.fileno(), views[:IOV_MAX])
-                except BlockingIOError:
-                    n = 0
+            # The usual case: every piece in one call, and the kernel takes them all (nothing to slice).
+            tried = len(pieces) <= IOV_MAX
+            n = _writev(sock.fileno(), pieces) if tried else 0
+            if tried and n == sum(map(len, pieces)):  # pieces are of bytes (a memoryview's len is its bytes)
+                return
+            views = [memoryview(p).cast("B") for p in pieces]
             while True:
                 # Drop what was sent: whole pieces, then the front of the first one left.
                 i = 0
@@ -143,11 +143,8 @@ class FrameWriter:
                     return
                 if n:
                     views[0] = views[0][n:]
-                else:
+                elif tried:
                     await trio.lowlevel.wait_writable(sock)  # the kernel's buffer is full: the peer reads slowly
-                try:
-                    n = os.writev(sock.fileno(), views[:IOV_MAX])
-                except BlockingIOError:
-                    n = 0
+                n, tried = _writev(sock.fileno(), views[:IOV_MAX]), True
         except OSError as exc:
             raise trio.BrokenResourceError(str(exc)) from exc

@@ -11,9 +11,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .primitives import INT16, INT32, TruncatedError, skip_tagged_fields
+from .primitives import INT16, INT32, TruncatedError, read_nullable_string, skip_tagged_fields
 
-_FIXED = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id's length
+_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 
 @dataclass(slots=True)
@@ -30,27 +30,16 @@ def peek_request(frame: memoryview | bytes) -> tuple[int, int, int]:
     """api_key, api_version, correlation_id: at fixed offsets in every header version."""
     if len(frame) < 12:
         raise ValueError("request shorter than its fixed header")
-    return INT16.unpack_from(frame, 4)[0], INT16.unpack_from(frame, 6)[0], INT32.unpack_from(frame, 8)[0]
+    return _FIXED.unpack_from(frame, 4)
 
 
 def parse_request_header(frame: memoryview | bytes, header_version: int) -> RequestHeader:
-    if len(frame) < 14:
-        raise TruncatedError("request shorter than its header")
-    # Once per request: the fixed part in one unpack, as read_int16/read_int32/read_nullable_string read it.
-    api_key, api_version, correlation_id, length = _FIXED.unpack_from(frame, 4)
-    offset = 14
-    if length < 0:
-        client_id = None
-    else:
-        if offset + length > len(frame):
-            raise TruncatedError("string past end of buffer")
-        client_id = str(frame[offset : offset + length], "utf-8")
-        offset += length
+    if len(frame) < 12:
+        raise TruncatedError("request shorter than its fixed header")
+    api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 4)
+    client_id, offset = read_nullable_string(frame, 12)
     if header_version >= 2:
-        if offset < len(frame) and frame[offset] == 0:  # no tagged fields, as nearly every client sends
-            offset += 1
-        else:
-            offset = skip_tagged_fields(frame, offset)
+        offset = skip_tagged_fields(frame, offset)
     return RequestHeader(api_key, api_version, correlation_id, client_id, header_version, offset)
 
 

@@ -87,6 +87,8 @@ def encode_nullable_string(value: str | None) -> bytes:
 
 
 def skip_tagged_fields(buf: memoryview | bytes, offset: int) -> int:
+    if offset < len(buf) and buf[offset] == 0:  # none: nearly every header and body a client or broker sends
+        return offset + 1
     count, offset = read_uvarint(buf, offset)
     for _ in range(count):
         _tag, offset = read_uvarint(buf, offset)
