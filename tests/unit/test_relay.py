@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 
@@ -724,10 +725,10 @@ async def test_a_client_that_reads_late_gets_every_answer_in_order():
 
 
 async def _reading(shell: _Shell) -> None:
-    """Until the response pump waits on the broker's socket (nothing outstanding)."""
+    """Once every task waits, the response pump waits on the broker's connection (nothing outstanding)."""
     with trio.fail_after(10):
-        while not shell.connection._reading:
-            await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()
+    assert shell.connection._reading
 
 
 @pytest.mark.parametrize("sockets", [True, False], ids=["sockets", "memory"])
@@ -834,11 +835,11 @@ async def test_a_drain_lets_the_local_answer_being_sent_complete():
         await _reading(shell)
         assert (await shell.ask(HANDSHAKE, 1, 2, mechanism="PLAIN")).error_code == ErrorCode.none
         await _reading(shell)
-        await shell.send(AUTHENTICATE, 2, 3, auth_bytes=b"\0alice\0wrong")  # a known name: refused here
+        await shell.send(AUTHENTICATE, 2, 3, auth_bytes=b"nonsense")  # a malformed PLAIN login: refused here
         with trio.fail_after(10):
-            # Read and dequeued: the request pump holds its answer for the delay.
-            while shell.connection.requests < 3 or shell.connection.session.in_flight:
-                await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()
+        # Read and dequeued: the request pump holds its answer for the delay.
+        assert shell.connection.requests == 3 and not shell.connection.session.in_flight
         shell.connection.stop_reading()
         with trio.fail_after(10):
             reply = await shell.replies.next_frame()
