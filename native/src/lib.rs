@@ -342,7 +342,7 @@ struct Splice<'a, 'py> {
     buf: &'a [u8],
     edits: &'a Bound<'py, PyList>,
     translate: &'a Bound<'py, PyAny>,
-    uuid: &'a Bound<'py, PyAny>,
+    uuid: &'a UuidMaker,
     malformed: &'a Bound<'py, PyType>,
 }
 
@@ -402,11 +402,10 @@ impl Splice<'_, '_> {
         if end > self.buf.len() as u64 {
             return Err(Fail::Truncated("uuid past end of buffer"));
         }
-        // uuid.UUID(hex=None, bytes=...), as splice.py builds it.
-        let raw = PyBytes::new(self.py, &self.buf[off as usize..end as usize]);
-        let value = self.uuid.call1((self.py.None(), raw))?;
+        let value = self.uuid.make(self.py, &self.buf[off as usize..end as usize])?;
         let new = self.translate.call1((kind.bind(self.py), &value))?;
-        if new.ne(&value)? {
+        // Most ids come back as the very object passed (the VC's own topic): no Python __eq__ call then.
+        if !new.is(&value) && new.ne(&value)? {
             let raw = new.getattr("bytes")?;
             self.edit(off, end, raw.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes())?;
         }
@@ -455,7 +454,43 @@ struct Plan {
     root: Node,
     malformed: Py<PyType>,
     truncated: Py<PyType>,
-    uuid: Py<PyAny>,
+    uuid: UuidMaker,
+}
+
+/// Makes the `uuid.UUID` that `UUID(bytes=raw)` makes (its two slots set, as its `__init__` sets them) without
+/// running that `__init__` in the interpreter: a splice builds one per topic id it reads, on every request.
+struct UuidMaker {
+    class: Py<PyAny>,
+    new_object: Py<PyAny>, // object.__new__
+    unknown: Py<PyAny>,    // uuid.SafeUUID.unknown
+}
+
+impl UuidMaker {
+    fn new(py: Python<'_>, class: Py<PyAny>) -> PyResult<Self> {
+        let new_object = py.import("builtins")?.getattr("object")?.getattr("__new__")?.unbind();
+        let unknown = py.import("uuid")?.getattr("SafeUUID")?.getattr("unknown")?.unbind();
+        Ok(UuidMaker { class, new_object, unknown })
+    }
+
+    fn make<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let bytes: [u8; 16] = raw.try_into().map_err(|_| PyValueError::new_err("a uuid is 16 bytes"))?;
+        let value = self.new_object.bind(py).call1((self.class.bind(py),))?;
+        let int = u128::from_be_bytes(bytes).into_pyobject(py)?;
+        set_slot(&value, pyo3::intern!(py, "int"), int.as_any())?;
+        set_slot(&value, pyo3::intern!(py, "is_safe"), self.unknown.bind(py))?;
+        Ok(value)
+    }
+}
+
+/// `object.__setattr__(obj, name, value)`: UUID's own `__setattr__` refuses every write.
+fn set_slot(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    // SAFETY: three live references, the GIL held; the call only stores `value` in obj's slot.
+    let rc = unsafe { pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(obj.py()))
+    }
 }
 
 /// The bytes behind a buffer object (bytes, bytearray, memoryview), held while the buffer is.
@@ -483,6 +518,7 @@ impl Plan {
 impl Plan {
     #[new]
     fn new(plan: &Bound<'_, PyAny>, malformed: Py<PyType>, truncated: Py<PyType>, uuid: Py<PyAny>) -> PyResult<Self> {
+        let uuid = UuidMaker::new(plan.py(), uuid)?;
         Ok(Plan { root: parse(plan)?, malformed, truncated, uuid })
     }
 
@@ -518,7 +554,7 @@ impl Plan {
             buf: bytes_of(&buffer)?,
             edits,
             translate,
-            uuid: self.uuid.bind(py),
+            uuid: &self.uuid,
             malformed: self.malformed.bind(py),
         };
         walk.walk(&self.root, offset).map_err(|f| self.raise(py, f))

@@ -156,6 +156,8 @@ class EndpointRewriter:
     ) -> splice.Edits:
         """The endpoint array re-encoded, as an edit of the frame (none if it has no endpoint)."""
         cls = response_type(api_key, version)
+        if rule.path not in walker.regular_names(cls) and frame[walker.tags_start(cls, frame, body_offset)] == 0:
+            return []  # a tagged endpoint array (Produce, Fetch) in an answer with no tagged field: the usual case
         lay = walker.layout(cls, frame, body_offset)
         item_cls = entities.item_type(cls, rule.path)
         if rule.path in lay.fields:

@@ -166,8 +166,12 @@ class ResponseMessage:
         if self.deferred:
             edits, self.deferred = self.deferred, []
             if len(self._pieces) == 1 and self._pieces[0] is self.received:
-                plan = sorted(e for find, _ in edits for e in find(self.received, self.body_offset))
-                self._pieces = splice.apply(self.received, plan)
+                if len(edits) == 1:  # one stage's edits come in frame order
+                    plan = edits[0][0](self.received, self.body_offset)
+                else:
+                    plan = sorted(e for find, _ in edits for e in find(self.received, self.body_offset))
+                if plan:
+                    self._pieces = splice.apply(self.received, plan)
             else:
                 for find, _ in edits:
                     frame = self._joined()

@@ -146,6 +146,23 @@ class Layout:
     end: int
 
 
+@functools.cache
+def _fields_skipper(cls: type) -> Skip:
+    _, _, steps = plans.skip_entity(cls)
+    return skipper(("struct", False, steps))  # the regular fields only: no tagged section after them
+
+
+@functools.cache
+def regular_names(cls: type) -> frozenset[str]:
+    return frozenset(name for name, _ in plans.top_level(cls))
+
+
+def tags_start(cls: type, buf: Buf, offset: int) -> int:
+    """Where a flexible body's tagged section begins: one skip over its regular fields, for a caller that
+    wants only a tagged field and is usually told "none" by the section's first byte (a zero count)."""
+    return _fields_skipper(cls)(buf, offset)
+
+
 def layout(cls: type, buf: Buf, offset: int) -> Layout:
     fields = {}
     for name, step in _top_level_steps(cls):

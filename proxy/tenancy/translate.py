@@ -91,12 +91,14 @@ class Translation:
         return physical
 
     def topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
-        if topic_id == ZERO_UUID:
+        if topic_id.int == 0:  # not `== ZERO_UUID`: UUID.__eq__ is Python, and this runs per id per request
             return topic_id
         if self.image.owns_topic_id(self.vc, topic_id):
+            if self.access is None:  # no ACLs to ask: the VC's own topic goes as itself
+                return topic_id
             physical = self.image.physical_for_id(topic_id)
             link = self.vc.link_for(physical) if physical is not None else None
-            if self.access is None or self.access.permits("topic_id", topic_id, link):
+            if self.access.permits("topic_id", topic_id, link):
                 return topic_id
         elif self.probe_ids and self.unlearned(topic_id):
             self.probed.add(topic_id)  # the VC's ACLs are asked once the broker has named it
@@ -135,11 +137,14 @@ class Translation:
         return HIDDEN if link is None else link
 
     def virtual_topic_id(self, topic_id: uuid.UUID) -> uuid.UUID:
-        if topic_id in self.fake_ids:
-            return self.fake_ids[topic_id]
+        # The usual answer first, the VC's own topic: a placeholder is never one (a keyed uuid5, not the broker's).
+        if topic_id.int == 0 or self.image.owns_topic_id(self.vc, topic_id):
+            return topic_id
+        if (fake := self.fake_ids.get(topic_id)) is not None:
+            return fake
         if (sent := placeholders.PLACEHOLDERS.client_id(self.vc.id, topic_id)) is not None:
             return sent  # a placeholder an earlier request put in a fetch session
-        if topic_id == ZERO_UUID or topic_id in self.probed or topic_id in self.deleted_ids or self.owns_id(topic_id):
+        if topic_id in self.probed or topic_id in self.deleted_ids or topic_id in self.new_ids:
             return topic_id
         if self.keep_unlearned_ids and self.unlearned(topic_id):
             return topic_id

@@ -10,8 +10,10 @@ calls of the translation, or the same exception with the same message.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import os
+import pickle
 import random
 import typing
 import uuid
@@ -19,9 +21,11 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.fetch.v13 import request as fetch13
+from kio.static.primitive import i32
 
 from benchmarks import fuzz_session
-from proxy.protocol import native, plans, splice, walker
+from proxy.protocol import codec, native, plans, splice, walker
 from proxy.protocol.apis import request_type
 from proxy.protocol.entities import unwrap
 
@@ -159,6 +163,32 @@ def test_the_plans_in_use_are_the_compiled_ones():
     cls = request_type(0, 9)
     assert isinstance(walker.entity_validator(cls)[0].__self__, vcproxy_native.Plan)
     assert isinstance(walker.entity_skipper(cls).__self__, vcproxy_native.Plan)
+
+
+def test_a_topic_id_read_by_the_compiled_splice_is_a_whole_uuid():
+    """The compiled splice makes each id's UUID itself (not through UUID.__init__): it must be the UUID that
+    UUID(bytes=...) makes, in every way the translation and the logs use one."""
+    raw = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+    body = codec.encode(
+        fetch13.FetchRequest(
+            max_wait=datetime.timedelta(0),
+            min_bytes=i32(1),
+            session_id=i32(0),
+            session_epoch=i32(-1),
+            topics=(fetch13.FetchTopic(topic_id=raw, partitions=()),),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+    )
+    seen: list = []
+    walk = native.plan(plans.splice_entity(fetch13.FetchRequest, frozenset({("topics[].topic_id", "topic_id")})))
+    walk.splice(body, 0, [], lambda kind, value: seen.append(value) or value)
+    (made,) = seen
+    assert type(made) is uuid.UUID and made == raw and hash(made) == hash(raw) and str(made) == str(raw)
+    assert made.is_safe is uuid.SafeUUID.unknown and made.bytes == raw.bytes
+    assert pickle.loads(pickle.dumps(made)) == raw
+    with pytest.raises(TypeError):
+        made.int = 0  # still immutable
 
 
 def test_a_hostile_count_is_refused_before_any_walk():

@@ -18,6 +18,8 @@ from kio.schema.find_coordinator.v4.response import Coordinator, FindCoordinator
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v11 import request as preq
+from kio.schema.produce.v11 import response as presp
 from kio.static.primitive import i16, i32, i64
 
 from proxy.core.endpoints import ListenerLayout
@@ -146,6 +148,40 @@ def test_fetch_node_endpoints_spliced_records_untouched():
     assert all(p.records == RECORDS for t in body.responses for p in t.partitions)
     # The records travel as a slice of the original buffer, not a copy.
     assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)
+
+
+def test_produce_leader_hints_spliced_and_an_answer_without_them_forwarded_as_is():
+    """Produce v10+ answers carry broker endpoints (KIP-951) in a tagged field, usually absent: the proxy looks
+    at the tagged section's count only, and rewrites the endpoints when they are there."""
+    request = preq.ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=datetime.timedelta(seconds=1),
+        topic_data=(
+            preq.TopicProduceData(name="t", partition_data=(preq.PartitionProduceData(index=i32(0), records=RECORDS),)),
+        ),
+    )
+    partition = presp.PartitionProduceResponse(
+        index=i32(0), error_code=ErrorCode.not_leader_or_follower, base_offset=i64(-1), record_errors=()
+    )
+
+    def answer(correlation_id, endpoints):
+        body = presp.ProduceResponse(
+            responses=(presp.TopicProduceResponse(name="t", partition_responses=(partition,)),),
+            throttle_time=T0,
+            node_endpoints=endpoints,
+        )
+        return response_frame(0, 11, correlation_id, body)
+
+    s = ProxySession(LAYOUT)
+    plain = answer(42, ())
+    result = roundtrip(s, request_frame(0, 11, 42, request), plain)
+    assert joined(result.pieces) == plain and len(result.pieces) == 1
+    hinted = answer(43, (presp.NodeEndpoint(node_id=i32(2), host="kafka-2.internal", port=i32(9092), rack="r2"),))
+    out = joined(roundtrip(s, request_frame(0, 11, 43, request), hinted).pieces)
+    body, end = codec.decode(presp.ProduceResponse, out, response_body_offset(out, 1))
+    assert end == len(out)
+    assert [(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints] == [(2, "proxy.example", 9195, "r2")]
 
 
 def test_produce_acks_zero_expects_no_response():
