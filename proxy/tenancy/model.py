@@ -166,7 +166,9 @@ class TenancyImage:
     principals: dict[str, str] = field(default_factory=dict)  # "User:alice" -> vc name
     client_ids: dict[str, str] = field(default_factory=dict)  # client id -> vc name
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # physical topic -> topic id
-    topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    # topic id's int -> physical topic: asked per id per request, and an int key hashes and compares in C (a
+    # UUID key runs UUID.__hash__ and __eq__ in the interpreter)
+    topics_by_id: dict[int, str] = field(default_factory=dict)
     partitions: dict[str, int] = field(default_factory=dict)  # physical topic -> partition count, as learned
     generations: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, link) -> incarnation
     group_owners: dict[str, str] = field(default_factory=dict)  # assigned physical group id -> vc name
@@ -190,12 +192,12 @@ class TenancyImage:
         name = self.principals.get(principal or "") or self.client_ids.get(client_id or "")
         return self.vcs.get(name) if name else None
 
-    def owns_topic_id(self, vc: VirtualCluster, topic_id: uuid.UUID) -> bool:
-        physical = self.topics_by_id.get(topic_id)
+    def owns_topic_id(self, vc: VirtualCluster, topic_id: uuid.UUID | None) -> bool:
+        physical = self.topics_by_id.get(topic_id.int) if topic_id is not None else None
         return physical is not None and physical in vc.physical_links
 
-    def physical_for_id(self, topic_id: uuid.UUID) -> str | None:
-        return self.topics_by_id.get(topic_id)
+    def physical_for_id(self, topic_id: uuid.UUID | None) -> str | None:
+        return self.topics_by_id.get(topic_id.int) if topic_id is not None else None
 
     def links_to(self, physical: str) -> list[tuple[str, str]]:
         """(vc name, link name) of every link to a physical topic."""
@@ -378,11 +380,11 @@ class TenancyImage:
         if value is None:
             topic_id = self.topic_ids.pop(physical, None)
             if topic_id is not None:
-                self.topics_by_id.pop(topic_id, None)
+                self.topics_by_id.pop(topic_id.int, None)
             return
         topic_id = uuid.UUID(value["topic_id"])
         self.topic_ids[physical] = topic_id
-        self.topics_by_id[topic_id] = physical
+        self.topics_by_id[topic_id.int] = physical
 
 
 # -- record constructors: (key, value) pairs for the state topic ----------------------------------
