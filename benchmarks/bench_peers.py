@@ -496,8 +496,11 @@ class Bench:
 
     # -- setup ------------------------------------------------------------------------------------
 
-    def vcproxy_cli(self) -> list[str]:
-        return [str(self.py), "-m", "vcproxy_tools"]
+    def vcproxy_cli(self, base: bool = False) -> list[str]:
+        """`python -m vcproxy_tools`: the baseline's with its own .venv where it has one (its compiled walker
+        may differ from this checkout's), else this checkout's."""
+        py = self.baseline / ".venv" / "bin" / "python" if base and self.baseline is not None else self.py
+        return [str(py if py.exists() else self.py), "-m", "vcproxy_tools"]
 
     def resolve_tools(self) -> None:
         """The exact java argv vcproxy's bench uses for each perf tool (and the launcher's for kafka-topics)."""
@@ -633,9 +636,9 @@ class Bench:
                 cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": VC_NAME, "client_ids": [CLIENT_ID]}]}
             path = cfg_dir / f"{variant}.yaml"
             path.write_text(json.dumps(cfg, indent=2) + "\n")  # JSON is YAML
-            argv = [*self.vcproxy_cli(), "serve", "--config", str(path)]
-            # `python -m` imports from its working directory first: the baseline's code, this checkout's venv
+            # `python -m` imports from its working directory first: the baseline's code (and its venv, if any)
             base = variant.startswith("vcproxy-base")
+            argv = [*self.vcproxy_cli(base), "serve", "--config", str(path)]
             cwd, ready_line = (self.baseline if base and self.baseline else self.checkout), "proxy ready:"
             env["PYTHONUNBUFFERED"] = "1"
             bootstrap = f"127.0.0.1:{port}"
@@ -1184,7 +1187,8 @@ def main() -> int:
                         "taken); broker N on bootstrap+N")  # fmt: skip
     p.add_argument("--baseline", metavar="DIR",
                    help="also run vcproxy and vcproxy-tenant from checkout DIR (variants vcproxy-base, "
-                        "vcproxy-base-tenant; this checkout's .venv), in the same rounds: before and after a change")  # fmt: skip
+                        "vcproxy-base-tenant; DIR/.venv if it has one, else this checkout's), in the same rounds: before and after "
+                        "a change")  # fmt: skip
     p.add_argument("--cluster-dir", help="use a cluster already running from `vcproxy kafka start --dir DIR`")
     p.add_argument("--start-timeout", type=float, default=180)
     p.add_argument("--no-warmup", action="store_true")
