@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from vcproxy_tools.kafka.tools import tool_argv
+from vcproxy_tools.process import wait_ready
 
 CLIENT_ID = "vcbench"
 REQUEST_TOTAL = re.compile(r"producer-metrics:request-total:\{client-id=[^}]*\}\s*:\s*([0-9.Ee+]+)")
@@ -73,12 +74,7 @@ def start(checkout: Path, mode: str, port: int, upstream: str, work: Path) -> tu
     out, log = work / f"{name}.prof", work / f"{name}.log"
     argv = [python_of(checkout), "-c", WRAPPER, str(out), str(path)]
     proc = subprocess.Popen(argv, cwd=checkout, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while b"proxy ready:" not in log.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"{name} did not start: see {log}")
-        time.sleep(0.2)
+    wait_ready(proc, log, 120, name)
     return proc, out
 
 

@@ -37,6 +37,8 @@ from bench_peers import kroxylicious_argv, kroxylicious_config  # this directory
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from vcproxy_tools.process import wait_ready
+
 CLIENT_ID = "vcbench"
 TOPIC = "shellcost"
 RECORD = b"x" * 3300
@@ -101,12 +103,7 @@ def start_proxy(
     env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1", **extra_env)
     argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 1200
-    while b"proxy ready:" not in (work / f"{checkout}-{mode}.log").read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"{checkout}/{mode} did not start: see {work}/{checkout}-{mode}.log")
-        time.sleep(0.2)
+    wait_ready(proc, work / f"{checkout}-{mode}.log", 1200, f"{checkout}/{mode}")
     return Proxy(checkout, mode, port, proc)
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from vcproxy_tools.process import children_of
+from vcproxy_tools.process import children_of, wait_ready
 
 CLIENT_ID = "vcbench"
 TOPIC = "workersbench"
@@ -79,12 +79,7 @@ def start(work: Path, workers: int, port: int, upstream: str, tenancy: bool) -> 
     argv = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--workers", str(workers)]
     argv += ["--log-level", "INFO"]
     proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while b"proxy ready:" not in log.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"{workers} workers did not start: see {log}")
-        time.sleep(0.2)
+    wait_ready(proc, log, 300, f"{workers} workers")
     return proc
 
 

@@ -47,6 +47,17 @@ def _popen(args: list[str], log_path: Path) -> Child:
 _launch: Launcher = _popen
 
 
+def wait_ready(proc: Child, log_path: Path, timeout: float, what: str) -> None:
+    """Until a proxy started from a script's own argv (a benchmark's: a profiler, another checkout) logs that it
+    is ready; if it ends or the timeout passes first, it is killed and the script exits naming its log."""
+    deadline = time.monotonic() + timeout
+    while READY_LINE.encode() not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"{what} did not start: see {log_path}")
+        time.sleep(0.2)
+
+
 def launch_with(launcher: Launcher | None) -> None:
     """How ProxyProcess starts its proxies from now on (None: a process of its own, the default). The test
     suite registers a fork server (vcproxy_tools/proxy_forks.py)."""
