@@ -116,9 +116,14 @@ class Resolved:
 
     limits: dict[str, Limit]
     caps: dict[str, Limit]
+    # Any limit or cap at all: a field, read on every request (a `__bool__` would be a Python call each time).
+    applies: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "applies", bool(self.limits or self.caps))
 
     def __bool__(self) -> bool:
-        return bool(self.limits or self.caps)
+        return self.applies
 
 
 # The precedence list, as (user component, client component): "name", "default" or "" (absent).

@@ -100,7 +100,7 @@ class QuotaStage:
         if self.ctx.relayed:  # the broker applies its own quotas
             return None
         limits = self._current()
-        if limits.limits or limits.caps:  # not `if limits`: Resolved.__bool__ is a Python call, per request
+        if limits.applies:
             self._on_request(ex, limits)
         if ex.spec is not None and ex.spec.answered_by == "quotas":
             return self._quota_rpc(ex)
@@ -143,7 +143,7 @@ class QuotaStage:
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
         limits = self._limits if self.ctx.vc is not None else _NO_LIMITS
-        if not (limits.limits or limits.caps) and self.mute_until == 0.0:
+        if not limits.applies and self.mute_until == 0.0:
             return
         now = self.image().quotas.meters.clock()
         throttle = 0.0
