@@ -9,7 +9,10 @@ the order of the proxies rotates every round, so the machine's load hits all ali
 With --strace, one more run per proxy and depth under `strace -c -f`, counting system calls only
 (strace inflates CPU: that run's CPU is not used). With --kroxylicious LIBS (its jars, as bench_peers.py
 installs them), Kroxylicious runs beside, without and with its MultiTenant filter, driven alike (the JVMs
-get a longer warm-up, for their JIT).
+get a longer warm-up, for their JIT). With --idle SECONDS, it first measures what each proxy spends with
+its connections open and nothing sent (its background work: the state topic's clients, timers), by
+thread name, from each thread's schedstat (nanoseconds, unlike /proc's 10 ms ticks); --rounds 0 then
+measures only that.
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -67,6 +70,15 @@ class Proxy:
         """(user, system) seconds of the proxy process."""
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+    def threads(self) -> dict[str, float]:
+        """CPU seconds so far of the live threads, summed by name (a thread pool's are one row)."""
+        out: dict[str, float] = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that just ended
+                name = re.sub(r"[-\s]?\d+$", "", (task / "comm").read_text().strip())  # "rdk:broker1" -> "rdk:broker"
+                out[name] = out.get(name, 0.0) + int((task / "schedstat").read_text().split()[0]) / 1e9
+        return out
 
     def switches(self) -> tuple[int, int]:
         """Voluntary and involuntary context switches of all the process' threads (a JVM's event loops, the
@@ -218,6 +230,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--port", type=int, default=29600)
     ap.add_argument("--strace", action="store_true")
+    ap.add_argument("--idle", type=float, default=0, help="first measure idle CPU for this many seconds")
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
     )
@@ -250,6 +263,8 @@ def main() -> None:
                 drive(
                     producers[x.name, d], d, args.requests * 2 if x.checkout == "kroxylicious" else args.requests // 3
                 )
+        if args.idle:
+            idle(proxies, args.idle)
         for r in range(args.rounds):
             order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
             for x in order:
@@ -260,7 +275,8 @@ def main() -> None:
             for x in proxies:
                 for d in depths:
                     x.syscalls[d] = strace_run(x, producers[x.name, d], d, args.requests, work)
-        report(proxies, depths, args)
+        if args.rounds:
+            report(proxies, depths, args)
         producers.clear()  # closed before their proxies stop: no reconnect noise
     finally:
         for x in proxies:
@@ -271,6 +287,23 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 x.proc.kill()
         print(f"logs: {work}", file=sys.stderr)
+
+
+def idle(proxies: list[Proxy], seconds: float) -> None:
+    """Every proxy at once, connected and sent nothing: ms of CPU per second, the whole process and by thread
+    (threads that ended meanwhile count in the whole only)."""
+    time.sleep(3)  # the warm-up's last answers and timers settle
+    before = [(x.cpu(), x.threads()) for x in proxies]
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    print(f"idle for {elapsed:.0f} s, ms of CPU per second (by thread: the largest)")
+    for x, ((user, system), threads) in zip(proxies, before, strict=True):
+        now_user, now_system = x.cpu()
+        whole = (now_user + now_system - user - system) * 1000 / elapsed
+        spent = {k: (v - threads.get(k, 0.0)) * 1000 / elapsed for k, v in x.threads().items()}
+        top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:6] if v >= 0.01)
+        print(f"  {x.name:24} {whole:6.2f}   {top}")
 
 
 def report(proxies: list[Proxy], depths: list[int], args: argparse.Namespace) -> None:

@@ -153,6 +153,7 @@ class ProxyServer:
                         shared = shared.model_copy(update={"replicas": shared.replicas * self.link.count})
                     sharing = QuotaSharing(
                         lambda: service.image,
+                        service.wait_for_change,
                         service.store.topic,
                         service.store.replication_factor,
                         client_config(self.config),

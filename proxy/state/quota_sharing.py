@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -46,17 +46,20 @@ def usage_topic(state_topic: str, configured: str | None) -> str:
 
 class QuotaSharing:
     """Run with `nursery.start_soon(sharing.run)` once the state is replayed. `image()`: the tenancy
-    image of now (the meters are its, and so is the guard)."""
+    image of now (the meters are its, and so is the guard); `changed(seen)`: its version once no longer
+    `seen` (TenancyService.wait_for_change)."""
 
     def __init__(
         self,
         image: Callable[[], TenancyImage],
+        changed: Callable[[int], Awaitable[int]],
         state_topic: str,
         replication_factor: int | None,
         client_conf: dict[str, Any],
         config: QuotaSharingConfig,
     ):
         self.image = image
+        self.changed = changed
         self.topic = usage_topic(state_topic, config.topic)
         self.interval = config.report_interval_ms / 1000
         self.fleet = FleetUsage(
@@ -74,8 +77,9 @@ class QuotaSharing:
         return self.image().quotas.meters  # the image's, looked up each time: a replay replaces it
 
     async def run(self) -> None:
+        seen = self.image().version
         while not self.image().quotas.values:  # no quota, nothing to share: no topic, no clients
-            await trio.sleep(self.interval)
+            seen = await self.changed(seen)  # woken by the state topic, not a timer: idle costs nothing
         log.info(
             "sharing quota use with the other replicas through %s (a report every %.1f s, %d replica(s) stated)",
             self.topic,

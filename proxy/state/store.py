@@ -249,7 +249,7 @@ class StateStore:
             ends, self._ends = self._ends, None
         if ends is not None:
             ends.close()
-        self._admins.sweep()
+        self._admins.release()
 
     # -- topic -----------------------------------------------------------------------------------
 
@@ -265,8 +265,8 @@ class StateStore:
 
     @_admin_call
     def topic_names(self, timeout: float = 30) -> set[str]:
-        """Every topic on the upstream cluster (for orphan detection)."""
-        admin = self._admin()
+        """Every topic on the upstream cluster (for orphan detection, every few seconds: the kept client)."""
+        admin = self._admins.kept()
         try:
             return set(admin.list_topics(timeout=timeout).topics)
         except KafkaException as exc:
@@ -349,8 +349,9 @@ class StateStore:
     @_admin_call
     def check(self, timeout: float = 10) -> str | None:
         """Why the state topic cannot take changes now, or None. Never creates anything: a state topic
-        that was deleted, re-created (another topic id) or reconfigured needs an operator."""
-        admin = self._admin()
+        that was deleted, re-created (another topic id) or reconfigured needs an operator. Asked every few
+        seconds: on the kept client, whose broker connection stays open between checks."""
+        admin = self._admins.kept()
         try:
             topic_id = self._topic_id(admin, timeout)
             if topic_id is None:
@@ -520,7 +521,7 @@ class StateStore:
         # fetch.wait.max.ms bounds how long the broker parks an empty fetch; new records are returned
         # as soon as they are committed (fetch.min.bytes=1), so changes arrive in a few ms. The end of the
         # partition is reported: its offset is past the transactions' commit markers, which no record shows.
-        consumer = self._consumer({"fetch.wait.max.ms": 100})
+        consumer = self._consumer({"fetch.wait.max.ms": 500})
         consumer.assign([TopicPartition(self.topic, 0, start_offset)])
         failing = False
         decisions = Assembler()

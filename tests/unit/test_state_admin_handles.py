@@ -34,6 +34,22 @@ def test_a_client_is_let_go_once_nothing_else_refers_to_it():
     assert handles.sweep() == 0
 
 
+def test_the_kept_client_is_one_for_every_periodic_call_and_let_go_only_at_release():
+    made = []
+    handles = AdminHandles(lambda: made.append(AdminClient(NOWHERE)) or made[-1])
+    first = handles.kept()
+    assert handles.kept() is first and len(made) == 1  # the second check makes no client
+    del first
+    made.clear()
+    assert handles.sweep() == 0  # a sweep (after every store call) leaves the kept client alone
+    assert handles.kept() is not None and not made
+    in_use = handles.kept()
+    assert handles.release() == 1  # a call still has it: held, not destroyed under it
+    del in_use
+    assert handles.sweep() == 0
+    assert handles.kept() is not None and len(made) == 1  # after a release, a new one
+
+
 # A call that timed out leaves its admin client in a reference cycle; the request's late answer runs Python
 # on the client's background thread, and the collector runs there. `held` chooses the store's way.
 _CHILD = textwrap.dedent(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from proxy.state.admin_handles import AdminHandles
 from proxy.state.store import StateStore
 
 TOPIC = "__vcproxy_state_test"
@@ -64,7 +65,7 @@ class _Admin:
 def _store(monkeypatch: pytest.MonkeyPatch, admin: _Admin) -> StateStore:
     store = StateStore({"bootstrap.servers": "unused:9092"}, TOPIC)
     store.topic_id = str(admin.topic_id)
-    monkeypatch.setattr(store, "_admin", lambda: admin)
+    monkeypatch.setattr(store, "_admins", AdminHandles(lambda: admin))  # type: ignore[arg-type,return-value]
     return store
 
 

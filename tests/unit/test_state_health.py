@@ -84,10 +84,11 @@ class _SlowAdmin:
 def test_a_state_check_that_times_out_is_a_state_store_error_not_a_crash(monkeypatch):
     """A describe that outlived its timeout escaped the watch and stopped the whole proxy (seen under
     franz-go's suite on a loaded machine): it is an unreachable cluster, retried at the next check."""
+    from proxy.state.admin_handles import AdminHandles
     from proxy.state.store import StateStore
 
     store = StateStore({"bootstrap.servers": "127.0.0.1:1"})
-    monkeypatch.setattr(store, "_admin", _SlowAdmin)
+    monkeypatch.setattr(store, "_admins", AdminHandles(_SlowAdmin))  # type: ignore[arg-type]
     with pytest.raises(StateStoreError, match="timed out"):
         store.check(0.01)
 
