@@ -293,6 +293,28 @@ def request_rows(args: argparse.Namespace) -> Iterable[Row]:
     )
 
 
+def owner_rows(args: argparse.Namespace) -> Iterable[Row]:
+    """Who owns a physical topic, asked once per topic before a DeleteRecords, CreatePartitions or config
+    alter reaches the broker, and who links it (kafka-cluster's DeleteTopics, the orphan sweep): the three
+    topics of the caller's VC, with 1 VC and with many (`TenancyImage.topic_owner` and `links_to` alone,
+    not a whole request: the synthetic upstream answers Produce and Metadata only)."""
+    small, large = image_of(), image_of(vcs=args.vcs)
+
+    def asks(image: TenancyImage) -> Callable[[], None]:
+        vc = image.vcs[VC]
+        physical = [vc.links[t] for t in TOPICS]
+
+        def once() -> None:
+            for topic in physical:
+                image.owns(vc, topic)
+                image.links_to(topic)
+
+        return once
+
+    s, lg = compare(asks(small), asks(large), args.rounds, args.budget)
+    yield Row("virtual clusters: owner and links of 3 topics", "1 VC", f"{args.vcs:,} VCs", s, lg, "µs CPU")
+
+
 def connection_rows(args: argparse.Namespace) -> Iterable[Row]:
     """Idle connections: sessions logged in, bound (one Metadata each) and left open; the CPU of a Produce on
     one more, and the memory each holds (tracemalloc: the session's objects, not the shell's socket buffers)."""
@@ -408,9 +430,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=25, help="alternating rounds per row (best kept)")
     p.add_argument("--budget", type=float, default=0.015, help="s of CPU per measurement")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    p.add_argument("--only", choices=("requests", "connections", "replay"), help="one group of rows")
+    p.add_argument("--only", choices=("requests", "owners", "connections", "replay"), help="one group of rows")
     args = p.parse_args()
-    groups = {"requests": request_rows, "connections": connection_rows, "replay": replay_rows}
+    groups = {"requests": request_rows, "owners": owner_rows, "connections": connection_rows, "replay": replay_rows}
     started = time.monotonic()
 
     def rows() -> Iterable[Row]:

@@ -166,10 +166,11 @@ class ResponseMessage:
         if self.deferred:
             edits, self.deferred = self.deferred, []
             if len(self._pieces) == 1 and self._pieces[0] is self.received:
-                if len(edits) == 1:  # one stage's edits come in frame order
-                    plan = edits[0][0](self.received, self.body_offset)
-                else:
-                    plan = sorted(e for find, _ in edits for e in find(self.received, self.body_offset))
+                plan: splice.Edits = []
+                for find, _ in edits:  # each stage's edits come in frame order: merged only when two have some
+                    found = find(self.received, self.body_offset)
+                    if found:
+                        plan = sorted(plan + found) if plan else found
                 if plan:
                     self._pieces = splice.apply(self.received, plan)
             else:

@@ -170,6 +170,9 @@ class TenancyImage:
     # UUID key runs UUID.__hash__ and __eq__ in the interpreter)
     topics_by_id: dict[int, str] = field(default_factory=dict)
     partitions: dict[str, int] = field(default_factory=dict)  # physical topic -> partition count, as learned
+    # physical topic -> the names of the VCs linking it (a dict as an ordered set): who links or owns a topic
+    # is asked of these, not of every VC (kept by _apply_link and _apply_vc, the only writers of links)
+    linked_by: dict[str, dict[str, None]] = field(default_factory=dict)
     generations: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, link) -> incarnation
     group_owners: dict[str, str] = field(default_factory=dict)  # assigned physical group id -> vc name
     txn_owners: dict[str, str] = field(default_factory=dict)  # assigned physical transactional id -> vc name
@@ -201,7 +204,14 @@ class TenancyImage:
 
     def links_to(self, physical: str) -> list[tuple[str, str]]:
         """(vc name, link name) of every link to a physical topic."""
-        return [(vc.name, link) for vc in self.vcs.values() for link in vc.physical_links.get(physical, [])]
+        return [
+            (name, link)
+            for name in self.linked_by.get(physical, ())
+            for link in self.vcs[name].physical_links.get(physical, [])
+        ]
+
+    def _linking(self, physical: str) -> list[VirtualCluster]:
+        return [self.vcs[name] for name in self.linked_by.get(physical, ())]
 
     # -- ownership of physical topics ------------------------------------------------------------------
     def created_by(self, vc: VirtualCluster, physical: str) -> bool:
@@ -222,7 +232,7 @@ class TenancyImage:
         VC that links it; None when two or more VCs link it and none of them created it (then only the
         physical cluster, `kafka-cluster`, owns it). Only an owner may delete, truncate, reconfigure or
         grow the physical topic (docs/tenancy.md, "Shared topics")."""
-        linking = [vc for vc in self.vcs.values() if physical in vc.physical_links]
+        linking = self._linking(physical)
         for vc in linking:
             if self.created_by(vc, physical):
                 return vc.name
@@ -244,6 +254,8 @@ class TenancyImage:
         if value is None:
             vc = self.vcs.pop(name, None)
             if vc is not None:
+                for physical in vc.physical_links:
+                    self._unlinked(physical, name)
                 self.principals = {p: v for p, v in self.principals.items() if v != name}
                 self.client_ids = {c: v for c, v in self.client_ids.items() if v != name}
                 self.group_owners = {g: v for g, v in self.group_owners.items() if v != name}
@@ -284,13 +296,22 @@ class TenancyImage:
             names = vc.physical_links.get(old, [])
             if link in names:
                 names.remove(link)
-            if not names:
-                vc.physical_links.pop(old, None)
+            if not names and vc.physical_links.pop(old, None) is not None:
+                self._unlinked(old, vc_name)
         if value is not None:
             physical = value["physical"]
             vc.links[link] = physical
             vc.physical_links.setdefault(physical, []).append(link)
+            self.linked_by.setdefault(physical, {})[vc_name] = None
         vc.links_version += 1
+
+    def _unlinked(self, physical: str, vc_name: str) -> None:
+        """`vc_name` links `physical` no more."""
+        linking = self.linked_by.get(physical)
+        if linking is not None:
+            linking.pop(vc_name, None)
+            if not linking:
+                del self.linked_by[physical]
 
     def _apply_gen(self, vc_name: str, link: str, *, value: dict[str, Any] | None) -> None:
         if value is None:

@@ -6,6 +6,8 @@ import itertools
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.tenancy.model import (
     MAX_LINK_NAME,
@@ -184,3 +186,37 @@ def test_group_and_transactional_ids_are_injective_with_adversarial_names():
             assert vc.virtual_id(physical) == (name if vc.name == owner else None)
     assert all(len(vc.prefix) == 37 for vc in vcs)
     assert vcs[0].virtual_id("plain-group") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["vc", "vc-delete", "link", "unlink"]),
+            st.sampled_from(["a", "b", "c"]),  # VCs
+            st.sampled_from(["l1", "l2", "l3"]),  # link names
+            st.sampled_from(["p1.x", "p2.x", "p3.x"]),  # physical topics, shared between VCs and links
+        ),
+        max_size=40,
+    )
+)
+def test_who_links_a_topic_is_indexed_as_every_vc_would_answer(steps):
+    """`linked_by` (what topic_owner and links_to ask) is, after any sequence of records, what asking every VC
+    finds: no VC deleted, unlinked or re-pointed elsewhere is left in it, none linking is missing."""
+    image = TenancyImage()
+    for kind, vc, link, physical in steps:
+        if kind == "vc":
+            record = vc_record(vc)
+        elif kind == "vc-delete":
+            record = vc_delete(vc)
+        else:
+            record = link_record(vc, link, physical if kind == "link" else None)
+        image.apply(*record)
+        for topic in ("p1.x", "p2.x", "p3.x"):
+            scanned = [v.name for v in image.vcs.values() if topic in v.physical_links]
+            assert sorted(image.linked_by.get(topic, {})) == sorted(scanned)
+            assert sorted(image.links_to(topic)) == sorted(
+                (v.name, name) for v in image.vcs.values() for name in v.physical_links.get(topic, [])
+            )
+            assert image.topic_owner(topic) == (scanned[0] if len(scanned) == 1 else None)  # none created them
+    assert set(image.linked_by) <= {"p1.x", "p2.x", "p3.x"}
