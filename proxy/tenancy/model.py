@@ -188,6 +188,12 @@ class TenancyImage:
     cluster_acls: AclSet = field(default_factory=AclSet)
     users: UserBook = field(default_factory=UserBook)  # the proxy's users: salted SCRAM credentials (auth/users.py)
 
+    def __post_init__(self) -> None:
+        # An image made from another's VCs (a "what if" of the management plane) indexes them as it starts.
+        for vc in self.vcs.values():
+            for physical in vc.physical_links:
+                self.linked_by.setdefault(physical, {})[vc.name] = None
+
     # -- lookups -----------------------------------------------------------------------------------
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
         """The VC a principal is bound to by name, else its client id's: the plain lookup, without the

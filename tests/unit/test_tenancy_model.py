@@ -220,3 +220,10 @@ def test_who_links_a_topic_is_indexed_as_every_vc_would_answer(steps):
             )
             assert image.topic_owner(topic) == (scanned[0] if len(scanned) == 1 else None)  # none created them
     assert set(image.linked_by) <= {"p1.x", "p2.x", "p3.x"}
+
+
+def test_an_image_made_from_anothers_vcs_knows_who_links_their_topics():
+    image = _image(vc_record("a"), vc_record("b"), link_record("a", "t", "p.t"), link_record("b", "u", "p.t"))
+    what_if = TenancyImage(vcs=image.vcs, principals=image.principals)  # as the management plane makes one
+    assert what_if.linked_by == image.linked_by == {"p.t": {"a": None, "b": None}}
+    assert sorted(what_if.links_to("p.t")) == [("a", "t"), ("b", "u")]
