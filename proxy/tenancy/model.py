@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..acl.model import AclBinding, AclSet
+from ..acl.model import AclBinding, AclSet, Permission
 from ..auth.users import UserBook
 from ..errors import Refusal
 from ..quotas import model as quotas
@@ -187,6 +187,8 @@ class TenancyImage:
     # resources naming VCs, and the physical names its proxy-authenticated members may use.
     cluster_acls: AclSet = field(default_factory=AclSet)
     users: UserBook = field(default_factory=UserBook)  # the proxy's users: salted SCRAM credentials (auth/users.py)
+    # (image version, cluster ACLs' version) -> right_holders() then: made once per change, not per question
+    _holders: tuple[tuple[int, int], frozenset[str]] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # An image made from another's VCs (a "what if" of the management plane) indexes them as it starts.
@@ -195,6 +197,16 @@ class TenancyImage:
                 self.linked_by.setdefault(physical, {})[vc.name] = None
 
     # -- lookups -----------------------------------------------------------------------------------
+    def right_holders(self) -> frozenset[str]:
+        """Every principal a VC names as its admin or one of kafka-cluster's ACLs allows. Asked for each
+        connection bound by client id at every change of the image (`Rights.holds_any`): made once per change."""
+        key = (self.version, self.cluster_acls.version)
+        if self._holders is None or self._holders[0] != key:
+            holders = {principal for vc in self.vcs.values() for principal in vc.admins}
+            holders.update(b.principal for b in self.cluster_acls if b.permission is Permission.ALLOW)
+            self._holders = (key, frozenset(holders))
+        return self._holders[1]
+
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
         """The VC a principal is bound to by name, else its client id's: the plain lookup, without the
         trust model's rules (proxy/tenancy/rights.py `Rights.placement` decides who is where)."""

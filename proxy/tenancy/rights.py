@@ -91,11 +91,7 @@ class Rights:
 
     def holds_any(self, principal: str) -> bool:
         """Whether a principal holds any right over VCs or physical names (an admin, an operator's tool)."""
-        if principal in self.super_admins:
-            return True
-        if any(principal in vc.admins for vc in self.image.vcs.values()):
-            return True
-        return any(b.principal == principal and b.permission is Permission.ALLOW for b in self.image.cluster_acls)
+        return principal in self.super_admins or principal in self.image.right_holders()
 
     # -- rights -----------------------------------------------------------------------------------------
     def is_super(self, principal: str | None) -> bool:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
-from proxy.tenancy.model import TenancyImage, admin_record, client_record, principal_record, vc_record
+from proxy.tenancy.model import TenancyImage, admin_record, client_record, principal_record, vc_delete, vc_record
 from proxy.tenancy.rights import Rights
 
 Op = Operation
@@ -88,3 +90,37 @@ def test_rights_are_acls_on_a_vc_or_on_kafka_cluster():
     )
     assert r.holders(Op.ALTER_VIRTUAL_CLUSTER, "team-a") == {"User:dave", "User:den"}
     assert all(r.may(SUPER, op, "anything") for op in Op if op.value >= 100)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["admin", "unadmin", "allow", "deny", "revoke", "vc-delete"]),
+            st.sampled_from(["team-a", "team-b"]),
+            st.sampled_from(["User:x", "User:y", "User:z"]),
+        ),
+        max_size=30,
+    )
+)
+def test_who_holds_any_right_is_what_every_vc_and_acl_would_answer_after_any_change(steps):
+    """holds_any is asked of a set made once per change of the image (a client-id-bound connection asks at
+    each change): after any sequence of admin, ACL and VC records it answers as looking at each VC's admins
+    and each of kafka-cluster's ACLs would, asked before and after each change."""
+    img = image()
+    rights = Rights(img, frozenset({SUPER}))
+    for kind, vc, principal in steps:
+        if kind in ("admin", "unadmin"):
+            record = admin_record(vc, principal, kind == "admin")
+        elif kind == "vc-delete":
+            record = vc_delete(vc)
+        else:
+            record = grant(principal, Op.ALTER_VIRTUAL_CLUSTER, vc, allow=kind == "allow")
+            if kind == "revoke":
+                record = (record[0], None)
+        img.apply(*record)
+        for who in ("User:x", "User:y", "User:z"):
+            scanned = any(who in v.admins for v in img.vcs.values()) or any(
+                b.principal == who and b.permission is Permission.ALLOW for b in img.cluster_acls
+            )
+            assert rights.holds_any(who) is scanned
