@@ -199,14 +199,10 @@ class ProxySession:
         kind, _, name = principal.partition(":")
         if kind != "User":
             return True
-        image = rights.image
-        named = (
-            *rights.super_admins,
-            *image.principals,
-            *(admin for vc in image.vcs.values() for admin in vc.admins),
-            *(b.principal for b in image.cluster_acls),
-        )
-        return not any(p.partition(":")[0].lower() == "user" and p.partition(":")[2] == name for p in named)
+        if name in rights.image.named_user_names():  # bound, an admin, or in a cluster ACL
+            return False
+        supers = (p.partition(":") for p in rights.super_admins)
+        return not any(kind.lower() == "user" and named == name for kind, _, named in supers)
 
     # -- requests ---------------------------------------------------------------------------------
 

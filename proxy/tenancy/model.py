@@ -189,6 +189,7 @@ class TenancyImage:
     users: UserBook = field(default_factory=UserBook)  # the proxy's users: salted SCRAM credentials (auth/users.py)
     # (image version, cluster ACLs' version) -> right_holders() then: made once per change, not per question
     _holders: tuple[tuple[int, int], frozenset[str]] | None = field(default=None, repr=False, compare=False)
+    _user_names: tuple[tuple[int, int], frozenset[str]] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # An image made from another's VCs (a "what if" of the management plane) indexes them as it starts.
@@ -206,6 +207,18 @@ class TenancyImage:
             holders.update(b.principal for b in self.cluster_acls if b.permission is Permission.ALLOW)
             self._holders = (key, frozenset(holders))
         return self._holders[1]
+
+    def named_user_names(self) -> frozenset[str]:
+        """The name after `User:` (the kind in any case) of every principal the image names: bound to a VC or
+        to kafka-cluster, a VC's admin, or in one of kafka-cluster's ACLs, allowed or denied. A relayed login
+        under one of these names is refused (ProxySession._may_relay): made once per change, not per login."""
+        key = (self.version, self.cluster_acls.version)
+        if self._user_names is None or self._user_names[0] != key:
+            named = [*self.principals, *(p for vc in self.vcs.values() for p in vc.admins)]
+            named += [b.principal for b in self.cluster_acls]
+            names = frozenset(name for kind, _, name in (p.partition(":") for p in named) if kind.lower() == "user")
+            self._user_names = (key, names)
+        return self._user_names[1]
 
     def vc_for(self, principal: str | None, client_id: str | None = None) -> VirtualCluster | None:
         """The VC a principal is bound to by name, else its client id's: the plain lookup, without the

@@ -124,3 +124,34 @@ def test_who_holds_any_right_is_what_every_vc_and_acl_would_answer_after_any_cha
                 b.principal == who and b.permission is Permission.ALLOW for b in img.cluster_acls
             )
             assert rights.holds_any(who) is scanned
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["bind", "unbind", "admin", "unadmin", "allow", "deny", "vc-delete"]),
+            st.sampled_from(["team-a", "team-b", "kafka-cluster"]),
+            st.sampled_from(["User:x", "user:y", "USER:z", "Group:x", "User:a:b"]),
+        ),
+        max_size=30,
+    )
+)
+def test_the_names_a_relayed_login_may_not_take_are_every_user_the_image_names(steps):
+    """named_user_names (what the relay guard asks, made once per change) is, after any sequence of records,
+    the name after `User:` (in any case) of every principal bound, every VC's admin and every cluster ACL's."""
+    img = image()
+    for kind, vc, principal in steps:
+        if kind in ("bind", "unbind"):
+            record = principal_record(principal, vc if kind == "bind" else None)
+        elif kind in ("admin", "unadmin"):
+            record = admin_record(vc, principal, kind == "admin")
+        elif kind == "vc-delete":
+            record = vc_delete(vc) if vc != "kafka-cluster" else principal_record(principal, None)
+        else:
+            record = grant(principal, Op.ALTER_VIRTUAL_CLUSTER, vc, allow=kind == "allow")
+        img.apply(*record)
+        named = [*img.principals, *(a for v in img.vcs.values() for a in v.admins)]
+        named += [b.principal for b in img.cluster_acls]
+        expected = {p.partition(":")[2] for p in named if p.partition(":")[0].lower() == "user"}
+        assert img.named_user_names() == expected

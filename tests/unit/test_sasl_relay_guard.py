@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
 from proxy.auth.credentials import CredentialStore, make_entry
 from proxy.auth.sasl import SaslServer
 from proxy.core.session import Action, ProxySession
-from proxy.tenancy.model import TenancyImage, principal_record, vc_record
+from proxy.tenancy.model import TenancyImage, admin_record, principal_record, vc_record
 
 from .sasl_corpus import EXP, bearer, jws, oauth
 from .test_relay import (
@@ -187,3 +188,30 @@ def test_a_reauthentication_of_a_name_the_proxy_has_placed_since_is_refused():
     assert _reauthenticate(session, "PLAIN", b"\0mallory\0pw") is Action.LOCAL
     body, close = _local(session, AUTHENTICATE, 2)
     assert body.error_code == ErrorCode.sasl_authentication_failed and close
+
+
+def test_a_name_named_after_the_session_started_is_refused_too():
+    """The names the proxy protects are made once per change of the image: a binding, an admin or a cluster
+    ACL (even a DENY) written while the connection is open is seen at its login."""
+    img = _tenancy_session(["User:dave"]).tenancy.image
+    _start_relay(_tenancy_session_on(img), "PLAIN", b"\0frank\0pw")  # relayed while nobody names frank
+    img.apply(*admin_record("team-a", "User:frank", True))
+    _refused_at_login(_tenancy_session_on(img), "PLAIN", b"\0frank\0pw")
+    for record in (
+        principal_record("User:gina", "team-a"),
+        acl_record(
+            "kafka-cluster",
+            AclBinding(
+                ResourceType.CLUSTER, "team-a", PatternType.LITERAL, "user:hank", "*", Operation.ALTER, Permission.DENY
+            ),
+            True,
+        ),
+    ):
+        img.apply(*record)
+    for name in (b"gina", b"hank"):
+        _refused_at_login(_tenancy_session_on(img), "PLAIN", b"\0" + name + b"\0pw")
+
+
+def _tenancy_session_on(img: TenancyImage) -> ProxySession:
+    server = SaslServer(STORE, name="t", relay=True, upstream_user="vcproxy")
+    return ProxySession(LAYOUT, server, tenancy=_Tenancy(img), super_admins=["User:dave"])
