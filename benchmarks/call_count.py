@@ -56,7 +56,11 @@ def python_of(checkout: Path) -> str:
     return str(own) if own.exists() else sys.executable
 
 
-def start(checkout: Path, mode: str, port: int, upstream: str, work: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def start(
+    checkout: Path, mode: str, port: int, upstream: str, work: Path, wrapper: str = WRAPPER
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A proxy of `checkout` in `mode` (passthrough, tenant) under `wrapper`: SIGUSR1 starts its measure,
+    SIGUSR2 writes it to the returned path and ends the process."""
     name = f"{checkout.name or 'checkout'}-{mode}-{port}"
     config: dict = {
         "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
@@ -72,7 +76,7 @@ def start(checkout: Path, mode: str, port: int, upstream: str, work: Path) -> tu
     path = work / f"{name}.json"
     path.write_text(json.dumps(config))  # JSON is YAML
     out, log = work / f"{name}.prof", work / f"{name}.log"
-    argv = [python_of(checkout), "-c", WRAPPER, str(out), str(path)]
+    argv = [python_of(checkout), "-c", wrapper, str(out), str(path)]
     proc = subprocess.Popen(argv, cwd=checkout, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     wait_ready(proc, log, 120, name)
     return proc, out

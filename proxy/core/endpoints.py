@@ -145,6 +145,14 @@ class EndpointRewriter:
             return with_body(frame, body_offset, codec.encode(self.rewrite_entity(rule, body, seen))), seen
         return splice.apply(frame, self.splice_edits(rule, api_key, version, frame, body_offset, seen)), seen
 
+    def nothing_to_splice(
+        self, rule: EndpointRule, api_key: int, version: int, frame: bytes | memoryview, body_offset: int
+    ) -> bool:
+        """An answer whose endpoints are a tagged field (Produce, Fetch: KIP-951) and that has no tagged field
+        at all, the usual case: one compiled skip says so."""
+        cls = response_type(api_key, version)
+        return rule.path not in walker.regular_names(cls) and frame[walker.tags_start(cls, frame, body_offset)] == 0
+
     def splice_edits(
         self,
         rule: EndpointRule,
@@ -155,9 +163,9 @@ class EndpointRewriter:
         seen: list[BrokerEndpoint],
     ) -> splice.Edits:
         """The endpoint array re-encoded, as an edit of the frame (none if it has no endpoint)."""
+        if self.nothing_to_splice(rule, api_key, version, frame, body_offset):
+            return []
         cls = response_type(api_key, version)
-        if rule.path not in walker.regular_names(cls) and frame[walker.tags_start(cls, frame, body_offset)] == 0:
-            return []  # a tagged endpoint array (Produce, Fetch) in an answer with no tagged field: the usual case
         lay = walker.layout(cls, frame, body_offset)
         item_cls = entities.item_type(cls, rule.path)
         if rule.path in lay.fields:

@@ -22,18 +22,20 @@ entity) and encoded once (tests/unit/test_decode_count.py counts them).
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from ..catalogue import catalogue
+from ..catalogue import ApiSpec, catalogue
 from ..errors import ProtocolViolation
 from ..protocol import codec, kip1313
 from ..protocol.apikey import ApiKey, retired_reason
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
 from ..protocol.framing import with_body
-from ..protocol.headers import parse_request_header, peek_request, response_correlation_id
+from ..protocol.headers import parse_request_header, response_correlation_id
 from ..protocol.primitives import INT16, MALFORMED, read_int16, read_uvarint
 from . import apiversions
 from .endpoints import EndpointRewriter, ListenerLayout
@@ -101,8 +103,6 @@ class ProxySession:
         self.authenticator = authenticator
         self.tenancy = tenancy
         self.header_v3 = header_v3
-        self.apis = known_apis()
-        self.specs = catalogue()
         if authenticator is not None and authenticator.complete:  # mTLS: known from the handshake
             principal = authenticator.principal
         self.ctx = ctx = ConnectionState(principal=principal, authenticator=authenticator)
@@ -221,25 +221,25 @@ class ProxySession:
 
     def _parse(self, frame: memoryview) -> Exchange | RequestDecision:
         """The one parse of a request: its header (of the version the proxy can read)."""
-        try:
-            api_key, version, correlation_id = peek_request(frame)
-        except ValueError as exc:
-            raise ProtocolViolation(str(exc)) from exc
-        info: ApiInfo | None = self.apis.get(api_key)
-        spec = self.specs.get(api_key)
-        if info is None or spec is None:
+        if len(frame) < 12:
+            raise ProtocolViolation("request shorter than its fixed header")
+        api_key, version, correlation_id = _FIXED.unpack_from(frame, 4)
+        known = _VERSIONS.get((api_key << 16) | (version & 0xFFFF)) or _version(api_key, version)
+        if known is None:
             return close(retired_reason(api_key) or f"unknown API key {api_key}")
-        ex = Exchange(
-            api_key, version, correlation_id, info.response_header_version(version), info=info, spec=spec, frame=frame
-        )
-        if self.header_v3 and kip1313.uses_header_v3(info, version):
+        info = known.info
+        if self.header_v3 and known.header_v3:
+            rhv = known.max_response_header_version
+            ex = Exchange(api_key, version, correlation_id, rhv, info=info, spec=known.spec, frame=frame)
             ex.client_version, ex.api_version = version, info.max_version  # parsed by the KIP-1313 stage
-            ex.response_header_version = info.response_header_version(info.max_version)
-        elif info.min_version <= version <= info.max_version:
-            try:
-                ex.header = parse_request_header(frame, info.request_header_version(version))
-            except MALFORMED as exc:
-                raise ProtocolViolation(f"malformed {info.name} request header: {exc}") from exc
+        else:
+            rhv = known.response_header_version
+            ex = Exchange(api_key, version, correlation_id, rhv, info=info, spec=known.spec, frame=frame)
+            if known.request_header_version >= 0:
+                try:
+                    ex.header = parse_request_header(frame, known.request_header_version)
+                except MALFORMED as exc:
+                    raise ProtocolViolation(f"malformed {info.name} request header: {exc}") from exc
         return ex
 
     def _settle(self, ex: Exchange, decision: RequestDecision | None, received: memoryview) -> RequestDecision:
@@ -307,6 +307,43 @@ class ProxySession:
         except (CodecError, KeyError, *MALFORMED) as exc:
             raise ProtocolViolation(f"cannot rewrite response to api {ex.api_key} v{ex.api_version}: {exc}") from exc
         return ResponseResult(pieces, msg.brokers, msg.full_broker_list, msg.writes, ex)
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    """What the parse needs of one version of an API, made once per process rather than per request."""
+
+    info: ApiInfo
+    spec: ApiSpec
+    response_header_version: int
+    request_header_version: int  # -1: a version the proxy cannot parse (its header is not read)
+    header_v3: bool  # KIP-1313: the version after the newest, which the proxy reads as header v3
+    max_response_header_version: int  # of the newest version (what a header-v3 request is answered with)
+
+
+# (api_key << 16 | version as uint16) -> its _Version: only versions a client may send, so a hostile one's
+# other numbers cost the slow path, never memory.
+_VERSIONS: dict[int, _Version] = {}
+_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id: at fixed offsets in every header version
+
+
+def _version(api_key: int, version: int) -> _Version | None:
+    info = known_apis().get(api_key)
+    spec = catalogue().get(api_key)
+    if info is None or spec is None:
+        return None
+    readable = info.min_version <= version <= info.max_version
+    known = _Version(
+        info,
+        spec,
+        info.response_header_version(version),
+        info.request_header_version(version) if readable else -1,
+        kip1313.uses_header_v3(info, version),
+        info.response_header_version(info.max_version),
+    )
+    if readable or known.header_v3:
+        _VERSIONS[(api_key << 16) | (version & 0xFFFF)] = known
+    return known
 
 
 def _produce_acks(ex: Exchange) -> int:

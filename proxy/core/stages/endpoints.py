@@ -23,6 +23,11 @@ class EndpointStage:
         rule = ex.endpoint_rule
         if rule is None:
             return
+        if rule.mode == "splice" and self.rewriter.nothing_to_splice(
+            rule, ex.api_key, ex.api_version, msg.received, msg.body_offset
+        ):
+            # Decided on the answer as received: no stage after this one adds a tagged field.
+            return
         msg.full_broker_list = ex.api_key == ApiKey.METADATA
         seen: list[BrokerEndpoint] = []
         msg.brokers = seen  # filled when the body is spliced or encoded
