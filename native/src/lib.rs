@@ -5,6 +5,8 @@
 //! decoding them. Every rule (bounds, error kinds, varint lengths) is the pure-Python walker's, which
 //! stays the reference: tests/unit/test_native_walk.py checks the two agree byte for byte.
 
+mod forward;
+
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -564,5 +566,8 @@ impl Plan {
 #[pymodule]
 fn vcproxy_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
+    m.add_class::<forward::Forwarder>()?;
+    m.add_class::<forward::ForwardTable>()?;
+    m.add_class::<forward::Phase>()?;
     Ok(())
 }

@@ -35,10 +35,10 @@ from ..protocol.apikey import ApiKey, retired_reason
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
 from ..protocol.framing import with_body
-from ..protocol.headers import parse_request_header, response_correlation_id
+from ..protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from ..protocol.primitives import INT16, MALFORMED, read_int16, read_uvarint
 from . import apiversions
-from .endpoints import EndpointRewriter, ListenerLayout
+from .endpoints import EndpointRewriter, ListenerLayout, rules_for
 from .exchange import (
     Action,
     Exchange,
@@ -142,7 +142,8 @@ class ProxySession:
             # The proxy's users (SCRAM credential RPCs).
             users = UsersStage(ctx, authorize.caller, upstream_user, relays_unknown)
             self.stages += [self.binding, authorize, users, quota, manage, tenant]
-        self.stages.append(EndpointStage(EndpointRewriter(layout)))
+        self.endpoints = EndpointStage(EndpointRewriter(layout))
+        self.stages.append(self.endpoints)
         # The stages with a response side, by position: answers pass back only through those a request passed.
         self._responders = [(i, s) for i, s in enumerate(self.stages) if hasattr(s, "on_response")]
 
@@ -203,6 +204,17 @@ class ProxySession:
             return False
         supers = (p.partition(":") for p in rights.super_admins)
         return not any(kind.lower() == "user" and named == name for kind, _, named in supers)
+
+    def rewrite_hints(self, api_key: int, version: int, frame: bytes) -> tuple[bytes, list[Any]]:
+        """An answer the forwarder passed back because it has tagged fields (KIP-951 leader hints in Produce and
+        Fetch): rewritten as the endpoint stage rewrites it, with the broker endpoints it names."""
+        rule = rules_for(api_key, version)
+        if rule is None:
+            return frame, []
+        view = memoryview(frame)
+        offset = response_body_offset(view, known_apis()[api_key].response_header_version(version))
+        pieces, seen = self.endpoints.rewriter.rewrite_body(rule, api_key, version, view, offset)
+        return b"".join(pieces), seen
 
     # -- requests ---------------------------------------------------------------------------------
 

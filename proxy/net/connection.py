@@ -33,6 +33,7 @@ from ..core.session import Action, ProtocolViolation, ProxySession
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
 from ..protocol.framing import FrameError
+from .forwarder import Forwarder, ForwarderLimits, Outcome
 from .frames import FrameReader, FrameWriter
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class ClientConnection:
         decide_state: StateDecider | None = None,
         tap_dir: Path | None = None,
         telemetry: ConnectionTelemetry | None = None,
+        forwarder: Forwarder | None = None,
     ):
         self.client = client
         self.connect_upstream = connect_upstream
@@ -159,14 +161,26 @@ class ClientConnection:
             telemetry.state = session.ctx
             if telemetry.metrics is not None and session.ctx.image is not None:
                 telemetry.metrics.quotas = session.ctx.image.quotas  # quota use and throttles, per entity
+        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP passthrough connection whose
+        # requests make no span, metric or tap record; the Python path hands it over when nothing is outstanding.
+        plain = isinstance(client, trio.SocketStream) and telemetry is None and tap_dir is None
+        self._forwarder = forwarder if plain and session.tenancy is None else None
+        self._forward_table: Any = None
+        self._to_forwarder = False  # the pumps stopped to hand the connection to the forwarder
+        self._closing = False
+        self._phase: Any = None  # the forwarder's phase while it has the connection
 
     async def run(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                self._scope = nursery.cancel_scope
-                nursery.start_soon(self._request_pump, nursery.cancel_scope)
-                nursery.start_soon(self._response_pump, nursery.cancel_scope)
-                nursery.start_soon(self._watchdog, nursery.cancel_scope)
+            while True:
+                self._to_forwarder = False
+                async with trio.open_nursery() as nursery:
+                    self._scope = nursery.cancel_scope
+                    nursery.start_soon(self._request_pump, nursery.cancel_scope)
+                    nursery.start_soon(self._response_pump, nursery.cancel_scope)
+                    nursery.start_soon(self._watchdog, nursery.cancel_scope)
+                if not self._to_forwarder or self._closing or not await self._forwarded():
+                    break
         except* CONNECTION_ERRORS as group:
             for exc in group.exceptions:
                 level = logging.INFO if isinstance(exc, FrameError | ProtocolViolation) else logging.DEBUG
@@ -189,10 +203,87 @@ class ClientConnection:
                 vc = getattr(self.session.vc, "name", None) or "physical"
                 self._tap_path.rename(self._tap_path.with_suffix(f".{vc}.bin"))
 
+    def _may_forward(self) -> bool:
+        """Whether the forwarder may take the connection now: called by the response pump with nothing outstanding,
+        nothing held for the client, and the broker connection open."""
+        forwarder = self._forwarder
+        if forwarder is None or self._draining or self._requests_done or self._closing or not self._logged_in:
+            return False
+        # The request pump waits for the client's next request with nothing read (its waits may be cancelled
+        # without losing a byte), and has sent everything it read.
+        if not self._between_requests or self.client_reader.decoder.buffered or self._to_upstream:
+            return False
+        reader = self.upstream_reader
+        if not isinstance(self.upstream, trio.SocketStream) or reader is None or reader.decoder.buffered:
+            return False
+        if not self._upstream_login or self._received != self._sent:
+            return False
+        self._forward_table = forwarder.table_for(self.session)
+        return self._forward_table is not None
+
+    async def _forwarded(self) -> bool:
+        """The connection on the forwarder; True when it comes back to the pumps (a request not the forwarder's)."""
+        forwarder, upstream = self._forwarder, self.upstream
+        assert forwarder is not None and isinstance(self.client, trio.SocketStream)
+        assert isinstance(upstream, trio.SocketStream)
+        limits = ForwarderLimits(
+            self.limits.max_in_flight, self.limits.max_frame_bytes, self.limits.buffer_size, self.limits.idle_timeout
+        )
+        token = trio.lowlevel.current_trio_token()
+
+        def hints(api_key: int, version: int, frame: bytes) -> bytes:
+            # On the forwarder's thread: an answer with leader hints (KIP-951), rewritten as the endpoint stage does,
+            # once the listeners of the brokers it names are open.
+            body, seen = self.session.rewrite_hints(api_key, version, frame)
+            if seen:
+                trio.from_thread.run(self.on_brokers, seen, False, trio_token=token)
+            return body
+
+        def started(phase: Any) -> None:
+            self._phase = phase
+            if self._draining:
+                phase.hold()
+
+        with trio.CancelScope() as self._scope:
+            try:
+                outcome = await forwarder.serve(self.client, upstream, self._forward_table, hints, limits, started)
+            finally:
+                self._phase = None
+            return self._forward_ended(outcome)
+        return False  # closed from outside (close_now)
+
+    def _forward_ended(self, outcome: Outcome) -> bool:
+        log.debug("%s: the forwarder served %d requests (%s)", self.name, outcome.requests, outcome.kind)
+        self.requests += outcome.requests
+        self._sent += outcome.responses
+        self._received += outcome.responses
+        self._last_active = self._clock.current_time()
+        kind = outcome.kind
+        if kind == "yield":
+            if outcome.leftover:
+                self.client_reader.decoder.receive_data(outcome.leftover)
+            return True
+        if kind == "client-closed":
+            return False
+        if kind == "idle":
+            log.info("%s: closing: %s", self.name, outcome.reason)
+            self.close_reason = outcome.reason
+            return False
+        if kind == "frame":
+            raise FrameError(outcome.reason)
+        if kind == "protocol":
+            raise ProtocolViolation(outcome.reason)
+        if kind in ("broker-closed", "client-failed"):
+            self.close_reason = outcome.reason
+            raise trio.BrokenResourceError(outcome.reason)
+        return False  # detached: the connection is closing
+
     def stop_reading(self) -> None:
         """Graceful drain: take no new requests, let the outstanding ones complete."""
         self.close_reason = "proxy draining"
         self._draining = True
+        if self._phase is not None:
+            self._phase.hold()  # the forwarder lets everything read be answered, then hands the connection back
         if self._request_scope is not None and self._between_requests:
             self._request_scope.cancel()
 
@@ -227,6 +318,7 @@ class ClientConnection:
     def _close(self, scope: trio.CancelScope, reason: str) -> None:
         log.info("%s: closing: %s", self.name, reason)
         self.close_reason = reason
+        self._closing = True
         scope.cancel()
 
     async def _watchdog(self, connection_scope: trio.CancelScope) -> None:
@@ -444,6 +536,10 @@ class ClientConnection:
                 if reader is None:  # no broker connection yet: the request pump opens one, then wakes this
                     await self._wait_work()
                     continue
+                if self._may_forward():  # the forwarder takes it from here, until a request that is not its own
+                    self._to_forwarder = True
+                    connection_scope.cancel()
+                    return
                 # Nothing outstanding: wait on the broker's socket itself, so the next answer wakes this pump
                 # directly (no hand-off from the request pump). The request pump answers a local request that
                 # comes meanwhile itself (it is the oldest outstanding, and this pump writes nothing while it

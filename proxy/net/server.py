@@ -24,6 +24,7 @@ from ..tenancy.settings import VcSettings
 from . import upstream as up
 from .connection import ClientConnection, ConnectionLimits
 from .discovery import BrokerRegistry, discovery_loop
+from .forwarder import FORWARDER
 from .handshake import listener_context, principal_mapper, secure
 from .listeners import Listeners, listener_layout, peer, peer_address
 from .listings import UpstreamListings
@@ -291,6 +292,7 @@ class ProxyServer:
             decide_state=self.tenancy.decide if self.tenancy is not None else None,
             tap_dir=Path(self.config.debug.tap_dir) if self.config.debug.tap_dir else None,
             telemetry=telemetry,
+            forwarder=FORWARDER,
         )
         self.connections.add(connection)
         try:

@@ -33,6 +33,11 @@ _MODULE, REASON = _load()
 COMPILED = _MODULE is not None
 
 
+def module() -> ModuleType | None:
+    """vcproxy_native where it is in use (its forwarder, proxy/net/forwarder.py), else None."""
+    return _MODULE
+
+
 def plan(node: Node, module: ModuleType | None = None) -> Any:
     """A compiled ``Plan`` of `node`, raising the pure walker's exception classes."""
     module = module or _MODULE

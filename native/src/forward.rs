@@ -1,0 +1,717 @@
+//! The forwarder: an established passthrough connection's plain requests and their answers moved between the
+//! two sockets by one native thread, off the interpreter and its event loop (proxy/net/forwarder.py).
+//!
+//! Python decides which requests are plain for a connection (a `ForwardTable`: the API versions the session
+//! forwards unchanged and whose answers it leaves unchanged) and hands the connection over when nothing is
+//! outstanding. The forwarder then reads each request's header as the session reads it (client id, tagged
+//! fields, a Produce's acks), forwards it, and matches each answer to its request by order and correlation
+//! id. Anything else ends the phase, never a guess: a request not in the table (or one it cannot read) is
+//! left unread until every answer before it has gone out, then handed back with whatever followed it; a
+//! frame that breaks the protocol ends the connection, with the reason the Python path gives. An answer
+//! whose endpoints are a tagged field (KIP-951 leader hints) is skipped to its tagged section by the
+//! walker's plan, and when it has one, rewritten by Python (`hook`) like the session rewrites it.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::{parse, skip, skip_tags, uvarint, Node};
+
+const READ_CHUNK: usize = 64 * 1024;
+const WAKE: u64 = u64::MAX;
+const EVENTS: usize = 256;
+
+/// What the forwarder needs of one plain API version.
+struct Entry {
+    acks: bool,              // a Produce: acks=0 has no answer
+    request_flexible: bool,  // request header v2 (tagged fields after the client id)
+    response_flexible: bool, // response header v1 (tagged fields after the correlation id)
+    tags: Option<Node>,      // the answer's regular fields, to find its tagged section (KIP-951)
+}
+
+fn index(key: i16, version: i16) -> u32 {
+    (u32::from(key as u16) << 16) | u32::from(version as u16)
+}
+
+/// The plain API versions of a connection, made once per distinct table (proxy/net/forwarder.py caches them).
+#[pyclass(frozen)]
+pub struct ForwardTable {
+    entries: Arc<HashMap<u32, Entry>>,
+}
+
+#[pymethods]
+impl ForwardTable {
+    /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None).
+    #[new]
+    fn new(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut map = HashMap::new();
+        for item in entries.try_iter()? {
+            let item = item?;
+            let (key, version, acks, request_flexible, response_flexible, plan): (
+                i16,
+                i16,
+                bool,
+                bool,
+                bool,
+                Bound<'_, PyAny>,
+            ) = item.extract()?;
+            let tags = if plan.is_none() { None } else { Some(parse(&plan)?) };
+            map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags });
+        }
+        Ok(ForwardTable { entries: Arc::new(map) })
+    }
+
+    fn __len__(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// How a phase ended.
+enum End {
+    Yield,                // a request the forwarder does not serve is next: handed back with what followed it
+    ClientClosed,         // the client's end of stream, everything answered
+    BrokerClosed(String), // the broker's end of stream or a failed send or receive
+    ClientFailed(String), // a failed send or receive on the client's socket
+    Frame(String),        // not a Kafka frame (a size out of bounds, an end of stream in a frame)
+    Protocol(String),     // an answer that is not the next one's, or cannot be read
+    Detached,             // Python took it back (a drain, a close)
+}
+
+impl End {
+    fn kind(&self) -> (&'static str, String) {
+        match self {
+            End::Yield => ("yield", String::new()),
+            End::ClientClosed => ("client-closed", String::new()),
+            End::BrokerClosed(why) => ("broker-closed", why.clone()),
+            End::ClientFailed(why) => ("client-failed", why.clone()),
+            End::Frame(why) => ("frame", why.clone()),
+            End::Protocol(why) => ("protocol", why.clone()),
+            End::Detached => ("detached", String::new()),
+        }
+    }
+}
+
+/// What Python reads of a live phase without the forwarder's help.
+struct Published {
+    last_active_ns: AtomicU64, // since the forwarder's epoch: the last request read or answer written
+    in_flight: AtomicUsize,
+}
+
+struct Outcome {
+    end: End,
+    leftover: Vec<u8>,
+    requests: u64,
+    responses: u64,
+}
+
+enum Command {
+    Attach(Box<Conn>),
+    Hold(u64),
+    Detach(u64),
+}
+
+struct Shared {
+    epfd: i32,
+    wake: i32,
+    epoch: Instant,
+    commands: Mutex<Vec<Command>>,
+    outcomes: Mutex<HashMap<u64, Outcome>>,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn send(&self, command: Command) {
+        self.commands.lock().unwrap_or_else(|e| e.into_inner()).push(command);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to the forwarder's own eventfd.
+        unsafe { libc::write(self.wake, &one as *const u64 as *const libc::c_void, 8) };
+    }
+}
+
+struct Conn {
+    id: u64,
+    client: i32, // the forwarder's own duplicates of Python's sockets, closed when the phase ends
+    broker: i32,
+    done: i32, // Python's eventfd: written once, when the phase ends
+    table: Arc<HashMap<u32, Entry>>,
+    hook: Py<PyAny>,
+    max_in_flight: usize,
+    max_frame: usize,
+    limit: usize, // bytes read ahead, or waiting to be sent, before reading stops
+    cin: Vec<u8>,
+    bin: Vec<u8>,
+    cout: Vec<u8>,
+    bout: Vec<u8>,
+    cout_at: usize,
+    bout_at: usize,
+    in_flight: VecDeque<(i32, u32)>, // correlation id, table index
+    client_readable: bool,
+    broker_readable: bool,
+    client_writable: bool,
+    broker_writable: bool,
+    hold: bool, // the next request is not the forwarder's, or a drain: read no further from the client
+    client_eof: bool,
+    requests: u64,
+    responses: u64,
+    published: Arc<Published>,
+}
+
+fn be_i32(b: &[u8]) -> i32 {
+    i32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be_i16(b: &[u8]) -> i16 {
+    i16::from_be_bytes([b[0], b[1]])
+}
+
+/// Reads into `buf`'s spare room (at least `want` bytes of it): the bytes read, 0 at end of stream.
+fn receive(fd: i32, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
+    buf.reserve(want);
+    let room = buf.capacity() - buf.len();
+    // SAFETY: the kernel writes at most `room` bytes into the Vec's spare capacity, and only `n` of them
+    // are then counted as initialised.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, room, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    unsafe { buf.set_len(buf.len() + n as usize) };
+    Ok(n as usize)
+}
+
+/// Sends what `buf` holds from `at`; false when the kernel's buffer is full.
+fn send_out(fd: i32, buf: &mut Vec<u8>, at: &mut usize) -> io::Result<bool> {
+    while *at < buf.len() {
+        let rest = &buf[*at..];
+        // SAFETY: sends from a live slice; MSG_NOSIGNAL: a closed peer is an error, not a SIGPIPE.
+        let n = unsafe { libc::send(fd, rest.as_ptr() as *const libc::c_void, rest.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::WouldBlock {
+                return Ok(false);
+            }
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        *at += n as usize;
+    }
+    buf.clear();
+    *at = 0;
+    Ok(true)
+}
+
+/// A request the forwarder serves: (correlation id, table index, whether an answer comes). None: not its own.
+fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>) -> Option<(i32, u32, bool)> {
+    if frame.len() < 12 {
+        return None;
+    }
+    let (key, version, correlation) = (be_i16(&frame[4..]), be_i16(&frame[6..]), be_i32(&frame[8..]));
+    let idx = index(key, version);
+    let entry = table.get(&idx)?;
+    // The header as the session parses it: a nullable client id in UTF-8, then tagged fields (header v2).
+    let mut off = 14usize;
+    let length = be_i16(&frame[12..]);
+    if length >= 0 {
+        let end = off + length as usize;
+        std::str::from_utf8(frame.get(off..end)?).ok()?;
+        off = end;
+    }
+    if entry.request_flexible {
+        off = skip_tags(frame, off as u64).ok()? as usize;
+    }
+    let mut answered = true;
+    if entry.acks {
+        // Produce: transactional_id (a compact or an int16-length nullable string), then acks.
+        if entry.request_flexible {
+            let (length, o) = uvarint(frame, off as u64).ok()?;
+            off = o as usize + length.saturating_sub(1) as usize;
+        } else {
+            let length = be_i16(frame.get(off..off + 2)?);
+            off += 2 + length.max(0) as usize;
+        }
+        answered = be_i16(frame.get(off..off + 2)?) != 0;
+    }
+    Some((correlation, idx, answered))
+}
+
+impl Conn {
+    fn pending_out(buf: &[u8], at: usize) -> usize {
+        buf.len() - at
+    }
+
+    /// Requests read whole from `cin`, forwarded while they are plain.
+    fn requests(&mut self) -> Result<bool, End> {
+        let mut at = 0;
+        let mut progress = false;
+        while !self.hold && Conn::pending_out(&self.bout, self.bout_at) < self.limit {
+            let available = self.cin.len() - at;
+            if available < 4 {
+                break;
+            }
+            let size = be_i32(&self.cin[at..]);
+            if size < 0 {
+                return Err(End::Frame(format!("negative frame size {size}")));
+            }
+            if size as usize > self.max_frame {
+                return Err(End::Frame(format!("frame of {size} bytes exceeds the limit of {}", self.max_frame)));
+            }
+            let total = 4 + size as usize;
+            if available < total || self.in_flight.len() >= self.max_in_flight {
+                break;
+            }
+            let frame = &self.cin[at..at + total];
+            match plain_request(frame, &self.table) {
+                None => self.hold = true,
+                Some((correlation, idx, answered)) => {
+                    self.bout.extend_from_slice(frame);
+                    if answered {
+                        self.in_flight.push_back((correlation, idx));
+                    }
+                    self.requests += 1;
+                    at += total;
+                    progress = true;
+                }
+            }
+        }
+        if at > 0 {
+            self.cin.drain(..at);
+        }
+        Ok(progress)
+    }
+
+    /// Answers read whole from `bin`, each the next outstanding request's, written to the client.
+    fn answers(&mut self) -> Result<bool, End> {
+        let mut at = 0;
+        let mut progress = false;
+        while Conn::pending_out(&self.cout, self.cout_at) < self.limit {
+            let available = self.bin.len() - at;
+            if available < 4 {
+                break;
+            }
+            let size = be_i32(&self.bin[at..]);
+            if size < 0 {
+                return Err(End::Frame(format!("negative frame size {size}")));
+            }
+            if size as usize > self.max_frame {
+                return Err(End::Frame(format!("frame of {size} bytes exceeds the limit of {}", self.max_frame)));
+            }
+            let total = 4 + size as usize;
+            if available < total {
+                break;
+            }
+            let frame = &self.bin[at..at + total];
+            let Some(&(expected, idx)) = self.in_flight.front() else {
+                return Err(End::Protocol("response from the broker with no request outstanding".into()));
+            };
+            if total < 8 {
+                return Err(End::Protocol(format!("broker answered correlation id None, expected {expected}")));
+            }
+            let correlation = be_i32(&frame[4..]);
+            if correlation != expected {
+                return Err(End::Protocol(format!(
+                    "broker answered correlation id {correlation}, expected {expected}"
+                )));
+            }
+            let entry = &self.table[&idx];
+            let (key, version) = ((idx >> 16) as u16 as i16, idx as u16 as i16);
+            let failed = |why: String| End::Protocol(format!("cannot rewrite response to api {key} v{version}: {why}"));
+            let mut body = 8u64;
+            if entry.response_flexible {
+                body = skip_tags(frame, body).map_err(|_| failed("malformed response header".into()))?;
+            }
+            let mut rewritten: Option<Vec<u8>> = None;
+            if let Some(node) = &entry.tags {
+                let tags = skip(node, frame, body).map_err(|_| failed("malformed response body".into()))?;
+                match frame.get(tags as usize) {
+                    None => return Err(failed("truncated response body".into())),
+                    Some(0) => {}
+                    Some(_) => {
+                        let hook = &self.hook;
+                        let result = Python::attach(|py| -> PyResult<Vec<u8>> {
+                            hook.call1(py, (key, version, PyBytes::new(py, frame)))?.extract(py)
+                        });
+                        rewritten = Some(result.map_err(|e| failed(e.to_string()))?);
+                    }
+                }
+            }
+            match rewritten {
+                Some(new) => self.cout.extend_from_slice(&new),
+                None => self.cout.extend_from_slice(frame),
+            }
+            self.in_flight.pop_front();
+            self.responses += 1;
+            at += total;
+            progress = true;
+        }
+        if at > 0 {
+            self.bin.drain(..at);
+        }
+        Ok(progress)
+    }
+
+    /// Moves everything that can move now; Some(end) when the phase is over.
+    fn pump(&mut self, shared: &Shared) -> Option<End> {
+        loop {
+            let mut progress = false;
+            if self.broker_writable && self.bout_at < self.bout.len() {
+                match send_out(self.broker, &mut self.bout, &mut self.bout_at) {
+                    Ok(all) => {
+                        self.broker_writable = all;
+                        progress = true;
+                    }
+                    Err(e) => return Some(End::BrokerClosed(e.to_string())),
+                }
+            }
+            if self.client_writable && self.cout_at < self.cout.len() {
+                match send_out(self.client, &mut self.cout, &mut self.cout_at) {
+                    Ok(all) => {
+                        self.client_writable = all;
+                        progress = true;
+                    }
+                    Err(e) => return Some(End::ClientFailed(e.to_string())),
+                }
+            }
+            match self.answers() {
+                Ok(p) => progress |= p,
+                Err(end) => return Some(end),
+            }
+            match self.requests() {
+                Ok(p) => progress |= p,
+                Err(end) => return Some(end),
+            }
+            if self.broker_readable && Conn::pending_out(&self.cout, self.cout_at) < self.limit {
+                let want = self.wanted(false);
+                match receive(self.broker, &mut self.bin, want) {
+                    Ok(0) => return Some(End::BrokerClosed("upstream broker closed the connection".into())),
+                    Ok(_) => progress = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.broker_readable = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Some(End::BrokerClosed(e.to_string())),
+                }
+            }
+            if self.client_readable
+                && !self.hold
+                && !self.client_eof
+                && Conn::pending_out(&self.bout, self.bout_at) < self.limit
+                && self.cin.len() < self.limit.max(self.frame_size(true))
+            {
+                let want = self.wanted(true);
+                match receive(self.client, &mut self.cin, want) {
+                    Ok(0) => {
+                        self.client_eof = true;
+                        progress = true;
+                    }
+                    Ok(_) => progress = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.client_readable = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Some(End::ClientFailed(e.to_string())),
+                }
+            }
+            if !progress {
+                break;
+            }
+            self.published.last_active_ns.store(shared.now_ns(), Ordering::Relaxed);
+        }
+        self.published.in_flight.store(self.in_flight.len(), Ordering::Relaxed);
+        let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len();
+        if !(flushed && self.in_flight.is_empty()) {
+            return None;
+        }
+        if self.hold {
+            return Some(End::Yield); // the next request (or a drain) is Python's; nothing is outstanding
+        }
+        if self.client_eof {
+            if !self.cin.is_empty() {
+                return Some(End::Frame(format!(
+                    "connection closed in the middle of a frame ({} bytes)",
+                    self.cin.len()
+                )));
+            }
+            return Some(End::ClientClosed);
+        }
+        None
+    }
+
+    /// The whole frame at the front of `cin` (or `bin`), when its size is known and sane: read room for it.
+    fn frame_size(&self, client: bool) -> usize {
+        let buf = if client { &self.cin } else { &self.bin };
+        if buf.len() < 4 {
+            return 0;
+        }
+        let size = be_i32(buf);
+        if size < 0 || size as usize > self.max_frame {
+            return 0;
+        }
+        4 + size as usize
+    }
+
+    fn wanted(&self, client: bool) -> usize {
+        let have = if client { self.cin.len() } else { self.bin.len() };
+        self.frame_size(client).saturating_sub(have).max(READ_CHUNK)
+    }
+}
+
+fn epoll_add(epfd: i32, fd: i32, token: u64, events: u32) -> io::Result<()> {
+    let mut event = libc::epoll_event { events, u64: token };
+    // SAFETY: a live epoll_event for the duration of the call.
+    if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn finish(shared: &Shared, conn: Conn, end: End) {
+    let Conn { id, client, broker, done, cin, requests, responses, .. } = conn;
+    for fd in [client, broker] {
+        // Removed before the duplicate is closed: epoll keeps a registration while any descriptor of the
+        // socket is open, and Python's still are.
+        unsafe {
+            libc::epoll_ctl(shared.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+            libc::close(fd);
+        }
+    }
+    let leftover = if matches!(end, End::Yield | End::Detached) { cin } else { Vec::new() };
+    let outcome = Outcome { end, leftover, requests, responses };
+    shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).insert(id, outcome);
+    let one: u64 = 1;
+    // SAFETY: Python keeps its eventfd open until it has read this phase's outcome.
+    unsafe { libc::write(done, &one as *const u64 as *const libc::c_void, 8) };
+}
+
+fn run(shared: Arc<Shared>) {
+    let mut conns: HashMap<u64, Conn> = HashMap::new();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+    loop {
+        // SAFETY: the kernel fills at most EVENTS entries of a live buffer.
+        let n = unsafe { libc::epoll_wait(shared.epfd, events.as_mut_ptr(), EVENTS as i32, -1) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        let mut touched: Vec<u64> = Vec::new();
+        for event in &events[..n as usize] {
+            let (token, flags) = (event.u64, event.events);
+            if token == WAKE {
+                let mut count: u64 = 0;
+                unsafe { libc::read(shared.wake, &mut count as *mut u64 as *mut libc::c_void, 8) };
+                let commands = std::mem::take(&mut *shared.commands.lock().unwrap_or_else(|e| e.into_inner()));
+                for command in commands {
+                    match command {
+                        Command::Attach(conn) => {
+                            let (id, client, broker) = (conn.id, conn.client, conn.broker);
+                            let watch = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+                            let added = epoll_add(shared.epfd, client, id << 1, watch)
+                                .and_then(|_| epoll_add(shared.epfd, broker, (id << 1) | 1, watch));
+                            match added {
+                                Ok(()) => {
+                                    conns.insert(id, *conn);
+                                    touched.push(id);
+                                }
+                                Err(e) => finish(&shared, *conn, End::BrokerClosed(e.to_string())),
+                            }
+                        }
+                        Command::Hold(id) => {
+                            if let Some(conn) = conns.get_mut(&id) {
+                                conn.hold = true;
+                                touched.push(id);
+                            }
+                        }
+                        Command::Detach(id) => {
+                            if let Some(conn) = conns.remove(&id) {
+                                finish(&shared, conn, End::Detached);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let id = token >> 1;
+            if let Some(conn) = conns.get_mut(&id) {
+                let readable = (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32;
+                let writable = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+                let broker = token & 1 == 1;
+                if flags & readable != 0 {
+                    if broker {
+                        conn.broker_readable = true
+                    } else {
+                        conn.client_readable = true
+                    }
+                }
+                if flags & writable != 0 {
+                    if broker {
+                        conn.broker_writable = true
+                    } else {
+                        conn.client_writable = true
+                    }
+                }
+                touched.push(id);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            let end = match conns.get_mut(&id) {
+                Some(conn) => conn.pump(&shared),
+                None => None,
+            };
+            if let Some(end) = end {
+                let conn = conns.remove(&id).expect("pumped above");
+                finish(&shared, conn, end);
+            }
+        }
+    }
+}
+
+/// One process' forwarder: its thread starts with it and serves every phase handed to it.
+#[pyclass(frozen)]
+pub struct Forwarder {
+    shared: Arc<Shared>,
+    next: AtomicU64,
+}
+
+fn os_error(what: &str) -> PyErr {
+    PyOSError::new_err(format!("{what}: {}", io::Error::last_os_error()))
+}
+
+#[pymethods]
+impl Forwarder {
+    #[new]
+    fn new() -> PyResult<Self> {
+        // SAFETY: plain system calls; each result is checked.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(os_error("epoll_create1"));
+        }
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake < 0 {
+            return Err(os_error("eventfd"));
+        }
+        epoll_add(epfd, wake, WAKE, libc::EPOLLIN as u32).map_err(|e| PyOSError::new_err(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            epfd,
+            wake,
+            epoch: Instant::now(),
+            commands: Mutex::new(Vec::new()),
+            outcomes: Mutex::new(HashMap::new()),
+        });
+        let thread_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("vcproxy-forward".into())
+            .spawn(move || run(thread_shared))
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        Ok(Forwarder { shared, next: AtomicU64::new(1) })
+    }
+
+    /// Hands a connection to the forwarder until `done` (an eventfd Python waits on) is written. The forwarder
+    /// works on duplicates of the two sockets (non-blocking already) and closes them when the phase ends.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (client, broker, table, hook, done, max_in_flight, max_frame_bytes, buffer_bytes))]
+    fn attach(
+        &self,
+        client: i32,
+        broker: i32,
+        table: &ForwardTable,
+        hook: Py<PyAny>,
+        done: i32,
+        max_in_flight: usize,
+        max_frame_bytes: usize,
+        buffer_bytes: usize,
+    ) -> PyResult<Phase> {
+        if max_in_flight == 0 {
+            return Err(PyValueError::new_err("max_in_flight must be positive"));
+        }
+        // SAFETY: duplicates of descriptors Python holds open for the call.
+        let (c, b) = unsafe { (libc::fcntl(client, libc::F_DUPFD_CLOEXEC, 0), libc::fcntl(broker, libc::F_DUPFD_CLOEXEC, 0)) };
+        if c < 0 || b < 0 {
+            unsafe {
+                if c >= 0 {
+                    libc::close(c);
+                }
+                if b >= 0 {
+                    libc::close(b);
+                }
+            }
+            return Err(os_error("dup"));
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let published =
+            Arc::new(Published { last_active_ns: AtomicU64::new(self.shared.now_ns()), in_flight: AtomicUsize::new(0) });
+        let conn = Conn {
+            id,
+            client: c,
+            broker: b,
+            done,
+            table: Arc::clone(&table.entries),
+            hook,
+            max_in_flight,
+            max_frame: max_frame_bytes,
+            limit: buffer_bytes.max(READ_CHUNK),
+            cin: Vec::new(),
+            bin: Vec::new(),
+            cout: Vec::new(),
+            bout: Vec::new(),
+            cout_at: 0,
+            bout_at: 0,
+            in_flight: VecDeque::new(),
+            client_readable: true,
+            broker_readable: true,
+            client_writable: true,
+            broker_writable: true,
+            hold: false,
+            client_eof: false,
+            requests: 0,
+            responses: 0,
+            published: Arc::clone(&published),
+        };
+        self.shared.send(Command::Attach(Box::new(conn)));
+        Ok(Phase { id, published, shared: Arc::clone(&self.shared) })
+    }
+}
+
+/// One connection's time on the forwarder.
+#[pyclass(frozen)]
+pub struct Phase {
+    id: u64,
+    published: Arc<Published>,
+    shared: Arc<Shared>,
+}
+
+#[pymethods]
+impl Phase {
+    /// Read no further requests; end once everything read is answered (a drain).
+    fn hold(&self) {
+        self.shared.send(Command::Hold(self.id));
+    }
+
+    /// End now, whatever is outstanding (the connection is closing).
+    fn detach(&self) {
+        self.shared.send(Command::Detach(self.id));
+    }
+
+    /// Seconds since the last request read or answer written.
+    fn idle(&self) -> f64 {
+        let last = self.published.last_active_ns.load(Ordering::Relaxed);
+        self.shared.now_ns().saturating_sub(last) as f64 / 1e9
+    }
+
+    fn in_flight(&self) -> usize {
+        self.published.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Once `done` is written: (how it ended, why, the client's bytes read and not served, requests
+    /// forwarded, answers written); None before.
+    fn outcome<'py>(&self, py: Python<'py>) -> Option<(&'static str, String, Bound<'py, PyBytes>, u64, u64)> {
+        let outcome = self.shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id)?;
+        let (kind, why) = outcome.end.kind();
+        Some((kind, why, PyBytes::new(py, &outcome.leftover), outcome.requests, outcome.responses))
+    }
+}

@@ -1,0 +1,90 @@
+"""Which requests of a passthrough connection the forwarder may serve (sans-I/O; proxy/net/forwarder.py serves them).
+
+A request is *plain* when every stage of the session would forward it as the client sent it and leave its
+answer as the broker sent it: what the forwarder does without asking Python. That is decided here per API
+version, from the same facts the stages decide from, so the two paths give one reading:
+
+- the connection is passthrough (no tenancy), logged in, not relayed to the broker's own login, and did not
+  start with KIP-1313's header v3 (whose requests the identify stage converts);
+- the version is one the session negotiated and can parse (never the header-v3 version after the newest);
+- no stage answers or converts the API itself: ApiVersions, the SASL APIs, the virtual-clusters RPCs, the
+  client-telemetry APIs, the APIs the proxy refuses or keeps to itself (rewrite_rules.yaml);
+- its answer carries no broker endpoint in a regular field (Metadata, FindCoordinator, DescribeCluster...).
+  Where the endpoints are a tagged field (Produce v10+, Fetch v16+: KIP-951 leader hints) the forwarder skips the
+  answer to its tagged section with the walker's plan, as the endpoint stage does, and gives an answer that
+  has one back to the stage's own rewrite.
+
+tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame
+unchanged and leaves an untagged answer as it came.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from ..catalogue import catalogue
+from ..protocol import management, plans, walker
+from ..protocol.apikey import ApiKey
+from ..protocol.apis import known_apis, response_type
+from ..rules import api_rules
+from .endpoints import rules_for
+
+if TYPE_CHECKING:
+    from .session import ProxySession
+
+# (api_key, version, acks: a Produce, request header v2, response header v1, plan of the answer's regular
+# fields or None): what vcproxy_native.ForwardTable reads.
+Entry = tuple[int, int, bool, bool, bool, Any]
+
+_OWN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
+def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
+    """The plain API versions of this connection now; empty when the forwarder may serve none of its requests."""
+    ctx = session.ctx
+    if session.tenancy is not None or ctx.relayed or ctx.header_instance_id is not None:
+        return ()
+    authenticator = session.authenticator
+    if authenticator is not None and not authenticator.complete:
+        return ()
+    return entries_for(tuple(sorted(ctx.versions.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[Entry, ...]:
+    """The plain entries for one negotiated version table (connections of one client share it)."""
+    out: list[Entry] = []
+    for key, (low, high) in versions:
+        for version in range(low, high + 1):
+            entry = _entry(key, version)
+            if entry is not None:
+                out.append(entry)
+    return tuple(out)
+
+
+def _entry(key: int, version: int) -> Entry | None:
+    info, spec = known_apis().get(key), catalogue().get(key)
+    if info is None or spec is None or not info.min_version <= version <= info.max_version:
+        return None
+    if key in _OWN or key in management.REQUESTS or spec.telemetry:
+        return None
+    rule = api_rules().get(key)
+    if rule is None or rule.physical in ("reject", "refuse"):
+        return None
+    tags = None
+    endpoints = rules_for(key, version)
+    if endpoints is not None and endpoints.mode != "keep":
+        cls = response_type(key, version)
+        if endpoints.mode != "splice" or endpoints.path in walker.regular_names(cls):
+            return None  # endpoints in a regular field: every answer is rewritten
+        _, _, steps = plans.skip_entity(cls)
+        tags = ("struct", False, steps)  # the regular fields: the tagged section follows them
+    return (
+        key,
+        version,
+        key == ApiKey.PRODUCE,
+        info.request_header_version(version) == 2,
+        info.response_header_version(version) == 1,
+        tags,
+    )

@@ -1,0 +1,134 @@
+"""The forwarder's Trio side: a passthrough connection's plain requests served by one native thread.
+
+Per request, a connection's Python path costs its pumps, the session's stages and two passes of Trio's run
+loop; on a machine where the broker and the clients run between two requests, each of those meets cold
+caches (docs/performance.md). The forwarder (native/src/forward.rs) moves the requests that no stage changes, and
+their answers, between the two sockets itself. A connection goes to it when nothing is outstanding
+(`ClientConnection`), and comes back when a request the forwarder does not serve is next: the forwarder stops reading
+there, lets every answer before it out, and returns the bytes it read and did not serve, which the Python
+path then reads first. Which requests are plain is the session's decision (proxy/core/forward_table.py).
+
+Only where both sockets are plain TCP (TLS is Python's), with telemetry off (spans and metrics are made per
+request by Python) and no tap. `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does
+`VCPROXY_FORWARDER=0` alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from ..core.forward_table import forward_entries
+from ..core.session import ProxySession
+from ..protocol import native
+
+log = logging.getLogger(__name__)
+
+FORWARDER_ENV = "VCPROXY_FORWARDER"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: str  # yield, client-closed, broker-closed, client-failed, frame, protocol, detached, idle
+    reason: str
+    leftover: bytes  # the client's bytes read and not served (kind "yield")
+    requests: int
+    responses: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForwarderLimits:
+    max_in_flight: int
+    max_frame_bytes: int
+    buffer_bytes: int
+    idle_timeout: float
+
+
+class Forwarder:
+    """One per process, made on first use (a worker process makes its own, after it starts)."""
+
+    def __init__(self, module: Any):
+        self._module = module
+        self._native: Any = None
+        self._tables: dict[tuple[Any, ...], Any] = {}
+
+    def _forwarder(self) -> Any:
+        if self._native is None:
+            self._native = self._module.Forwarder()
+        return self._native
+
+    def table_for(self, session: ProxySession) -> Any | None:
+        """The compiled table of the session's plain requests, or None when there are none."""
+        entries = forward_entries(session)
+        if not entries:
+            return None
+        table = self._tables.get(entries)
+        if table is None:
+            if len(self._tables) >= 64:  # a handful of distinct clients in practice; bounded all the same
+                self._tables.clear()
+            table = self._tables[entries] = self._module.ForwardTable(entries)
+        return table
+
+    async def serve(
+        self,
+        client: trio.SocketStream,
+        broker: trio.SocketStream,
+        table: Any,
+        hook: Callable[[int, int, bytes], bytes],
+        limits: ForwarderLimits,
+        started: Callable[[Any], None],
+    ) -> Outcome:
+        """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
+        Cancelled (the connection is closed from outside), it takes the connection back first."""
+        done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            phase = self._forwarder().attach(
+                client.socket.fileno(),
+                broker.socket.fileno(),
+                table,
+                hook,
+                done,
+                limits.max_in_flight,
+                limits.max_frame_bytes,
+                limits.buffer_bytes,
+            )
+            started(phase)
+            idle = False
+            try:
+                while True:
+                    # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
+                    with trio.move_on_after(max(limits.idle_timeout - phase.idle(), 1.0)):
+                        await trio.lowlevel.wait_readable(done)
+                        break
+                    if phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
+                        idle = True
+                        phase.detach()
+                        break
+            finally:
+                with trio.CancelScope(shield=True):
+                    outcome = phase.outcome()
+                    while outcome is None:
+                        phase.detach()  # the forwarder ignores it for a phase already over
+                        await trio.lowlevel.wait_readable(done)
+                        outcome = phase.outcome()
+            kind, reason, leftover, requests, responses = outcome
+            if idle:
+                kind, reason = "idle", f"idle for {limits.idle_timeout:g} s (connections_max_idle_ms)"
+            return Outcome(kind, reason, leftover, requests, responses)
+        finally:
+            os.close(done)
+
+
+def _load() -> Forwarder | None:
+    module = native.module()
+    if module is None or os.environ.get(FORWARDER_ENV, "") == "0" or not hasattr(module, "Forwarder"):
+        return None
+    return Forwarder(module)
+
+
+FORWARDER = _load()
