@@ -182,9 +182,9 @@ def main() -> None:
     for label, results in runs.items():
         rows.setdefault("process CPU", {})[label] = statistics.median(r["cpu_ns"] / r["requests"] for r in results)
         for key in {k for r in results for k in r["spent"]}:
-            rows.setdefault(key, {})[label] = statistics.median(
-                r["spent"].get(key, [0, 0])[0] / r["requests"] for r in results
-            ) / 1000
+            rows.setdefault(key, {})[label] = (
+                statistics.median(r["spent"].get(key, [0, 0])[0] / r["requests"] for r in results) / 1000
+            )
         rows["process CPU"][label] /= 1000
     order = ["process CPU", "session: on_request (all of it)", "session: on_response (all of it)"]
     order += sorted((k for k in rows if k not in order), key=lambda k: -max(rows[k].values()))

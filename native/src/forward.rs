@@ -70,6 +70,12 @@ impl ForwardTable {
     fn __len__(&self) -> usize {
         self.entries.len()
     }
+
+    /// How the forwarder reads one request frame (size prefix included): (correlation id, whether an
+    /// answer comes), or None when it leaves the request to Python. For the tests that hold it to the session.
+    fn classify(&self, frame: &[u8]) -> Option<(i32, bool)> {
+        plain_request(frame, &self.entries).map(|(correlation, _, answered)| (correlation, answered))
+    }
 }
 
 /// How a phase ended.
@@ -220,7 +226,7 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>) -> Option<(i32, u32,
     let entry = table.get(&idx)?;
     // The header as the session parses it: a nullable client id in UTF-8, then tagged fields (header v2).
     let mut off = 14usize;
-    let length = be_i16(&frame[12..]);
+    let length = be_i16(frame.get(12..14)?);
     if length >= 0 {
         let end = off + length as usize;
         std::str::from_utf8(frame.get(off..end)?).ok()?;
@@ -560,7 +566,9 @@ fn run(shared: Arc<Shared>) {
         touched.dedup();
         for id in touched {
             let end = match conns.get_mut(&id) {
-                Some(conn) => conn.pump(&shared),
+                // A bug must cost one connection, never the thread every forwarded connection relies on.
+                Some(conn) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.pump(&shared)))
+                    .unwrap_or_else(|_| Some(End::Protocol("internal error in the forwarder".into()))),
                 None => None,
             };
             if let Some(end) = end {
