@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -73,8 +74,10 @@ impl ForwardTable {
 
     /// How the forwarder reads one request frame (size prefix included): (correlation id, whether an
     /// answer comes), or None when it leaves the request to Python. For the tests that hold it to the session.
-    fn classify(&self, frame: &[u8]) -> Option<(i32, bool)> {
-        plain_request(frame, &self.entries).map(|(correlation, _, answered)| (correlation, answered))
+    fn classify(&self, frame: &Bound<'_, PyAny>) -> PyResult<Option<(i32, bool)>> {
+        let buffer = PyBuffer::<u8>::get(frame)?;
+        let bytes = crate::bytes_of(&buffer)?;
+        Ok(plain_request(bytes, &self.entries).map(|(correlation, _, answered)| (correlation, answered)))
     }
 }
 
@@ -387,11 +390,11 @@ impl Conn {
                     Err(e) => return Some(End::ClientFailed(e.to_string())),
                 }
             }
-            match self.answers() {
+            match self.requests() {
                 Ok(p) => progress |= p,
                 Err(end) => return Some(end),
             }
-            match self.requests() {
+            match self.answers() {
                 Ok(p) => progress |= p,
                 Err(end) => return Some(end),
             }
@@ -620,9 +623,10 @@ impl Forwarder {
     }
 
     /// Hands a connection to the forwarder until `done` (an eventfd Python waits on) is written. The forwarder
-    /// works on duplicates of the two sockets (non-blocking already) and closes them when the phase ends.
+    /// works on duplicates of the two sockets (non-blocking already) and closes them when the phase ends;
+    /// `initial` is what the Python path received from the client and did not take, read first.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, done, max_in_flight, max_frame_bytes, buffer_bytes))]
+    #[pyo3(signature = (client, broker, table, hook, done, max_in_flight, max_frame_bytes, buffer_bytes, initial))]
     fn attach(
         &self,
         client: i32,
@@ -633,6 +637,7 @@ impl Forwarder {
         max_in_flight: usize,
         max_frame_bytes: usize,
         buffer_bytes: usize,
+        initial: &[u8],
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -663,7 +668,7 @@ impl Forwarder {
             max_in_flight,
             max_frame: max_frame_bytes,
             limit: buffer_bytes.max(READ_CHUNK),
-            cin: Vec::new(),
+            cin: initial.to_vec(), // the client's bytes the Python path received and did not take
             bin: Vec::new(),
             cout: Vec::new(),
             bout: Vec::new(),

@@ -24,7 +24,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ..catalogue import catalogue
-from ..protocol import management, plans, walker
+from ..protocol import plans, walker
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
 from ..rules import api_rules
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 # (api_key, version, acks: a Produce, request header v2, response header v1, plan of the answer's regular
 # fields or None): what vcproxy_native.ForwardTable reads.
 Entry = tuple[int, int, bool, bool, bool, Any]
-
-_OWN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
@@ -67,8 +65,8 @@ def _entry(key: int, version: int) -> Entry | None:
     info, spec = known_apis().get(key), catalogue().get(key)
     if info is None or spec is None or not info.min_version <= version <= info.max_version:
         return None
-    if key in _OWN or key in management.REQUESTS or spec.telemetry:
-        return None
+    if spec.answered_by is not None or spec.sasl or spec.telemetry:
+        return None  # a stage answers or converts it: ApiVersions, SASL, the proxy's own RPCs, client telemetry
     rule = api_rules().get(key)
     if rule is None or rule.physical in ("reject", "refuse"):
         return None

@@ -179,7 +179,9 @@ class ClientConnection:
                     nursery.start_soon(self._request_pump, nursery.cancel_scope)
                     nursery.start_soon(self._response_pump, nursery.cancel_scope)
                     nursery.start_soon(self._watchdog, nursery.cancel_scope)
-                if not self._to_forwarder or self._closing or not await self._forwarded():
+                if not self._to_forwarder or self._closing:
+                    break
+                if self._quiet() and not await self._forwarded():
                     break
         except* CONNECTION_ERRORS as group:
             for exc in group.exceptions:
@@ -204,22 +206,46 @@ class ClientConnection:
                 self._tap_path.rename(self._tap_path.with_suffix(f".{vc}.bin"))
 
     def _may_forward(self) -> bool:
-        """Whether the forwarder may take the connection now: called by the response pump with nothing outstanding,
-        nothing held for the client, and the broker connection open."""
+        """Whether the forwarder takes the connection at the request the request pump has buffered (not taken):
+        a plain one, with nothing outstanding, nothing held for either side, and the response pump waiting on
+        the broker's socket (each pump then waits where a cancel loses no byte)."""
         forwarder = self._forwarder
-        if forwarder is None or self._draining or self._requests_done or self._closing or not self._logged_in:
+        if forwarder is None or self._draining or self._closing or not self._logged_in or not self._reading:
             return False
-        # The request pump waits for the client's next request with nothing read (its waits may be cancelled
-        # without losing a byte), and has sent everything it read.
-        if not self._between_requests or self.client_reader.decoder.buffered or self._to_upstream:
+        if self.session.in_flight or self._to_client or self._to_upstream or self._received != self._sent:
             return False
         reader = self.upstream_reader
         if not isinstance(self.upstream, trio.SocketStream) or reader is None or reader.decoder.buffered:
             return False
-        if not self._upstream_login or self._received != self._sent:
+        if not self._upstream_login:
             return False
-        self._forward_table = forwarder.table_for(self.session)
-        return self._forward_table is not None
+        table = forwarder.table_for(self.session)
+        if table is None:
+            return False
+        view = self.client_reader.decoder.peek_frame()
+        if view is None:
+            return False
+        try:
+            if table.classify(view) is None:
+                return False
+        finally:
+            view.release()  # before the decoder may move its buffer
+        self._forward_table = table
+        return True
+
+    def _quiet(self) -> bool:
+        """After the pumps stopped for the forwarder: still nothing outstanding or held (a pump that had already
+        been woken when they were cancelled ran on to its next wait)."""
+        reader = self.upstream_reader
+        return (
+            not self.session.in_flight
+            and self._received == self._sent
+            and not self._to_client
+            and not self._to_upstream
+            and reader is not None
+            and not reader.decoder.buffered
+            and self.client_reader.decoder.peek_frame() is not None
+        )
 
     async def _forwarded(self) -> bool:
         """The connection on the forwarder; True when it comes back to the pumps (a request not the forwarder's)."""
@@ -246,7 +272,10 @@ class ClientConnection:
 
         with trio.CancelScope() as self._scope:
             try:
-                outcome = await forwarder.serve(self.client, upstream, self._forward_table, hints, limits, started)
+                initial = self.client_reader.decoder.take_buffered()
+                outcome = await forwarder.serve(
+                    self.client, upstream, self._forward_table, hints, limits, started, initial
+                )
             finally:
                 self._phase = None
             return self._forward_ended(outcome)
@@ -423,6 +452,12 @@ class ClientConnection:
                 if self._draining:  # it came while this pump was busy with the last request
                     break
                 self._between_requests = True
+                if self._forwarder is not None:
+                    await reader.fill()  # a whole request, not taken: the forwarder may take it from here
+                    if self._may_forward():
+                        self._to_forwarder = True
+                        connection_scope.cancel()
+                        return
                 frame = await reader.next_frame()
                 self._between_requests = False
                 if frame is None:
@@ -536,10 +571,6 @@ class ClientConnection:
                 if reader is None:  # no broker connection yet: the request pump opens one, then wakes this
                     await self._wait_work()
                     continue
-                if self._may_forward():  # the forwarder takes it from here, until a request that is not its own
-                    self._to_forwarder = True
-                    connection_scope.cancel()
-                    return
                 # Nothing outstanding: wait on the broker's socket itself, so the next answer wakes this pump
                 # directly (no hand-off from the request pump). The request pump answers a local request that
                 # comes meanwhile itself (it is the oldest outstanding, and this pump writes nothing while it

@@ -55,11 +55,13 @@ class Forwarder:
     def __init__(self, module: Any):
         self._module = module
         self._native: Any = None
+        self._pid = 0
         self._tables: dict[tuple[Any, ...], Any] = {}
 
     def _forwarder(self) -> Any:
-        if self._native is None:
-            self._native = self._module.Forwarder()
+        # Its thread is this process' own: a child forked after it started makes its own.
+        if self._native is None or self._pid != os.getpid():
+            self._native, self._pid = self._module.Forwarder(), os.getpid()
         return self._native
 
     def table_for(self, session: ProxySession) -> Any | None:
@@ -82,6 +84,7 @@ class Forwarder:
         hook: Callable[[int, int, bytes], bytes],
         limits: ForwarderLimits,
         started: Callable[[Any], None],
+        initial: bytes = b"",
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first."""
@@ -96,6 +99,7 @@ class Forwarder:
                 limits.max_in_flight,
                 limits.max_frame_bytes,
                 limits.buffer_bytes,
+                initial,
             )
             started(phase)
             idle = False

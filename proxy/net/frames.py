@@ -50,6 +50,14 @@ class FrameReader:
         """A whole frame is buffered: next_frame() returns it without a system call."""
         return self.decoder.frame_ready()
 
+    async def fill(self) -> None:
+        """Until a whole frame is buffered, or the stream ends (next_frame then says which); takes nothing."""
+        while not self.decoder.frame_ready():
+            n = await (self._receive_socket() if self._socket is not None else self._receive_stream())
+            if not n:
+                return
+            self.bytes_read += n
+
     async def next_frame(self) -> memoryview | None:
         """The next frame, or None at a clean end of stream. The previous frame is invalid after this."""
         while True:

@@ -127,6 +127,24 @@ class FrameDecoder:
         size = INT32.unpack_from(self._buf, self._start)[0]
         return size < 0 or size > self.max_frame_bytes or self._end - self._start >= 4 + size
 
+    def peek_frame(self) -> memoryview | None:
+        """The next whole frame, not taken: None when there is none, when it is in a big frame's own buffer, or
+        when its size is one next_frame refuses. The view must be released before anything else is asked."""
+        if self._big is not None or self._end - self._start < 4:
+            return None
+        size = INT32.unpack_from(self._buf, self._start)[0]
+        if size < 0 or size > self.max_frame_bytes or self._end - self._start < 4 + size:
+            return None
+        return memoryview(self._buf)[self._start : self._start + 4 + size]
+
+    def take_buffered(self) -> bytes:
+        """Every byte received and not taken, leaving the decoder empty (not for a big frame's buffer)."""
+        if self._big is not None:
+            raise ValueError("a big frame is being received")
+        data = bytes(self._buf[self._start : self._end])
+        self._start = self._end = 0
+        return data
+
     def next_frame(self) -> memoryview | None:
         """The next complete frame (size prefix included), or None if more bytes are needed."""
         if self._big is not None:
