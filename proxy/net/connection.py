@@ -169,6 +169,7 @@ class ClientConnection:
         self._to_forwarder = False  # the pumps stopped to hand the connection to the forwarder
         self._closing = False
         self._phase: Any = None  # the forwarder's phase while it has the connection
+        self.forwarded = 0  # requests the forwarder served (of `requests`)
 
     async def run(self) -> None:
         try:
@@ -284,6 +285,7 @@ class ClientConnection:
     def _forward_ended(self, outcome: Outcome) -> bool:
         log.debug("%s: the forwarder served %d requests (%s)", self.name, outcome.requests, outcome.kind)
         self.requests += outcome.requests
+        self.forwarded += outcome.requests
         self._sent += outcome.responses
         self._received += outcome.responses
         self._last_active = self._clock.current_time()

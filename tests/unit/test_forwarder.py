@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 
 import pytest
 import trio
@@ -277,3 +278,155 @@ async def test_a_failing_rewrite_ends_the_connection():
     await pair.broker.send(_hinted_answer(4))
     outcome = await pair.run(hook=hook)
     assert (outcome.kind, outcome.reason) == ("protocol", "cannot rewrite response to api 0 v10: ValueError: no")
+
+
+# -- a whole connection: the pumps, the forwarder, and back -----------------------------------------------
+
+
+def _metadata_request(correlation: int) -> bytes:
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    body = MetadataRequest(topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return request_frame(3, 12, correlation, body)
+
+
+def _metadata_answer(correlation: int) -> bytes:
+    from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
+
+    body = MetadataResponse(
+        throttle_time=datetime.timedelta(0),
+        brokers=(MetadataResponseBroker(node_id=i32(1), host="kafka-1.internal", port=i32(9092), rack=None),),
+        cluster_id="phys",
+        controller_id=i32(1),
+        topics=(),
+    )
+    return response_frame(3, 12, correlation, body)
+
+
+class _Connection:
+    """A ClientConnection on socket pairs: a passthrough session, a broker that answers every request."""
+
+    def __init__(self, nursery: trio.Nursery):
+        from proxy.net.connection import ClientConnection, ConnectionLimits
+        from proxy.net.frames import FrameReader
+
+        self.nursery = nursery
+        self.brokers_seen: list[object] = []
+        a, b = trio.socket.socketpair()
+        self.client = trio.SocketStream(b)
+        self.connection = ClientConnection(
+            trio.SocketStream(a),
+            self._connect,
+            ProxySession(ListenerLayout("proxy.example", 9192, 9193)),
+            limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16),
+            on_brokers=self._on_brokers,
+            name="t",
+            forwarder=FORWARDER,
+        )
+        self.done = trio.Event()
+        self.answers = FrameReader(self.client, 1 << 20, 1 << 16)
+        nursery.start_soon(self._run)
+
+    async def _run(self) -> None:
+        await self.connection.run()
+        self.done.set()
+
+    async def _on_brokers(self, seen: list[object], _full: bool) -> None:
+        self.brokers_seen += seen
+
+    async def _broker(self, stream: trio.SocketStream) -> None:
+        from proxy.net.frames import FrameReader
+        from proxy.protocol.headers import peek_request
+
+        reader = FrameReader(stream, 1 << 20, 1 << 16)
+        while (frame := await reader.next_frame()) is not None:
+            api_key, version, correlation = peek_request(frame)
+            if api_key == 3:
+                answer = _metadata_answer(correlation)
+            else:
+                answer = _hinted_answer(correlation) if version == 10 else produced(correlation)
+            await stream.send_all(answer)
+
+    async def _connect(self, _login: bool) -> trio.SocketStream:
+        a, b = trio.socket.socketpair()
+        self.nursery.start_soon(self._broker, trio.SocketStream(b))
+        return trio.SocketStream(a)
+
+    async def exchange(self, *requests: bytes) -> list[tuple[int, bytes]]:
+        await self.client.send_all(b"".join(requests))
+        out = []
+        for _ in requests:
+            frame = await self.answers.next_frame()
+            assert frame is not None
+            out.append((int.from_bytes(frame[4:8], "big"), bytes(frame)))
+        return out
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        with trio.fail_after(5):
+            await self.done.wait()
+
+
+def _rewritten(frame: bytes) -> bool:
+    from kio.schema.metadata.v12.response import MetadataResponse
+
+    from proxy.protocol import codec
+    from proxy.protocol.headers import response_body_offset
+
+    body, _ = codec.decode(MetadataResponse, frame, response_body_offset(frame, 1))
+    return [(b.host, int(b.port)) for b in body.brokers] == [("proxy.example", 9194)]
+
+
+async def test_a_connection_goes_to_the_forwarder_and_back_with_every_answer_in_order(nursery):
+    peer = _Connection(nursery)
+    connection, exchange = peer.connection, peer.exchange
+    assert await exchange(produce(1)) == [(1, produced(1))]  # the Python path opens the broker connection
+    assert await exchange(produce(2)) == [(2, produced(2))]  # then the forwarder takes it
+    assert connection._phase is not None  # the forwarder has it
+    got = await exchange(_metadata_request(3))  # not plain: back to the pumps, rewritten
+    assert got[0][0] == 3 and _rewritten(got[0][1])
+    pipelined = [produce(c) for c in (4, 5, 6)] + [_metadata_request(7)] + [produce(c) for c in (8, 9)]
+    got = await exchange(*pipelined)
+    assert [c for c, _ in got] == [4, 5, 6, 7, 8, 9]
+    assert [f for c, f in got if c != 7] == [produced(c) for c in (4, 5, 6, 8, 9)]
+    assert _rewritten(dict(got)[7])
+    assert await exchange(produce(10)) == [(10, produced(10))]
+    rng = random.Random(4242)
+    correlation = 10
+    for _ in range(60):  # batches of any mix: every hand-over point, both ways
+        batch = []
+        for _ in range(rng.randint(1, 6)):
+            correlation += 1
+            batch.append(_metadata_request(correlation) if rng.random() < 0.3 else produce(correlation))
+        got = await exchange(*batch)
+        assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
+    await peer.close()
+    assert connection.requests == correlation and connection.forwarded >= 30
+    assert connection.close_reason == "client closed the connection"
+
+
+async def test_leader_hints_in_a_forwarded_answer_point_at_the_proxy_once_its_listeners_know_them(nursery):
+    from kio.schema.produce.v10 import response as produce10
+
+    from proxy.protocol import codec
+    from proxy.protocol.headers import response_body_offset
+
+    peer = _Connection(nursery)
+    await peer.exchange(produce(1))
+    await peer.exchange(produce(2))
+    assert peer.connection._phase is not None
+    v10 = request_frame(
+        0,
+        10,
+        3,
+        produce9.ProduceRequest(
+            transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=1), topic_data=()
+        ),
+    )
+    [(correlation, frame)] = await peer.exchange(v10)
+    body, _ = codec.decode(produce10.ProduceResponse, frame, response_body_offset(frame, 1))
+    assert correlation == 3
+    assert [(e.node_id, e.host, int(e.port)) for e in body.node_endpoints] == [(2, "proxy.example", 9195)]
+    assert [(b.node_id, b.host, b.port) for b in peer.brokers_seen] == [(2, "kafka-2.internal", 9092)]
+    assert peer.connection._phase is not None  # still forwarded: the hint was the only thing Python did
+    await peer.close()
