@@ -29,8 +29,6 @@ from ..protocol import native
 
 log = logging.getLogger(__name__)
 
-FORWARDER_ENV = "VCPROXY_FORWARDER"
-
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -130,7 +128,7 @@ class Forwarder:
 
 def _load() -> Forwarder | None:
     module = native.module()
-    if module is None or os.environ.get(FORWARDER_ENV, "") == "0" or not hasattr(module, "Forwarder"):
+    if module is None or os.environ.get(native.FORWARDER_ENV, "") == "0" or not hasattr(module, "Forwarder"):
         return None
     return Forwarder(module)
 

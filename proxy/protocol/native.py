@@ -17,6 +17,7 @@ from .plans import Node
 from .primitives import MalformedError, TruncatedError
 
 PURE_ENV = "VCPROXY_PURE"
+FORWARDER_ENV = "VCPROXY_FORWARDER"  # "0": the forwarder off, the walker on (proxy/net/forwarder.py)
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -49,5 +50,10 @@ def plan(node: Node, module: ModuleType | None = None) -> Any:
 def describe() -> str:
     """One line for the start log: which path walks and splices bodies."""
     if COMPILED:
-        return "compiled walker: vcproxy_native (validation, skips and splices of message bodies)"
+        forwarder = os.environ.get(FORWARDER_ENV, "") != "0"
+        return "compiled walker: vcproxy_native (validation, skips and splices of message bodies{})".format(
+            "; the forwarder for plain passthrough requests"
+            if forwarder
+            else f"; the forwarder is off: {FORWARDER_ENV}=0"
+        )
     return f"compiled walker not in use, running on the pure-Python path: {REASON}"
