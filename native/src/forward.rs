@@ -24,7 +24,8 @@ use pyo3::types::PyBytes;
 
 use crate::{parse, skip, skip_tags, uvarint, Node};
 
-const READ_CHUNK: usize = 64 * 1024;
+const READ_CHUNK: usize = 16 * 1024; // room made for a receive (more when a known frame needs it)
+const KEEP: usize = 64 * 1024; // an empty buffer keeps at most this much memory: idle connections cost little
 const WAKE: u64 = u64::MAX;
 const EVENTS: usize = 256;
 
@@ -219,6 +220,33 @@ fn send_out(fd: i32, buf: &mut Vec<u8>, at: &mut usize) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Sends `frame` now when nothing waits before it (no copy), and queues what the kernel did not take.
+fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: &mut bool) -> io::Result<()> {
+    let mut sent = 0;
+    if at == out.len() && *writable {
+        while sent < frame.len() {
+            let rest = &frame[sent..];
+            // SAFETY: sends from a live slice; MSG_NOSIGNAL: a closed peer is an error, not a SIGPIPE.
+            let n =
+                unsafe { libc::send(fd, rest.as_ptr() as *const libc::c_void, rest.len(), libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                match err.kind() {
+                    io::ErrorKind::WouldBlock => {
+                        *writable = false;
+                        break;
+                    }
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(err),
+                }
+            }
+            sent += n as usize;
+        }
+    }
+    out.extend_from_slice(&frame[sent..]);
+    Ok(())
+}
+
 /// A request the forwarder serves: (correlation id, table index, whether an answer comes). None: not its own.
 fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>) -> Option<(i32, u32, bool)> {
     if frame.len() < 12 {
@@ -282,7 +310,8 @@ impl Conn {
             match plain_request(frame, &self.table) {
                 None => self.hold = true,
                 Some((correlation, idx, answered)) => {
-                    self.bout.extend_from_slice(frame);
+                    send_or_queue(self.broker, frame, &mut self.bout, self.bout_at, &mut self.broker_writable)
+                        .map_err(|e| End::BrokerClosed(e.to_string()))?;
                     if answered {
                         self.in_flight.push_back((correlation, idx));
                     }
@@ -353,10 +382,9 @@ impl Conn {
                     }
                 }
             }
-            match rewritten {
-                Some(new) => self.cout.extend_from_slice(&new),
-                None => self.cout.extend_from_slice(frame),
-            }
+            let out = rewritten.as_deref().unwrap_or(frame);
+            send_or_queue(self.client, out, &mut self.cout, self.cout_at, &mut self.client_writable)
+                .map_err(|e| End::ClientFailed(e.to_string()))?;
             self.in_flight.pop_front();
             self.responses += 1;
             at += total;
@@ -432,6 +460,11 @@ impl Conn {
             self.published.last_active_ns.store(shared.now_ns(), Ordering::Relaxed);
         }
         self.published.in_flight.store(self.in_flight.len(), Ordering::Relaxed);
+        for buf in [&mut self.cin, &mut self.bin, &mut self.cout, &mut self.bout] {
+            if buf.is_empty() && buf.capacity() > KEEP {
+                *buf = Vec::new(); // after a large frame: not kept for the connection's life
+            }
+        }
         let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len();
         if !(flushed && self.in_flight.is_empty()) {
             return None;
