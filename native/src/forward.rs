@@ -6,7 +6,8 @@
 //! outstanding. The forwarder then reads each request's header as the session reads it (client id, tagged
 //! fields, a Produce's acks), forwards it, and matches each answer to its request by order and correlation
 //! id. Anything else ends the phase, never a guess: a request not in the table (or one it cannot read) is
-//! left unread until every answer before it has gone out, then handed back with whatever followed it; a
+//! handed back unread with whatever followed it, and with the requests sent before it whose answers have
+//! not come (Python's pumps answer them first); a
 //! frame that breaks the protocol ends the connection, with the reason the Python path gives. An answer
 //! whose endpoints are a tagged field (KIP-951 leader hints) is skipped to its tagged section by the
 //! walker's plan, and when it has one, rewritten by Python (`hook`) like the session rewrites it.
@@ -115,7 +116,9 @@ struct Published {
 
 struct Outcome {
     end: End,
-    leftover: Vec<u8>,
+    leftover: Vec<u8>,        // the client's bytes read and not served
+    broker_leftover: Vec<u8>, // the broker's bytes read and not yet an answer written
+    in_flight: Vec<(i32, i16, i16)>, // requests sent whose answers were not written: correlation id, key, version
     requests: u64,
     responses: u64,
 }
@@ -466,11 +469,13 @@ impl Conn {
             }
         }
         let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len();
+        if flushed && self.hold {
+            // The next request (or a drain) is Python's: everything read before it has been sent on, and the
+            // answers not yet read go back with it (Python's pumps read them, in order, before its answer).
+            return Some(End::Yield);
+        }
         if !(flushed && self.in_flight.is_empty()) {
             return None;
-        }
-        if self.hold {
-            return Some(End::Yield); // the next request (or a drain) is Python's; nothing is outstanding
         }
         if self.client_eof {
             if !self.cin.is_empty() {
@@ -513,7 +518,7 @@ fn epoll_add(epfd: i32, fd: i32, token: u64, events: u32) -> io::Result<()> {
 }
 
 fn finish(shared: &Shared, conn: Conn, end: End) {
-    let Conn { id, client, broker, done, cin, requests, responses, .. } = conn;
+    let Conn { id, client, broker, done, cin, bin, in_flight, requests, responses, .. } = conn;
     for fd in [client, broker] {
         // Removed before the duplicate is closed: epoll keeps a registration while any descriptor of the
         // socket is open, and Python's still are.
@@ -522,8 +527,19 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
             libc::close(fd);
         }
     }
-    let leftover = if matches!(end, End::Yield | End::Detached) { cin } else { Vec::new() };
-    let outcome = Outcome { end, leftover, requests, responses };
+    let yielded = matches!(end, End::Yield);
+    let outcome = Outcome {
+        leftover: if yielded { cin } else { Vec::new() },
+        broker_leftover: if yielded { bin } else { Vec::new() },
+        in_flight: if yielded {
+            in_flight.iter().map(|&(c, idx)| (c, (idx >> 16) as u16 as i16, idx as u16 as i16)).collect()
+        } else {
+            Vec::new()
+        },
+        end,
+        requests,
+        responses,
+    };
     shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).insert(id, outcome);
     let one: u64 = 1;
     // SAFETY: Python keeps its eventfd open until it has read this phase's outcome.
@@ -753,11 +769,24 @@ impl Phase {
         self.published.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Once `done` is written: (how it ended, why, the client's bytes read and not served, requests
-    /// forwarded, answers written); None before.
-    fn outcome<'py>(&self, py: Python<'py>) -> Option<(&'static str, String, Bound<'py, PyBytes>, u64, u64)> {
+    /// Once `done` is written: (how it ended, why, requests forwarded, answers written, and on a hand-back: the
+    /// client's bytes read and not served, the broker's bytes read and not written, the requests sent whose
+    /// answers were not written as (correlation id, api key, version)); None before.
+    #[allow(clippy::type_complexity)]
+    fn outcome<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i32, i16, i16)>)> {
         let outcome = self.shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id)?;
         let (kind, why) = outcome.end.kind();
-        Some((kind, why, PyBytes::new(py, &outcome.leftover), outcome.requests, outcome.responses))
+        Some((
+            kind,
+            why,
+            outcome.requests,
+            outcome.responses,
+            PyBytes::new(py, &outcome.leftover),
+            PyBytes::new(py, &outcome.broker_leftover),
+            outcome.in_flight,
+        ))
     }
 }

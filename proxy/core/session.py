@@ -216,6 +216,21 @@ class ProxySession:
         pieces, seen = self.endpoints.rewriter.rewrite_body(rule, api_key, version, view, offset)
         return b"".join(pieces), seen
 
+    def adopt(self, outstanding: Iterable[tuple[int, int, int]]) -> None:
+        """Requests the forwarder sent whose answers it did not read, as (correlation id, api key, version): they
+        are plain (every stage passed them on unchanged), so they are taken as if they had passed every stage,
+        and their answers go back through the stages' response sides like any other."""
+        for correlation_id, api_key, version in outstanding:
+            known = _VERSIONS.get((api_key << 16) | (version & 0xFFFF)) or _version(api_key, version)
+            if known is None:
+                raise ProtocolViolation(f"internal: the forwarder sent api {api_key}, which the session does not know")
+            ex = Exchange(
+                api_key, version, correlation_id, known.response_header_version, info=known.info, spec=known.spec
+            )
+            self.endpoints.on_request(ex)  # the only stage that keeps something for the answer (its endpoint rule)
+            ex.depth = len(self.stages) - 1
+            self.in_flight.append(ex)
+
     # -- requests ---------------------------------------------------------------------------------
 
     def on_request(self, frame: memoryview) -> RequestDecision:

@@ -286,13 +286,17 @@ class ClientConnection:
         log.debug("%s: the forwarder served %d requests (%s)", self.name, outcome.requests, outcome.kind)
         self.requests += outcome.requests
         self.forwarded += outcome.requests
-        self._sent += outcome.responses
+        self._sent += outcome.responses + len(outcome.in_flight)
         self._received += outcome.responses
         self._last_active = self._clock.current_time()
         kind = outcome.kind
         if kind == "yield":
             if outcome.leftover:
                 self.client_reader.decoder.receive_data(outcome.leftover)
+            if outcome.broker_leftover:
+                assert self.upstream_reader is not None
+                self.upstream_reader.decoder.receive_data(outcome.broker_leftover)
+            self.session.adopt(outcome.in_flight)  # their answers come first, through the stages
             return True
         if kind == "client-closed":
             return False

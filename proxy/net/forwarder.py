@@ -5,8 +5,10 @@ loop; on a machine where the broker and the clients run between two requests, ea
 caches (docs/performance.md). The forwarder (native/src/forward.rs) moves the requests that no stage changes, and
 their answers, between the two sockets itself. A connection goes to it when nothing is outstanding
 (`ClientConnection`), and comes back when a request the forwarder does not serve is next: the forwarder stops reading
-there, lets every answer before it out, and returns the bytes it read and did not serve, which the Python
-path then reads first. Which requests are plain is the session's decision (proxy/core/forward_table.py).
+there and returns the bytes it read and did not serve, which the Python path then reads first, with the
+requests it sent whose answers have not come: the session takes them as its own (`ProxySession.adopt`), so
+Python's pumps answer them first, in order. Which requests are plain is the session's decision
+(proxy/core/forward_table.py).
 
 Only where both sockets are plain TCP (TLS is Python's), with telemetry off (spans and metrics are made per
 request by Python) and no tap. `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does
@@ -34,9 +36,13 @@ log = logging.getLogger(__name__)
 class Outcome:
     kind: str  # yield, client-closed, broker-closed, client-failed, frame, protocol, detached, idle
     reason: str
-    leftover: bytes  # the client's bytes read and not served (kind "yield")
-    requests: int
-    responses: int
+    requests: int  # forwarded
+    responses: int  # answers written
+    # On a hand-back (kind "yield"): the client's bytes read and not served, the broker's read and not written,
+    # and the requests sent whose answers were not written, as (correlation id, api key, version).
+    leftover: bytes = b""
+    broker_leftover: bytes = b""
+    in_flight: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +124,10 @@ class Forwarder:
                         phase.detach()  # the forwarder ignores it for a phase already over
                         await trio.lowlevel.wait_readable(done)
                         outcome = phase.outcome()
-            kind, reason, leftover, requests, responses = outcome
+            kind, reason, requests, responses, leftover, broker_leftover, in_flight = outcome
             if idle:
                 kind, reason = "idle", f"idle for {limits.idle_timeout:g} s (connections_max_idle_ms)"
-            return Outcome(kind, reason, leftover, requests, responses)
+            return Outcome(kind, reason, requests, responses, leftover, broker_leftover, tuple(in_flight))
         finally:
             os.close(done)
 
