@@ -131,7 +131,9 @@ enum Command {
 
 struct Shared {
     epfd: i32,
-    wake: i32,
+    wake: i32,   // Python -> the thread: commands waiting
+    notify: i32, // the thread -> Python: phases ended (their ids in `ready`)
+    ready: Mutex<Vec<u64>>,
     epoch: Instant,
     commands: Mutex<Vec<Command>>,
     outcomes: Mutex<HashMap<u64, Outcome>>,
@@ -152,9 +154,8 @@ impl Shared {
 
 struct Conn {
     id: u64,
-    client: i32, // the forwarder's own duplicates of Python's sockets, closed when the phase ends
+    client: i32, // Python's sockets: Python closes them only after the phase has ended (and left epoll)
     broker: i32,
-    done: i32, // Python's eventfd: written once, when the phase ends
     table: Arc<HashMap<u32, Entry>>,
     hook: Py<PyAny>,
     max_in_flight: usize,
@@ -518,14 +519,10 @@ fn epoll_add(epfd: i32, fd: i32, token: u64, events: u32) -> io::Result<()> {
 }
 
 fn finish(shared: &Shared, conn: Conn, end: End) {
-    let Conn { id, client, broker, done, cin, bin, in_flight, requests, responses, .. } = conn;
+    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, .. } = conn;
     for fd in [client, broker] {
-        // Removed before the duplicate is closed: epoll keeps a registration while any descriptor of the
-        // socket is open, and Python's still are.
-        unsafe {
-            libc::epoll_ctl(shared.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
-            libc::close(fd);
-        }
+        // SAFETY: the sockets stay open (Python's) until Python has this phase's outcome, so `fd` is still theirs.
+        unsafe { libc::epoll_ctl(shared.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
     }
     let yielded = matches!(end, End::Yield);
     let outcome = Outcome {
@@ -541,9 +538,10 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
         responses,
     };
     shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).insert(id, outcome);
+    shared.ready.lock().unwrap_or_else(|e| e.into_inner()).push(id);
     let one: u64 = 1;
-    // SAFETY: Python keeps its eventfd open until it has read this phase's outcome.
-    unsafe { libc::write(done, &one as *const u64 as *const libc::c_void, 8) };
+    // SAFETY: writes 8 bytes from a live u64 to the forwarder's own eventfd.
+    unsafe { libc::write(shared.notify, &one as *const u64 as *const libc::c_void, 8) };
 }
 
 fn run(shared: Arc<Shared>) {
@@ -574,7 +572,13 @@ fn run(shared: Arc<Shared>) {
                                     conns.insert(id, *conn);
                                     touched.push(id);
                                 }
-                                Err(e) => finish(&shared, *conn, End::BrokerClosed(e.to_string())),
+                                Err(_) => {
+                                    // Not watched (the kernel's epoll limit): handed back untouched to the pumps.
+                                    unsafe {
+                                        libc::epoll_ctl(shared.epfd, libc::EPOLL_CTL_DEL, client, std::ptr::null_mut());
+                                    }
+                                    finish(&shared, *conn, End::Yield)
+                                }
                             }
                         }
                         Command::Hold(id) => {
@@ -656,9 +660,15 @@ impl Forwarder {
             return Err(os_error("eventfd"));
         }
         epoll_add(epfd, wake, WAKE, libc::EPOLLIN as u32).map_err(|e| PyOSError::new_err(e.to_string()))?;
+        let notify = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if notify < 0 {
+            return Err(os_error("eventfd"));
+        }
         let shared = Arc::new(Shared {
             epfd,
             wake,
+            notify,
+            ready: Mutex::new(Vec::new()),
             epoch: Instant::now(),
             commands: Mutex::new(Vec::new()),
             outcomes: Mutex::new(HashMap::new()),
@@ -671,18 +681,17 @@ impl Forwarder {
         Ok(Forwarder { shared, next: AtomicU64::new(1) })
     }
 
-    /// Hands a connection to the forwarder until `done` (an eventfd Python waits on) is written. The forwarder
-    /// works on duplicates of the two sockets (non-blocking already) and closes them when the phase ends;
-    /// `initial` is what the Python path received from the client and did not take, read first.
+    /// Hands a connection to the forwarder until its id is among `finished()`. The sockets are Python's, already
+    /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
+    /// and did not take, read first.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, done, max_in_flight, max_frame_bytes, buffer_bytes, initial))]
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial))]
     fn attach(
         &self,
         client: i32,
         broker: i32,
         table: &ForwardTable,
         hook: Py<PyAny>,
-        done: i32,
         max_in_flight: usize,
         max_frame_bytes: usize,
         buffer_bytes: usize,
@@ -691,27 +700,13 @@ impl Forwarder {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
         }
-        // SAFETY: duplicates of descriptors Python holds open for the call.
-        let (c, b) = unsafe { (libc::fcntl(client, libc::F_DUPFD_CLOEXEC, 0), libc::fcntl(broker, libc::F_DUPFD_CLOEXEC, 0)) };
-        if c < 0 || b < 0 {
-            unsafe {
-                if c >= 0 {
-                    libc::close(c);
-                }
-                if b >= 0 {
-                    libc::close(b);
-                }
-            }
-            return Err(os_error("dup"));
-        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let published =
             Arc::new(Published { last_active_ns: AtomicU64::new(self.shared.now_ns()), in_flight: AtomicUsize::new(0) });
         let conn = Conn {
             id,
-            client: c,
-            broker: b,
-            done,
+            client,
+            broker,
             table: Arc::clone(&table.entries),
             hook,
             max_in_flight,
@@ -737,6 +732,19 @@ impl Forwarder {
         self.shared.send(Command::Attach(Box::new(conn)));
         Ok(Phase { id, published, shared: Arc::clone(&self.shared) })
     }
+
+    /// The eventfd that is readable when phases have ended.
+    fn notify_fd(&self) -> i32 {
+        self.shared.notify
+    }
+
+    /// The ids of the phases that ended since the last call (their outcomes wait in `Phase.outcome`).
+    fn finished(&self) -> Vec<u64> {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from the forwarder's own non-blocking eventfd.
+        unsafe { libc::read(self.shared.notify, &mut count as *mut u64 as *mut libc::c_void, 8) };
+        std::mem::take(&mut *self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// One connection's time on the forwarder.
@@ -749,6 +757,11 @@ pub struct Phase {
 
 #[pymethods]
 impl Phase {
+    #[getter]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Read no further requests; end once everything read is answered (a drain).
     fn hold(&self) {
         self.shared.send(Command::Hold(self.id));
@@ -769,7 +782,7 @@ impl Phase {
         self.published.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Once `done` is written: (how it ended, why, requests forwarded, answers written, and on a hand-back: the
+    /// Once the phase has ended: (how it ended, why, requests forwarded, answers written, and on a hand-back: the
     /// client's bytes read and not served, the broker's bytes read and not written, the requests sent whose
     /// answers were not written as (correlation id, api key, version)); None before.
     #[allow(clippy::type_complexity)]

@@ -61,12 +61,29 @@ class Forwarder:
         self._native: Any = None
         self._pid = 0
         self._tables: dict[tuple[Any, ...], Any] = {}
+        self._waiters: dict[int, trio.Event] = {}  # phase id -> set when it has ended
+        self._token: Any = None  # the Trio run whose task reads the ends
 
     def _forwarder(self) -> Any:
         # Its thread is this process' own: a child forked after it started makes its own.
         if self._native is None or self._pid != os.getpid():
             self._native, self._pid = self._module.Forwarder(), os.getpid()
+            self._waiters.clear()
+        token = trio.lowlevel.current_trio_token()
+        if self._token is not token:  # one reader of the ends per Trio run (a test suite runs many)
+            self._token = token
+            self._waiters.clear()
+            trio.lowlevel.spawn_system_task(self._read_ends, self._native, name="forwarder ends")
         return self._native
+
+    async def _read_ends(self, forwarder: Any) -> None:
+        """Wakes each phase's waiter when the forwarder says it ended: one descriptor for every connection."""
+        while True:
+            await trio.lowlevel.wait_readable(forwarder.notify_fd())
+            for phase_id in forwarder.finished():
+                waiter = self._waiters.pop(phase_id, None)
+                if waiter is not None:
+                    waiter.set()
 
     def table_for(self, session: ProxySession) -> Any | None:
         """The compiled table of the session's plain requests, or None when there are none."""
@@ -92,44 +109,39 @@ class Forwarder:
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first."""
-        done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        phase = self._forwarder().attach(
+            client.socket.fileno(),
+            broker.socket.fileno(),
+            table,
+            hook,
+            limits.max_in_flight,
+            limits.max_frame_bytes,
+            limits.buffer_bytes,
+            initial,
+        )
+        ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
+        started(phase)
+        idle = False
         try:
-            phase = self._forwarder().attach(
-                client.socket.fileno(),
-                broker.socket.fileno(),
-                table,
-                hook,
-                done,
-                limits.max_in_flight,
-                limits.max_frame_bytes,
-                limits.buffer_bytes,
-                initial,
-            )
-            started(phase)
-            idle = False
-            try:
-                while True:
-                    # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
-                    with trio.move_on_after(max(limits.idle_timeout - phase.idle(), 1.0)):
-                        await trio.lowlevel.wait_readable(done)
-                        break
-                    if phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
-                        idle = True
-                        phase.detach()
-                        break
-            finally:
-                with trio.CancelScope(shield=True):
-                    outcome = phase.outcome()
-                    while outcome is None:
-                        phase.detach()  # the forwarder ignores it for a phase already over
-                        await trio.lowlevel.wait_readable(done)
-                        outcome = phase.outcome()
-            kind, reason, requests, responses, leftover, broker_leftover, in_flight = outcome
-            if idle:
-                kind, reason = "idle", f"idle for {limits.idle_timeout:g} s (connections_max_idle_ms)"
-            return Outcome(kind, reason, requests, responses, leftover, broker_leftover, tuple(in_flight))
+            while not ended.is_set():
+                # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
+                with trio.move_on_after(max(limits.idle_timeout - phase.idle(), 1.0)):
+                    await ended.wait()
+                if not ended.is_set() and phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
+                    idle = True
+                    phase.detach()
+                    break
         finally:
-            os.close(done)
+            if not ended.is_set():
+                phase.detach()  # the forwarder ignores it for a phase already over
+                with trio.CancelScope(shield=True):  # the sockets stay open until it has let them go
+                    await ended.wait()
+        outcome = phase.outcome()
+        assert outcome is not None
+        kind, reason, requests, responses, leftover, broker_leftover, in_flight = outcome
+        if idle:
+            kind, reason = "idle", f"idle for {limits.idle_timeout:g} s (connections_max_idle_ms)"
+        return Outcome(kind, reason, requests, responses, leftover, broker_leftover, tuple(in_flight))
 
 
 def _load() -> Forwarder | None:
