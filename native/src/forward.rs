@@ -26,7 +26,6 @@ use pyo3::types::PyBytes;
 use crate::{parse, skip, skip_tags, uvarint, Node};
 
 const READ_CHUNK: usize = 16 * 1024; // room made for a receive (more when a known frame needs it)
-const KEEP: usize = 64 * 1024; // an empty buffer keeps at most this much memory: idle connections cost little
 const WAKE: u64 = u64::MAX;
 const EVENTS: usize = 256;
 
@@ -465,8 +464,10 @@ impl Conn {
         }
         self.published.in_flight.store(self.in_flight.len(), Ordering::Relaxed);
         for buf in [&mut self.cin, &mut self.bin, &mut self.cout, &mut self.bout] {
-            if buf.is_empty() && buf.capacity() > KEEP {
-                *buf = Vec::new(); // after a large frame: not kept for the connection's life
+            // Grown with traffic up to receive_buffer_bytes and kept, as the Python path's buffers are; a larger
+            // frame's room is let go once it has gone.
+            if buf.is_empty() && buf.capacity() > self.limit {
+                *buf = Vec::new();
             }
         }
         let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len();
