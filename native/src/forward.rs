@@ -7,10 +7,10 @@
 //! fields, a Produce's acks), forwards it, and matches each answer to its request by order and correlation
 //! id. Anything else ends the phase, never a guess: a request not in the table (or one it cannot read) is
 //! handed back unread with whatever followed it, and with the requests sent before it whose answers have
-//! not come (Python's pumps answer them first); a
-//! frame that breaks the protocol ends the connection, with the reason the Python path gives. An answer
-//! whose endpoints are a tagged field (KIP-951 leader hints) is skipped to its tagged section by the
-//! walker's plan, and when it has one, rewritten by Python (`hook`) like the session rewrites it.
+//! not come (Python's pumps answer them first); a frame that breaks the protocol ends the connection, with
+//! the reason the Python path gives. An answer whose endpoints are a tagged field (KIP-951 leader hints) is
+//! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python (`hook`)
+//! like the session rewrites it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;

@@ -318,7 +318,7 @@ class ClientConnection:
         self.close_reason = "proxy draining"
         self._draining = True
         if self._phase is not None:
-            self._phase.hold()  # the forwarder lets everything read be answered, then hands the connection back
+            self._phase.hold()  # the forwarder hands the connection back with what is outstanding
         if self._request_scope is not None and self._between_requests:
             self._request_scope.cancel()
 
