@@ -223,6 +223,23 @@ fn send_out(fd: i32, buf: &mut Vec<u8>, at: &mut usize) -> io::Result<bool> {
     Ok(true)
 }
 
+/// The length of the whole frame at the front of `buf` (size prefix included), None while it is not all there;
+/// a size the Python path's decoder refuses is refused with its words.
+fn whole_frame(buf: &[u8], max_frame: usize) -> Result<Option<usize>, End> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let size = be_i32(buf);
+    if size < 0 {
+        return Err(End::Frame(format!("negative frame size {size}")));
+    }
+    if size as usize > max_frame {
+        return Err(End::Frame(format!("frame of {size} bytes exceeds the limit of {max_frame}")));
+    }
+    let total = 4 + size as usize;
+    Ok((buf.len() >= total).then_some(total))
+}
+
 /// Sends `frame` now when nothing waits before it (no copy), and queues what the kernel did not take.
 fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: &mut bool) -> io::Result<()> {
     let mut sent = 0;
@@ -294,19 +311,8 @@ impl Conn {
         let mut at = 0;
         let mut progress = false;
         while !self.hold && Conn::pending_out(&self.bout, self.bout_at) < self.limit {
-            let available = self.cin.len() - at;
-            if available < 4 {
-                break;
-            }
-            let size = be_i32(&self.cin[at..]);
-            if size < 0 {
-                return Err(End::Frame(format!("negative frame size {size}")));
-            }
-            if size as usize > self.max_frame {
-                return Err(End::Frame(format!("frame of {size} bytes exceeds the limit of {}", self.max_frame)));
-            }
-            let total = 4 + size as usize;
-            if available < total || self.in_flight.len() >= self.max_in_flight {
+            let Some(total) = whole_frame(&self.cin[at..], self.max_frame)? else { break };
+            if self.in_flight.len() >= self.max_in_flight {
                 break;
             }
             let frame = &self.cin[at..at + total];
@@ -335,21 +341,7 @@ impl Conn {
         let mut at = 0;
         let mut progress = false;
         while Conn::pending_out(&self.cout, self.cout_at) < self.limit {
-            let available = self.bin.len() - at;
-            if available < 4 {
-                break;
-            }
-            let size = be_i32(&self.bin[at..]);
-            if size < 0 {
-                return Err(End::Frame(format!("negative frame size {size}")));
-            }
-            if size as usize > self.max_frame {
-                return Err(End::Frame(format!("frame of {size} bytes exceeds the limit of {}", self.max_frame)));
-            }
-            let total = 4 + size as usize;
-            if available < total {
-                break;
-            }
+            let Some(total) = whole_frame(&self.bin[at..], self.max_frame)? else { break };
             let frame = &self.bin[at..at + total];
             let Some(&(expected, idx)) = self.in_flight.front() else {
                 return Err(End::Protocol("response from the broker with no request outstanding".into()));
