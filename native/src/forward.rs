@@ -12,7 +12,7 @@
 //! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python (`hook`)
 //! like the session rewrites it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{parse, skip, skip_tags, uvarint, Node};
+use crate::{count, malformed, parse, skip, skip_tags, uvarint, validate, Node, Walk};
 
 const READ_CHUNK: usize = 16 * 1024; // room made for a receive (more when a known frame needs it)
 const WAKE: u64 = u64::MAX;
@@ -35,7 +35,151 @@ struct Entry {
     request_flexible: bool,  // request header v2 (tagged fields after the client id)
     response_flexible: bool, // response header v1 (tagged fields after the correlation id)
     tags: Option<Node>,      // the answer's regular fields, to find its tagged section (KIP-951)
+    tenant: Option<Tenant>,  // a virtual cluster's request: served only when it names nothing but granted ids
 }
+
+/// What a tenant's request must be for the forwarder to serve it unchanged (proxy/core/forward_table.py): a body the
+/// strict walker accepts, every name a null string or a topic id the connection's `Grant` holds; and what its
+/// answer must be to go back unchanged: every message null and every topic id granted (else Python's rewrite).
+struct Tenant {
+    validate: Node, // the request body's strict plan (walker.validate)
+    request: Node,  // the request's names (the tenancy splice's plan)
+    response: Node, // the answer's names and messages (the tenancy splice's plan)
+}
+
+/// A counter Python bumps whenever the virtual clusters' state changes (proxy/tenancy/model.py, `apply`): every
+/// grant made before is void from then on, read without the interpreter.
+#[pyclass(frozen)]
+pub struct Generation {
+    cell: Arc<AtomicU64>,
+}
+
+#[pymethods]
+impl Generation {
+    #[new]
+    fn new() -> Self {
+        Generation { cell: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn bump(&self) {
+        self.cell.fetch_add(1, Ordering::Release);
+    }
+
+    fn value(&self) -> u64 {
+        self.cell.load(Ordering::Acquire)
+    }
+}
+
+/// The topic ids a tenant connection's session let through unchanged, per API, at one generation of the state:
+/// what the forwarder may pass for it without asking Python (proxy/core/stages/tenancy.py learns them).
+struct Granted {
+    cell: Arc<AtomicU64>,
+    at: u64,
+    ids: Mutex<HashSet<(i16, u128)>>,
+}
+
+impl Granted {
+    fn valid(&self) -> bool {
+        self.cell.load(Ordering::Acquire) == self.at
+    }
+}
+
+#[pyclass(frozen)]
+pub struct Grant {
+    inner: Arc<Granted>,
+}
+
+#[pymethods]
+impl Grant {
+    #[new]
+    fn new(generation: &Generation) -> Self {
+        let cell = Arc::clone(&generation.cell);
+        let at = cell.load(Ordering::Acquire);
+        Grant { inner: Arc::new(Granted { cell, at, ids: Mutex::new(HashSet::new()) }) }
+    }
+
+    /// Whether the state is still the one the grant was made in.
+    fn valid(&self) -> bool {
+        self.inner.valid()
+    }
+
+    /// Topic ids (as integers) that `api_key` may name unchanged.
+    fn add(&self, api_key: i16, ids: Vec<u128>) {
+        let mut held = self.inner.ids.lock().unwrap_or_else(|e| e.into_inner());
+        held.extend(ids.into_iter().map(|id| (api_key, id)));
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.ids.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Whether every name the plan captures at `off` is one the grant lets through: a null string, or a topic id it
+/// holds for `key`. A body it cannot walk is not (Python reads it).
+fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i16) -> Walk<(u64, bool)> {
+    match node {
+        Node::PString { flexible, .. } => {
+            // Only a null name passes (just its length then); the walk stops at any other.
+            if *flexible {
+                let (length, after) = uvarint(buf, off)?;
+                return Ok((after, length == 0));
+            }
+            let Some(raw) = buf.get(off as usize..off as usize + 2) else {
+                return malformed("int16 past end of buffer");
+            };
+            Ok((off + 2, be_i16(raw) < 0))
+        }
+        Node::PUuid { .. } => {
+            let end = off + 16;
+            let Some(raw) = buf.get(off as usize..end as usize) else {
+                return malformed("uuid past end of buffer");
+            };
+            let id = u128::from_be_bytes(raw.try_into().expect("16 bytes"));
+            Ok((end, ids.contains(&(key, id))))
+        }
+        Node::PArray { flexible, item } => {
+            let (n, mut off) = count(buf, off, *flexible)?;
+            let room = buf.len() as u64 - off.min(buf.len() as u64);
+            if n > 0 && n as u64 > room {
+                return malformed(format!("array of {n} items cannot fit in {room} bytes"));
+            }
+            for _ in 0..n.max(0) {
+                let (o, ok) = granted(item, buf, off, ids, key)?;
+                if !ok {
+                    return Ok((o, false));
+                }
+                off = o;
+            }
+            Ok((off, true))
+        }
+        Node::PStruct { flexible, steps } => {
+            let mut off = off;
+            for step in steps {
+                let (o, ok) = granted(step, buf, off, ids, key)?;
+                if !ok {
+                    return Ok((o, false));
+                }
+                off = o;
+            }
+            if *flexible {
+                off = skip_tags(buf, off)?;
+            }
+            Ok((off, true))
+        }
+        other => Ok((skip(other, buf, off)?, true)),
+    }
+}
+
+/// An entry as Python gives it (proxy/core/forward_table.py's `Entry`).
+type EntryTuple<'py> = (
+    i16,
+    i16,
+    bool,
+    bool,
+    bool,
+    Bound<'py, PyAny>,
+    Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+);
 
 fn index(key: i16, version: i16) -> u32 {
     (u32::from(key as u16) << 16) | u32::from(version as u16)
@@ -49,22 +193,21 @@ pub struct ForwardTable {
 
 #[pymethods]
 impl ForwardTable {
-    /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None).
+    /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None, tenant plans
+    /// (validate, request names, answer names) or None).
     #[new]
     fn new(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut map = HashMap::new();
         for item in entries.try_iter()? {
             let item = item?;
-            let (key, version, acks, request_flexible, response_flexible, plan): (
-                i16,
-                i16,
-                bool,
-                bool,
-                bool,
-                Bound<'_, PyAny>,
-            ) = item.extract()?;
+            let (key, version, acks, request_flexible, response_flexible, plan, tenant): EntryTuple<'_> =
+                item.extract()?;
             let tags = if plan.is_none() { None } else { Some(parse(&plan)?) };
-            map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags });
+            let tenant = match tenant {
+                None => None,
+                Some((v, rq, rs)) => Some(Tenant { validate: parse(&v)?, request: parse(&rq)?, response: parse(&rs)? }),
+            };
+            map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags, tenant });
         }
         Ok(ForwardTable { entries: Arc::new(map) })
     }
@@ -75,10 +218,24 @@ impl ForwardTable {
 
     /// How the forwarder reads one request frame (size prefix included): (correlation id, whether an
     /// answer comes), or None when it leaves the request to Python. For the tests that hold it to the session.
-    fn classify(&self, frame: &Bound<'_, PyAny>) -> PyResult<Option<(i32, bool)>> {
+    #[pyo3(signature = (frame, grant=None))]
+    fn classify(&self, frame: &Bound<'_, PyAny>, grant: Option<&Grant>) -> PyResult<Option<(i32, bool)>> {
         let buffer = PyBuffer::<u8>::get(frame)?;
         let bytes = crate::bytes_of(&buffer)?;
-        Ok(plain_request(bytes, &self.entries).map(|(correlation, _, answered)| (correlation, answered)))
+        let grant = grant.map(|g| &*g.inner);
+        Ok(plain_request(bytes, &self.entries, grant).map(|(correlation, _, answered)| (correlation, answered)))
+    }
+
+    /// Whether the forwarder passes this answer (size prefix included) to request `(key, version)` as it came;
+    /// False: Python rewrites it (`hook`). For the tests that hold it to the session.
+    #[pyo3(signature = (key, version, frame, grant=None))]
+    fn untouched(&self, key: i16, version: i16, frame: &Bound<'_, PyAny>, grant: Option<&Grant>) -> PyResult<bool> {
+        let buffer = PyBuffer::<u8>::get(frame)?;
+        let bytes = crate::bytes_of(&buffer)?;
+        let Some(entry) = self.entries.get(&index(key, version)) else {
+            return Err(PyValueError::new_err("not in the table"));
+        };
+        answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner)).map_err(PyValueError::new_err)
     }
 }
 
@@ -156,6 +313,7 @@ struct Conn {
     client: i32, // Python's sockets: Python closes them only after the phase has ended (and left epoll)
     broker: i32,
     table: Arc<HashMap<u32, Entry>>,
+    grant: Option<Arc<Granted>>, // a tenant connection's: the ids its requests may name
     hook: Py<PyAny>,
     max_in_flight: usize,
     max_frame: usize,
@@ -268,7 +426,7 @@ fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: 
 }
 
 /// A request the forwarder serves: (correlation id, table index, whether an answer comes). None: not its own.
-fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>) -> Option<(i32, u32, bool)> {
+fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Granted>) -> Option<(i32, u32, bool)> {
     if frame.len() < 12 {
         return None;
     }
@@ -286,6 +444,16 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>) -> Option<(i32, u32,
     if entry.request_flexible {
         off = skip_tags(frame, off as u64).ok()? as usize;
     }
+    if let Some(tenant) = &entry.tenant {
+        // The tenancy stage's reading: a body the strict walker accepts, naming only what the grant holds.
+        let grant = grant.filter(|g| g.valid())?;
+        let body = off as u64;
+        validate(&tenant.validate, frame, body, frame.len() as u64).ok()?;
+        let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if !granted(&tenant.request, frame, body, &ids, key).ok()?.1 {
+            return None;
+        }
+    }
     let mut answered = true;
     if entry.acks {
         // Produce: transactional_id (a compact or an int16-length nullable string), then acks.
@@ -299,6 +467,31 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>) -> Option<(i32, u32,
         answered = be_i16(frame.get(off..off + 2)?) != 0;
     }
     Some((correlation, idx, answered))
+}
+
+/// Whether an answer goes back as the broker sent it: no tagged field where endpoints may be (KIP-951 leader
+/// hints), and for a tenant, no message and no topic id the grant does not hold (or a grant made void since).
+/// False: Python rewrites it as the session does. Err: a header or body the forwarder cannot walk.
+fn answer_untouched(entry: &Entry, key: i16, frame: &[u8], grant: Option<&Granted>) -> Result<bool, String> {
+    let mut body = 8u64;
+    if entry.response_flexible {
+        body = skip_tags(frame, body).map_err(|_| "malformed response header".to_string())?;
+    }
+    if let Some(node) = &entry.tags {
+        let tags = skip(node, frame, body).map_err(|_| "malformed response body".to_string())?;
+        match frame.get(tags as usize) {
+            None => return Err("truncated response body".into()),
+            Some(0) => {}
+            Some(_) => return Ok(false),
+        }
+    }
+    if let Some(tenant) = &entry.tenant {
+        let Some(grant) = grant.filter(|g| g.valid()) else { return Ok(false) };
+        let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
+        // A walk that fails is the session's to judge (it closes the connection with its own reason).
+        return Ok(matches!(granted(&tenant.response, frame, body, &ids, key), Ok((_, true))));
+    }
+    Ok(true)
 }
 
 impl Conn {
@@ -316,7 +509,7 @@ impl Conn {
                 break;
             }
             let frame = &self.cin[at..at + total];
-            match plain_request(frame, &self.table) {
+            match plain_request(frame, &self.table, self.grant.as_deref()) {
                 None => self.hold = true,
                 Some((correlation, idx, answered)) => {
                     send_or_queue(self.broker, frame, &mut self.bout, self.bout_at, &mut self.broker_writable)
@@ -358,24 +551,13 @@ impl Conn {
             let entry = &self.table[&idx];
             let (key, version) = ((idx >> 16) as u16 as i16, idx as u16 as i16);
             let failed = |why: String| End::Protocol(format!("cannot rewrite response to api {key} v{version}: {why}"));
-            let mut body = 8u64;
-            if entry.response_flexible {
-                body = skip_tags(frame, body).map_err(|_| failed("malformed response header".into()))?;
-            }
             let mut rewritten: Option<Vec<u8>> = None;
-            if let Some(node) = &entry.tags {
-                let tags = skip(node, frame, body).map_err(|_| failed("malformed response body".into()))?;
-                match frame.get(tags as usize) {
-                    None => return Err(failed("truncated response body".into())),
-                    Some(0) => {}
-                    Some(_) => {
-                        let hook = &self.hook;
-                        let result = Python::attach(|py| -> PyResult<Vec<u8>> {
-                            hook.call1(py, (key, version, PyBytes::new(py, frame)))?.extract(py)
-                        });
-                        rewritten = Some(result.map_err(|e| failed(e.to_string()))?);
-                    }
-                }
+            if !answer_untouched(entry, key, frame, self.grant.as_deref()).map_err(failed)? {
+                let hook = &self.hook;
+                let result = Python::attach(|py| -> PyResult<Vec<u8>> {
+                    hook.call1(py, (key, version, PyBytes::new(py, frame)))?.extract(py)
+                });
+                rewritten = Some(result.map_err(|e| failed(e.to_string()))?);
             }
             let out = rewritten.as_deref().unwrap_or(frame);
             send_or_queue(self.client, out, &mut self.cout, self.cout_at, &mut self.client_writable)
@@ -678,7 +860,7 @@ impl Forwarder {
     /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
     /// and did not take, read first.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial))]
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None))]
     fn attach(
         &self,
         client: i32,
@@ -689,6 +871,7 @@ impl Forwarder {
         max_frame_bytes: usize,
         buffer_bytes: usize,
         initial: &[u8],
+        grant: Option<&Grant>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -701,6 +884,7 @@ impl Forwarder {
             client,
             broker,
             table: Arc::clone(&table.entries),
+            grant: grant.map(|g| Arc::clone(&g.inner)),
             hook,
             max_in_flight,
             max_frame: max_frame_bytes,

@@ -14,6 +14,14 @@ version, from the same facts the stages decide from, so the two paths give one r
   answer to its tagged section with the walker's plan, as the endpoint stage does, and gives an answer that
   has one back to the stage's own rewrite.
 
+A virtual cluster's connection has entries of its own (`tenant_entries_for`): the API versions whose translation
+is a splice that names nothing but topic ids and nullable ids (Produce v13+: its topic ids, its transactional id).
+Such a request goes through unchanged exactly when every topic id in it is one the VC owns and the caller may use
+for the API, and every other name is null. The session says which ids those are as it lets them through
+(a `Grant`, learned by the tenancy stage, void once the VC state changes: `TenancyImage.changes`); the forwarder
+serves a request whose body the strict walker accepts and whose names the grant holds, and gives Python an answer
+that has a message or a topic id the grant does not hold. Not while a quota applies to the connection.
+
 tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame
 unchanged and leaves an untagged answer as it came.
 """
@@ -29,24 +37,32 @@ from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
 from ..rules import api_rules
 from .endpoints import rules_for
+from .grants import tenant_plans
 
 if TYPE_CHECKING:
     from .session import ProxySession
 
 # (api_key, version, acks: a Produce, request header v2, response header v1, plan of the answer's regular
-# fields or None): what vcproxy_native.ForwardTable reads.
-Entry = tuple[int, int, bool, bool, bool, Any]
+# fields or None, a tenant's plans or None): what vcproxy_native.ForwardTable reads.
+Entry = tuple[int, int, bool, bool, bool, Any, Any]
 
 
 def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
     """The plain API versions of this connection now; empty when the forwarder may serve none of its requests."""
     ctx = session.ctx
-    if session.tenancy is not None or ctx.relayed or ctx.header_instance_id is not None:
+    if ctx.relayed or ctx.header_instance_id is not None:
         return ()
     authenticator = session.authenticator
     if authenticator is not None and not authenticator.complete:
         return ()
-    return entries_for(tuple(sorted(ctx.versions.items())))
+    versions = tuple(sorted(ctx.versions.items()))
+    if session.tenancy is None:
+        return entries_for(versions)
+    # A VC's connection: bound, with a grant of the state as it is now, and no quota to meter.
+    quota = session.quota
+    if ctx.engine is None or ctx.grant is None or not ctx.grant.valid() or quota is None or not quota.unmetered():
+        return ()
+    return tenant_entries_for(versions)
 
 
 @functools.lru_cache(maxsize=64)
@@ -58,6 +74,18 @@ def entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[Entr
             entry = _entry(key, version)
             if entry is not None:
                 out.append(entry)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def tenant_entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[Entry, ...]:
+    """A VC connection's entries for one negotiated version table: those of `tenant_plans`."""
+    out: list[Entry] = []
+    for key, (low, high) in versions:
+        for version in range(low, high + 1):
+            entry, tenant = _entry(key, version), tenant_plans(key, version)
+            if entry is not None and tenant is not None:
+                out.append((*entry[:6], tenant))
     return tuple(out)
 
 
@@ -85,4 +113,5 @@ def _entry(key: int, version: int) -> Entry | None:
         info.request_header_version(version) == 2,
         info.response_header_version(version) == 1,
         tags,
+        None,
     )

@@ -35,10 +35,10 @@ from ..protocol.apikey import ApiKey, retired_reason
 from ..protocol.apis import ApiInfo, known_apis
 from ..protocol.codec import CodecError
 from ..protocol.framing import with_body
-from ..protocol.headers import parse_request_header, response_body_offset, response_correlation_id
+from ..protocol.headers import parse_request_header, response_correlation_id
 from ..protocol.primitives import INT16, MALFORMED, read_int16, read_uvarint
 from . import apiversions
-from .endpoints import EndpointRewriter, ListenerLayout, rules_for
+from .endpoints import EndpointRewriter, ListenerLayout
 from .exchange import (
     Action,
     Exchange,
@@ -121,6 +121,7 @@ class ProxySession:
             self._may_relay if tenancy is not None else None,
         )
         self.binding: BindingStage | None = None
+        self.quota: QuotaStage | None = None  # a VC connection's (the forwarder asks it whether anything is metered)
         self.stages: list[Any] = [self.identify, self.auth]
         authorize: AuthorizationStage | None = None
         if tenancy is not None:
@@ -138,7 +139,7 @@ class ProxySession:
             manage = ManagementStage(authorize.caller, lambda: tenancy.image, listings)
             # Quotas and their RPCs; `cluster_operator` (principal -> holds the right on kafka-cluster) decides
             # who writes VC caps, the VC default and the global levels (default: the super admins).
-            quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)
+            quota = self.quota = QuotaStage(ctx, frozenset(super_admins), lambda: tenancy.image, cluster_operator)
             # The proxy's users (SCRAM credential RPCs).
             users = UsersStage(ctx, authorize.caller, upstream_user, relays_unknown)
             self.stages += [self.binding, authorize, users, quota, manage, tenant]
@@ -205,16 +206,15 @@ class ProxySession:
         supers = (p.partition(":") for p in rights.super_admins)
         return not any(kind.lower() == "user" and named == name for kind, _, named in supers)
 
-    def rewrite_hints(self, api_key: int, version: int, frame: bytes) -> tuple[bytes, list[Any]]:
-        """An answer the forwarder passed back because it has tagged fields (KIP-951 leader hints in Produce and
-        Fetch): rewritten as the endpoint stage rewrites it, with the broker endpoints it names."""
-        rule = rules_for(api_key, version)
-        if rule is None:
-            return frame, []
-        view = memoryview(frame)
-        offset = response_body_offset(view, known_apis()[api_key].response_header_version(version))
-        pieces, seen = self.endpoints.rewriter.rewrite_body(rule, api_key, version, view, offset)
-        return b"".join(pieces), seen
+    def forwarded_answer(self, api_key: int, version: int, frame: bytes) -> ResponseResult:
+        """An answer the forwarder passed back (KIP-951 leader hints in a tagged field; a VC's answer with a
+        message or a topic id it may not pass): taken through the stages' response sides like any other."""
+        if self.in_flight:
+            raise ProtocolViolation("internal: the forwarder passed back an answer while the session has requests")
+        if len(frame) < 8:
+            raise ProtocolViolation("broker answered correlation id None")
+        self.adopt([(response_correlation_id(frame), api_key, version)])
+        return self.on_response(memoryview(frame))
 
     def adopt(self, outstanding: Iterable[tuple[int, int, int]]) -> None:
         """Requests the forwarder sent whose answers it did not read, as (correlation id, api key, version): they
@@ -227,7 +227,10 @@ class ProxySession:
             ex = Exchange(
                 api_key, version, correlation_id, known.response_header_version, info=known.info, spec=known.spec
             )
-            self.endpoints.on_request(ex)  # the only stage that keeps something for the answer (its endpoint rule)
+            self.endpoints.on_request(ex)  # keeps the answer's endpoint rule
+            if (engine := self.ctx.engine) is not None and not self.ctx.relayed:
+                ex.vc = self.ctx.vc
+                ex.tenant = engine.forwarded(api_key, version)  # the answer's names and messages, translated
             ex.depth = len(self.stages) - 1
             self.in_flight.append(ex)
 

@@ -164,7 +164,7 @@ class ClientConnection:
         # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP passthrough connection whose
         # requests make no span, metric or tap record; the Python path hands it over when nothing is outstanding.
         plain = isinstance(client, trio.SocketStream) and telemetry is None and tap_dir is None
-        self._forwarder = forwarder if plain and session.tenancy is None else None
+        self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
         self._to_forwarder = False  # the pumps stopped to hand the connection to the forwarder
         self._closing = False
@@ -227,7 +227,7 @@ class ClientConnection:
         if view is None:
             return False
         try:
-            if table.classify(view) is None:
+            if table.classify(view, self.session.ctx.grant) is None:
                 return False
         finally:
             view.release()  # before the decoder may move its buffer
@@ -258,13 +258,16 @@ class ClientConnection:
         )
         token = trio.lowlevel.current_trio_token()
 
-        def hints(api_key: int, version: int, frame: bytes) -> bytes:
-            # On the forwarder's thread: an answer with leader hints (KIP-951), rewritten as the endpoint stage does,
-            # once the listeners of the brokers it names are open.
-            body, seen = self.session.rewrite_hints(api_key, version, frame)
-            if seen:
-                trio.from_thread.run(self.on_brokers, seen, False, trio_token=token)
-            return body
+        def rewrite(api_key: int, version: int, frame: bytes) -> bytes:
+            # On the forwarder's thread: an answer it passes back (KIP-951 leader hints; a VC's answer with a message
+            # or a topic id it may not pass) through the stages' response sides, once the listeners of the brokers it
+            # names are open.
+            result = self.session.forwarded_answer(api_key, version, frame)
+            if result.brokers:
+                trio.from_thread.run(self.on_brokers, result.brokers, result.full_broker_list, trio_token=token)
+            if result.writes:
+                trio.from_thread.run(self._persist, result.writes, trio_token=token)
+            return b"".join(result.pieces)
 
         def started(phase: Any) -> None:
             self._phase = phase
@@ -273,9 +276,9 @@ class ClientConnection:
 
         with trio.CancelScope() as self._scope:
             try:
-                initial = self.client_reader.decoder.take_buffered()
+                initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
                 outcome = await forwarder.serve(
-                    self.client, upstream, self._forward_table, hints, limits, started, initial
+                    self.client, upstream, self._forward_table, rewrite, limits, started, initial, grant
                 )
             finally:
                 self._phase = None

@@ -106,6 +106,7 @@ class Forwarder:
         limits: ForwarderLimits,
         started: Callable[[Any], None],
         initial: bytes = b"",
+        grant: Any = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first."""
@@ -118,6 +119,7 @@ class Forwarder:
             limits.max_frame_bytes,
             limits.buffer_bytes,
             initial,
+            grant,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)
@@ -145,10 +147,8 @@ class Forwarder:
 
 
 def _load() -> Forwarder | None:
-    module = native.module()
-    if module is None or os.environ.get(native.FORWARDER_ENV, "") == "0" or not hasattr(module, "Forwarder"):
-        return None
-    return Forwarder(module)
+    module = native.forwarding()
+    return Forwarder(module) if module is not None else None
 
 
 FORWARDER = _load()

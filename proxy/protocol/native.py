@@ -39,6 +39,13 @@ def module() -> ModuleType | None:
     return _MODULE
 
 
+def forwarding() -> ModuleType | None:
+    """vcproxy_native where its forwarder is in use (not turned off by VCPROXY_FORWARDER=0), else None."""
+    if _MODULE is None or os.environ.get(FORWARDER_ENV, "") == "0" or not hasattr(_MODULE, "Forwarder"):
+        return None
+    return _MODULE
+
+
 def plan(node: Node, module: ModuleType | None = None) -> Any:
     """A compiled ``Plan`` of `node`, raising the pure walker's exception classes."""
     module = module or _MODULE
@@ -52,7 +59,7 @@ def describe() -> str:
     if COMPILED:
         forwarder = os.environ.get(FORWARDER_ENV, "") != "0"
         return "compiled walker: vcproxy_native (validation, skips and splices of message bodies{})".format(
-            "; the forwarder for plain passthrough requests"
+            "; the forwarder for plain passthrough requests and virtual clusters' Produce"
             if forwarder
             else f"; the forwarder is off: {FORWARDER_ENV}=0"
         )

@@ -88,9 +88,9 @@ class Registry:
             try:
                 if "request" in rule.splice:
                     cls = request_type(key, version)
-                    plans.splice_entity(cls, _splice_paths(cls))
+                    plans.splice_entity(cls, splice_paths(cls))
                 if "response" in rule.splice:
-                    plans.splice_entity(response_type(key, version), _response_paths(response_type(key, version)))
+                    plans.splice_entity(response_type(key, version), response_paths(response_type(key, version)))
             except KeyError as exc:
                 problems.append(f"api {key} v{version}: a name out of a splice's reach: {exc}")
         return problems
@@ -196,7 +196,7 @@ class TenantEngine:
             # Spliced, not decoded: validated first, so a tagged field the proxy's schema does not name (which a
             # newer broker might read as a name to translate) is refused, as a decode refuses it (docs/security.md).
             walker.validate(cls, frame, body_offset)
-            return ex, splice.rewrite_fields(cls, frame, body_offset, _splice_paths(cls), self._to_physical(ex))
+            return ex, splice.rewrite_fields(cls, frame, body_offset, splice_paths(cls), self._to_physical(ex))
         paths = _request_paths(cls, rule.request)
         body = decoded() if decoded is not None else codec.decode(cls, frame, body_offset)[0]
         hook = self.registry.handlers[rule.handler].request if rule.handler else None
@@ -208,6 +208,11 @@ class TenantEngine:
         except LocalAnswer as answer:
             return ex, answer.response
         return ex, with_body(frame, body_offset, codec.encode(body))
+
+    def forwarded(self, api_key: int, version: int) -> TenantCall:
+        """The call of a request the forwarder sent as the client sent it (it named only the VC's own topic ids, which
+        the caller may use: proxy/core/forward_table.py): its answer is translated like that of any such request."""
+        return TenantCall(api_key, version, tenant_rules()[api_key], Translation(self.vc, self.image))
 
     def _to_physical(self, ex: TenantCall) -> Callable[[str, Any], Any]:
         return lambda kind, value: ex.tx.to_physical(kind, value)
@@ -242,7 +247,7 @@ class TenantEngine:
         handler = self.registry.handlers[ex.rule.handler] if ex.rule.handler and answer_unseen else None
         unseen = handler.unseen if handler is not None else None
         cls = response_type(ex.api_key, ex.version)
-        paths = _response_paths(cls)
+        paths = response_paths(cls)
         hidden = False
 
         def names(kind: str, value: Any) -> Any:
@@ -297,7 +302,7 @@ def _request_paths(cls: type, extra: tuple[tuple[str, str], ...]) -> tuple[tuple
 
 
 @functools.cache
-def _splice_paths(cls: type) -> frozenset[tuple[str, str]]:
+def splice_paths(cls: type) -> frozenset[tuple[str, str]]:
     """A spliced request's names: its schema's (the registry refuses extras with a splice)."""
     return frozenset(identifier_paths(cls))
 
@@ -359,7 +364,7 @@ MESSAGE = "message"  # the splice's kind for an error message: scrubbed, not tra
 
 
 @functools.cache
-def _response_paths(cls: type) -> frozenset[tuple[str, str]]:
+def response_paths(cls: type) -> frozenset[tuple[str, str]]:
     """What a spliced answer's walk rewrites: its names and its messages (made once per class)."""
     return frozenset(identifier_paths(cls)) | message_paths(cls)[0]
 

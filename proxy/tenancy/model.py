@@ -178,6 +178,9 @@ class TenancyImage:
     txn_owners: dict[str, str] = field(default_factory=dict)  # assigned physical transactional id -> vc name
     seeded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # vc -> seed entries applied once
     version: int = 0  # bumped on every applied record
+    # Bumped with `version`, read by the forwarder's thread without the interpreter: a grant made before is void
+    # (vcproxy_native.Generation, made by proxy/core/forward_table.py once a connection is forwarded; else None).
+    changes: Any = None
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
     limits: Any = None  # the config's state limits (tenancy/limits.StateLimits), set by the server; None: defaults
@@ -280,6 +283,8 @@ class TenancyImage:
             return  # a newer proxy's record type: ignore rather than fail replay
         handler(*parts, value=value)
         self.version += 1
+        if self.changes is not None:
+            self.changes.bump()
 
     def _apply_vc(self, name: str, *, value: dict[str, Any] | None) -> None:
         if value is None:

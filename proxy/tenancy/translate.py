@@ -52,6 +52,9 @@ class Translation:
     # Ids of topics the VC no longer has that a fetch session still holds: answered as deleted topics under the
     # client's own id (proxy/tenancy/fetch_deleted.py).
     deleted_ids: set[uuid.UUID] = field(default_factory=set)
+    # Topic ids (as integers) sent as themselves because the VC owns them and the caller may use them: what the
+    # tenancy stage grants the forwarder (proxy/core/forward_table.py).
+    kept_ids: list[int] = field(default_factory=list)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -95,10 +98,12 @@ class Translation:
             return topic_id
         if self.image.owns_topic_id(self.vc, topic_id):
             if self.access is None:  # no ACLs to ask: the VC's own topic goes as itself
+                self.kept_ids.append(topic_id.int)
                 return topic_id
             physical = self.image.physical_for_id(topic_id)
             link = self.vc.link_for(physical) if physical is not None else None
             if self.access.permits("topic_id", topic_id, link):
+                self.kept_ids.append(topic_id.int)
                 return topic_id
         elif self.probe_ids and self.unlearned(topic_id):
             self.probed.add(topic_id)  # the VC's ACLs are asked once the broker has named it

@@ -1,19 +1,32 @@
-"""Real clients through a passthrough proxy whose plain requests go by the forwarder (docs/architecture.md#the-
-forwarder-plain-requests-off-the-interpreter): everything arrives, in order, and the forwarder did serve."""
+"""Real clients through a proxy whose plain requests go by the forwarder (docs/architecture.md#the-forwarder-plain-
+requests-off-the-interpreter): everything arrives, in order, and the forwarder did serve. Through a virtual cluster
+too (Kafka's own producer: Produce by topic id), where a right revoked stops a forwarded connection's very next
+requests."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
-from vcproxy_tools.kafka.tools import run_tool
+from proxy.auth.credentials import make_entry
+from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
 from .ports import free_port_block
+from .tenants import login_files, scram_conf
 
 SERVED = re.compile(r"the forwarder served (\d+) requests \((\w[\w-]*)\)")
 
@@ -69,4 +82,85 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
     # ApiVersions, Metadata, FindCoordinator..., and plain ones sent while an answer the Python path awaited was
     # outstanding). A third of that is a margin for a loaded machine, and far above none.
     assert sum(served) >= 100, log[-3000:]
+    assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
+
+
+USERS = {"alice": "alice-secret", "carol": "carol-secret"}
+
+
+def _end_offset(conf: dict, topic: str) -> int:
+    consumer = Consumer({**conf, "group.id": f"w-{uuid.uuid4().hex[:6]}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+    finally:
+        consumer.close()
+
+
+def test_a_vcs_java_producer_is_served_by_the_forwarder_until_a_right_is_revoked(kafka_cluster, tmp_path):
+    """carol (a member of team-a) produces with Kafka's own producer, whose Produce names topics by id: the
+    forwarder serves it. Then alice (team-a's admin) denies carol WRITE on the topic while carol's producer is
+    running: from then on its records are refused (TOPIC_AUTHORIZATION_FAILED), not one more lands beyond those
+    already in flight, although its connection was on the forwarder when the right went."""
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        logging={"level": "DEBUG"},
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512"]},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        tenancy={
+            "enabled": True,
+            "state_topic": f"__vcproxy_state_fw_{uuid.uuid4().hex[:6]}",
+            "virtual_clusters": [
+                {"name": "team-a", "principals": ["User:alice", "User:carol"], "admins": ["User:alice"]}
+            ],
+        },
+    )
+    proxy = ProxyProcess(config, tmp_path, name="forwarded-vc").start(timeout=120)
+    records = 3000
+    try:
+        alice = scram_conf(proxy, "alice", USERS["alice"])
+        topic = f"fw-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(alice)
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+        login = login_files(tmp_path, USERS)["carol"]
+        errors = (tmp_path / "perf.err").open("w")
+        # 100 records a second for 30 s, each its own Produce request (linger.ms=0).
+        perf = subprocess.Popen(
+            tool_argv(
+                "kafka-producer-perf-test",
+                ["--topic", topic, "--num-records", str(records), "--record-size", "100", "--throughput", "100",
+                 "--producer.config", str(login), "--producer-props", f"bootstrap.servers={proxy.bootstrap}",
+                 "acks=all", "linger.ms=0"],
+            ),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while _end_offset(alice, topic) < 500:  # a few seconds of producing: the connection is forwarded
+                assert perf.poll() is None and time.monotonic() < deadline, "carol's producer did not get going"
+                time.sleep(0.2)
+            deny = AclBinding(
+                ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+                AclOperation.WRITE, AclPermissionType.DENY,
+            )  # fmt: skip
+            for done in admin.create_acls([deny]).values():
+                done.result(timeout=60)
+            at_deny = _end_offset(alice, topic)
+            out, _ = perf.communicate(timeout=180)
+        finally:
+            if perf.poll() is None:
+                perf.kill()
+            errors.close()
+        landed = _end_offset(alice, topic)
+    finally:
+        proxy.stop()
+    refused = (tmp_path / "perf.err").read_text(errors="replace")
+    assert "TopicAuthorizationException" in refused, (out[-2000:], refused[-2000:])
+    # At most the requests already sent when the ACL was applied (max.in.flight.requests.per.connection=5, a record
+    # or a few each at 100 records/s) land after it.
+    assert landed - at_deny <= 25, (at_deny, landed)
+    assert landed <= records - 1000, landed  # the rest of the 30 s was refused
+    log = proxy.log_path.read_text()
+    served = [int(n) for n, _kind in SERVED.findall(log)]
+    assert sum(served) >= 300, log[-3000:]  # carol's Produce requests before the ACL, all but the first few
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]

@@ -32,3 +32,6 @@ class ConnectionState:
     # key the shell sets once connected (proxy/net/discovery.py, BrokerRegistry.broker_key); None until known.
     # Fetch sessions are per broker.
     broker: Hashable | None = None
+    # The topic ids this VC connection's requests named and the session let through unchanged, per API, while the
+    # state is as it was (vcproxy_native.Grant: what the forwarder may serve for it; proxy/core/forward_table.py).
+    grant: Any = None

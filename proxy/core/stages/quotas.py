@@ -106,6 +106,10 @@ class QuotaStage:
             return self._quota_rpc(ex)
         return None
 
+    def unmetered(self) -> bool:
+        """No limit applies to the connection now and it is not muted: its requests need no meter (the forwarder)."""
+        return not self._current().applies and self.mute_until <= self.image().quotas.meters.clock()
+
     def _current(self) -> Resolved:
         vc = self.ctx.vc
         if vc is None:

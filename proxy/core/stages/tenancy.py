@@ -20,6 +20,7 @@ from ...tenancy import linked
 from ...tenancy.engine import TenantEngine
 from ...tenancy.handlers import registry
 from ...tenancy.model import TenancyError
+from .. import grants
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close, refusal, refuse
 from .binding import Tenancy
 from .context import ConnectionState
@@ -65,6 +66,8 @@ class TenancyStage:
         refusal = ex.access.refusal() if ex.access is not None else None
         if refusal is not None:  # a group or transactional id the caller may not use (the VC's ACLs)
             return refuse(ex, refusal[0], f"{info.name} in virtual cluster {engine.vc.name}: {refusal[1]}")
+        if call.tx.kept_ids and isinstance(out, list) and len(out) == 1 and out[0] is ex.frame:
+            self._grant(ex, call)
         if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
             try:
                 body = codec.encode(out)
@@ -77,6 +80,18 @@ class TenancyStage:
         if rule.action != "pass":
             ex.pieces = out
         return None
+
+    def _grant(self, ex: Exchange, call: Any) -> None:
+        """A request let through as the client sent it: the topic ids it named may go unasked through the forwarder
+        until the state changes, for this API (proxy/core/forward_table.py). Only where every id was one the VC owns
+        and the caller may use, and nothing else was refused."""
+        if grants.tenant_plans(ex.api_key, ex.api_version) is None:
+            return
+        if ex.access is not None and ex.access.any_denied:
+            return
+        grant = grants.grant_for(self.ctx)
+        if grant is not None:
+            grant.add(ex.api_key, call.tx.kept_ids)
 
     def _decide(self, ex: Exchange, engine: TenantEngine) -> tuple[bytes, list[Any]]:
         """The request again, against the log's image (one replica at a time). If it is no longer answered
