@@ -45,7 +45,13 @@ struct Tenant {
     validate: Node, // the request body's strict plan (walker.validate)
     request: Node,  // the request's names (the tenancy splice's plan)
     response: Node, // the answer's names and messages (the tenancy splice's plan)
+    // A Fetch (KIP-227 sessions): where in the body its session id (then epoch) is. Its session must be none or one
+    // the grant holds, and an answer that opens, closes or loses a session is Python's (the ownership table).
+    session: Option<u64>,
 }
+
+/// A Fetch's session as its request named it: (session id, epoch).
+type Note = Option<(i32, i32)>;
 
 /// A counter Python bumps whenever the virtual clusters' state changes (proxy/tenancy/model.py, `apply`): every
 /// grant made before is void from then on, read without the interpreter.
@@ -76,11 +82,20 @@ struct Granted {
     cell: Arc<AtomicU64>,
     at: u64,
     ids: Mutex<HashSet<(i16, u128)>>,
+    // The fetch sessions the VC owns on this connection's broker, while the ownership table has not let one go
+    // since (`sessions_cell`: bumped when an id is dropped, evicted or given to another VC): (generation, ids).
+    sessions_cell: Arc<AtomicU64>,
+    sessions: Mutex<(u64, HashSet<i32>)>,
 }
 
 impl Granted {
     fn valid(&self) -> bool {
         self.cell.load(Ordering::Acquire) == self.at
+    }
+
+    fn owns_session(&self, session: i32) -> bool {
+        let held = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        held.0 == self.sessions_cell.load(Ordering::Acquire) && held.1.contains(&session)
     }
 }
 
@@ -92,10 +107,38 @@ pub struct Grant {
 #[pymethods]
 impl Grant {
     #[new]
-    fn new(generation: &Generation) -> Self {
+    fn new(generation: &Generation, sessions: &Generation) -> Self {
         let cell = Arc::clone(&generation.cell);
         let at = cell.load(Ordering::Acquire);
-        Grant { inner: Arc::new(Granted { cell, at, ids: Mutex::new(HashSet::new()) }) }
+        let sessions_cell = Arc::clone(&sessions.cell);
+        let now = sessions_cell.load(Ordering::Acquire);
+        Grant {
+            inner: Arc::new(Granted {
+                cell,
+                at,
+                ids: Mutex::new(HashSet::new()),
+                sessions_cell,
+                sessions: Mutex::new((now, HashSet::new())),
+            }),
+        }
+    }
+
+    /// A fetch session the ownership table said the VC owns on this connection's broker, asked after the table's
+    /// generation was `seen`: ignored if the table has let any id go since (another thread may have run between).
+    fn add_session(&self, session: i32, seen: u64) {
+        let now = self.inner.sessions_cell.load(Ordering::Acquire);
+        if now != seen {
+            return;
+        }
+        let mut held = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if held.0 != now {
+            *held = (now, HashSet::new()); // the table let some id go since: start again from what it says now
+        }
+        held.1.insert(session);
+    }
+
+    fn owns_session(&self, session: i32) -> bool {
+        self.inner.owns_session(session)
     }
 
     /// Whether the state is still the one the grant was made in.
@@ -128,6 +171,26 @@ fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i
                 return malformed("int16 past end of buffer");
             };
             Ok((off + 2, be_i16(raw) < 0))
+        }
+        Node::PUtf8 { flexible } => {
+            // A string of a request the session decodes: kio refuses one that is not UTF-8, so it passes only if it is.
+            let (length, start) = if *flexible {
+                let (length, after) = uvarint(buf, off)?;
+                (length as i64 - 1, after)
+            } else {
+                let Some(raw) = buf.get(off as usize..off as usize + 2) else {
+                    return malformed("int16 past end of buffer");
+                };
+                (i64::from(be_i16(raw)), off + 2)
+            };
+            if length < 0 {
+                return Ok((start, true));
+            }
+            let end = start + length as u64;
+            let Some(raw) = buf.get(start as usize..end as usize) else {
+                return malformed("string past end of buffer");
+            };
+            Ok((end, std::str::from_utf8(raw).is_ok()))
         }
         Node::PUuid { .. } => {
             let end = off + 16;
@@ -178,7 +241,7 @@ type EntryTuple<'py> = (
     bool,
     bool,
     Bound<'py, PyAny>,
-    Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>)>,
 );
 
 fn index(key: i16, version: i16) -> u32 {
@@ -205,7 +268,12 @@ impl ForwardTable {
             let tags = if plan.is_none() { None } else { Some(parse(&plan)?) };
             let tenant = match tenant {
                 None => None,
-                Some((v, rq, rs)) => Some(Tenant { validate: parse(&v)?, request: parse(&rq)?, response: parse(&rs)? }),
+                Some((v, rq, rs, session)) => Some(Tenant {
+                    validate: parse(&v)?,
+                    request: parse(&rq)?,
+                    response: parse(&rs)?,
+                    session,
+                }),
             };
             map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags, tenant });
         }
@@ -223,19 +291,26 @@ impl ForwardTable {
         let buffer = PyBuffer::<u8>::get(frame)?;
         let bytes = crate::bytes_of(&buffer)?;
         let grant = grant.map(|g| &*g.inner);
-        Ok(plain_request(bytes, &self.entries, grant).map(|(correlation, _, answered)| (correlation, answered)))
+        Ok(plain_request(bytes, &self.entries, grant).map(|(correlation, _, answered, _)| (correlation, answered)))
     }
 
     /// Whether the forwarder passes this answer (size prefix included) to request `(key, version)` as it came;
     /// False: Python rewrites it (`hook`). For the tests that hold it to the session.
-    #[pyo3(signature = (key, version, frame, grant=None))]
-    fn untouched(&self, key: i16, version: i16, frame: &Bound<'_, PyAny>, grant: Option<&Grant>) -> PyResult<bool> {
+    #[pyo3(signature = (key, version, frame, grant=None, note=None))]
+    fn untouched(
+        &self,
+        key: i16,
+        version: i16,
+        frame: &Bound<'_, PyAny>,
+        grant: Option<&Grant>,
+        note: Note,
+    ) -> PyResult<bool> {
         let buffer = PyBuffer::<u8>::get(frame)?;
         let bytes = crate::bytes_of(&buffer)?;
         let Some(entry) = self.entries.get(&index(key, version)) else {
             return Err(PyValueError::new_err("not in the table"));
         };
-        answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner)).map_err(PyValueError::new_err)
+        answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner), note).map_err(PyValueError::new_err)
     }
 }
 
@@ -274,7 +349,7 @@ struct Outcome {
     end: End,
     leftover: Vec<u8>,        // the client's bytes read and not served
     broker_leftover: Vec<u8>, // the broker's bytes read and not yet an answer written
-    in_flight: Vec<(i32, i16, i16)>, // requests sent whose answers were not written: correlation id, key, version
+    in_flight: Vec<(i32, i16, i16, Note)>, // requests sent whose answers were not written: correlation id, key, version
     requests: u64,
     responses: u64,
 }
@@ -324,7 +399,7 @@ struct Conn {
     bout: Vec<u8>,
     cout_at: usize,
     bout_at: usize,
-    in_flight: VecDeque<(i32, u32)>, // correlation id, table index
+    in_flight: VecDeque<(i32, u32, Note)>, // correlation id, table index, a Fetch's session
     client_readable: bool,
     broker_readable: bool,
     client_writable: bool,
@@ -425,8 +500,13 @@ fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: 
     Ok(())
 }
 
-/// A request the forwarder serves: (correlation id, table index, whether an answer comes). None: not its own.
-fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Granted>) -> Option<(i32, u32, bool)> {
+/// A request the forwarder serves: (correlation id, table index, whether an answer comes, a Fetch's session). None:
+/// not its own.
+fn plain_request(
+    frame: &[u8],
+    table: &HashMap<u32, Entry>,
+    grant: Option<&Granted>,
+) -> Option<(i32, u32, bool, Note)> {
     if frame.len() < 12 {
         return None;
     }
@@ -444,14 +524,38 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
     if entry.request_flexible {
         off = skip_tags(frame, off as u64).ok()? as usize;
     }
+    let mut note = None;
     if let Some(tenant) = &entry.tenant {
-        // The tenancy stage's reading: a body the strict walker accepts, naming only what the grant holds.
+        // The tenancy stage's reading: a body the strict walker accepts, naming only what the grant holds, with no
+        // tagged field of its own (a Fetch's cluster id or replica state is the session's to read).
         let grant = grant.filter(|g| g.valid())?;
         let body = off as u64;
-        validate(&tenant.validate, frame, body, frame.len() as u64).ok()?;
-        let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
-        if !granted(&tenant.request, frame, body, &ids, key).ok()?.1 {
-            return None;
+        let end = validate(&tenant.validate, frame, body, frame.len() as u64).ok()?;
+        if tenant.session.is_some() && end != frame.len() as u64 {
+            return None; // the session decodes a Fetch and encodes it again: bytes after its body would not go on
+        }
+        {
+            let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
+            let Node::PStruct { steps, .. } = &tenant.request else { return None };
+            let mut at = body;
+            for step in steps {
+                let (o, ok) = granted(step, frame, at, &ids, key).ok()?;
+                if !ok {
+                    return None;
+                }
+                at = o;
+            }
+            if *frame.get(at as usize)? != 0 {
+                return None;
+            }
+        }
+        if let Some(at) = tenant.session {
+            let at = off + at as usize;
+            let (session, epoch) = (be_i32(frame.get(at..at + 4)?), be_i32(frame.get(at + 4..at + 8)?));
+            if session != 0 && !grant.owns_session(session) {
+                return None; // another VC's, one gone, or one not seen yet: the fetch-session table decides
+            }
+            note = Some((session, epoch));
         }
     }
     let mut answered = true;
@@ -466,13 +570,19 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
         }
         answered = be_i16(frame.get(off..off + 2)?) != 0;
     }
-    Some((correlation, idx, answered))
+    Some((correlation, idx, answered, note))
 }
 
 /// Whether an answer goes back as the broker sent it: no tagged field where endpoints may be (KIP-951 leader
 /// hints), and for a tenant, no message and no topic id the grant does not hold (or a grant made void since).
 /// False: Python rewrites it as the session does. Err: a header or body the forwarder cannot walk.
-fn answer_untouched(entry: &Entry, key: i16, frame: &[u8], grant: Option<&Granted>) -> Result<bool, String> {
+fn answer_untouched(
+    entry: &Entry,
+    key: i16,
+    frame: &[u8],
+    grant: Option<&Granted>,
+    note: Note,
+) -> Result<bool, String> {
     let mut body = 8u64;
     if entry.response_flexible {
         body = skip_tags(frame, body).map_err(|_| "malformed response header".to_string())?;
@@ -487,6 +597,18 @@ fn answer_untouched(entry: &Entry, key: i16, frame: &[u8], grant: Option<&Grante
     }
     if let Some(tenant) = &entry.tenant {
         let Some(grant) = grant.filter(|g| g.valid()) else { return Ok(false) };
+        if tenant.session.is_some() {
+            // throttle_time_ms, error_code, session_id: the head of every Fetch answer with sessions. Unchanged only
+            // when the session stays as the request left it (none, or one that goes on): else the table learns.
+            let at = body as usize;
+            let (Some(error), Some(session)) = (frame.get(at + 4..at + 6), frame.get(at + 6..at + 10)) else {
+                return Ok(false);
+            };
+            let Some((sent, epoch)) = note else { return Ok(false) };
+            if be_i16(error) != 0 || be_i32(session) != sent || (sent != 0 && epoch <= 0) {
+                return Ok(false);
+            }
+        }
         let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
         // A walk that fails is the session's to judge (it closes the connection with its own reason).
         return Ok(matches!(granted(&tenant.response, frame, body, &ids, key), Ok((_, true))));
@@ -511,11 +633,11 @@ impl Conn {
             let frame = &self.cin[at..at + total];
             match plain_request(frame, &self.table, self.grant.as_deref()) {
                 None => self.hold = true,
-                Some((correlation, idx, answered)) => {
+                Some((correlation, idx, answered, note)) => {
                     send_or_queue(self.broker, frame, &mut self.bout, self.bout_at, &mut self.broker_writable)
                         .map_err(|e| End::BrokerClosed(e.to_string()))?;
                     if answered {
-                        self.in_flight.push_back((correlation, idx));
+                        self.in_flight.push_back((correlation, idx, note));
                     }
                     self.requests += 1;
                     at += total;
@@ -536,7 +658,7 @@ impl Conn {
         while Conn::pending_out(&self.cout, self.cout_at) < self.limit {
             let Some(total) = whole_frame(&self.bin[at..], self.max_frame)? else { break };
             let frame = &self.bin[at..at + total];
-            let Some(&(expected, idx)) = self.in_flight.front() else {
+            let Some(&(expected, idx, note)) = self.in_flight.front() else {
                 return Err(End::Protocol("response from the broker with no request outstanding".into()));
             };
             if total < 8 {
@@ -552,10 +674,10 @@ impl Conn {
             let (key, version) = ((idx >> 16) as u16 as i16, idx as u16 as i16);
             let failed = |why: String| End::Protocol(format!("cannot rewrite response to api {key} v{version}: {why}"));
             let mut rewritten: Option<Vec<u8>> = None;
-            if !answer_untouched(entry, key, frame, self.grant.as_deref()).map_err(failed)? {
+            if !answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)? {
                 let hook = &self.hook;
                 let result = Python::attach(|py| -> PyResult<Vec<u8>> {
-                    hook.call1(py, (key, version, PyBytes::new(py, frame)))?.extract(py)
+                    hook.call1(py, (key, version, PyBytes::new(py, frame), note))?.extract(py)
                 });
                 rewritten = Some(result.map_err(|e| failed(e.to_string()))?);
             }
@@ -704,7 +826,7 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
         leftover: if yielded { cin } else { Vec::new() },
         broker_leftover: if yielded { bin } else { Vec::new() },
         in_flight: if yielded {
-            in_flight.iter().map(|&(c, idx)| (c, (idx >> 16) as u16 as i16, idx as u16 as i16)).collect()
+            in_flight.iter().map(|&(c, idx, note)| (c, (idx >> 16) as u16 as i16, idx as u16 as i16, note)).collect()
         } else {
             Vec::new()
         },
@@ -966,7 +1088,7 @@ impl Phase {
     fn outcome<'py>(
         &self,
         py: Python<'py>,
-    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i32, i16, i16)>)> {
+    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i32, i16, i16, Note)>)> {
         let outcome = self.shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id)?;
         let (kind, why) = outcome.end.kind();
         Some((

@@ -13,21 +13,26 @@ or an id the grant does not hold goes back to the session's rewrite.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import typing
 from typing import TYPE_CHECKING, Any
 
 from ..catalogue import catalogue
 from ..protocol import native, plans
 from ..protocol.apis import request_type, response_type
+from ..protocol.entities import unwrap
 from ..rules import tenant_rules
 from ..tenancy.engine import MESSAGE, message_paths, response_paths, splice_paths
+from ..tenancy.fetch_sessions import FETCH_SESSIONS
 
 if TYPE_CHECKING:
     from .stages.context import ConnectionState
 
 # A tenant's plans: the request body's strict plan (walker.validate), the request's names and the answer's names
-# and messages (the tenancy splice's walks), for vcproxy_native to read as the tenancy stage reads them.
-TenantPlans = tuple[Any, Any, Any]
+# and messages (the tenancy splice's walks), for vcproxy_native to read as the tenancy stage reads them; and for a
+# Fetch, where its session id is in the body (else None).
+TenantPlans = tuple[Any, Any, Any, int | None]
 
 NAMES = frozenset({"topic_id", "txn"})  # what a served tenant request may name: granted ids, and null ids
 
@@ -40,9 +45,18 @@ def tenant_plans(key: int, version: int) -> TenantPlans | None:
     splice's reach, and that no stage reads otherwise (ACL listings, authorized operations, mutation quotas)."""
     rule = tenant_rules().get(key)
     spec = catalogue().get(key)
-    if rule is None or spec is None or rule.action != "rewrite" or set(rule.splice) != {"request", "response"}:
+    if rule is None or spec is None or rule.action != "rewrite" or rule.request or rule.response or rule.filters:
         return None
-    if rule.handler or rule.request or rule.response or rule.filters:
+    # Fetch's request is decoded by its handler (proxy/tenancy/handlers/fetch.py: the replica id, the cluster id, the
+    # fetch session's owner); the forwarder reads it instead where the catalogue says how (`fetch_session`): a
+    # request with any tagged field of its own is handed back, its session must be none or one the ownership table
+    # gave the VC (`Grant.add_session`), and an answer that opens, closes or loses a session is the session's.
+    session = None
+    if spec.fetch_session is not None:
+        if version < spec.fetch_session[0]:
+            return None
+        session = spec.fetch_session[1]
+    elif set(rule.splice) != {"request", "response"} or rule.handler:
         return None
     if spec.acl_listing is not None or spec.authorized_operations is not None or spec.mutation_items is not None:
         return None
@@ -56,7 +70,55 @@ def tenant_plans(key: int, version: int) -> TenantPlans | None:
     answer = response_paths(response)
     if {kind for _, kind in answer} - {"topic_id", MESSAGE}:
         return None
-    return plans.check_entity(request)[0], plans.splice_entity(request, names), plans.splice_entity(response, answer)
+    read = plans.splice_entity(request, names)
+    if session is not None:  # decoded by the session: every string must be one kio decodes (UTF-8)
+        strings = string_paths(request)
+        if strings is None:
+            return None
+        read = _utf8(plans.splice_entity(request, names | {(path, UTF8) for path in strings}))
+    return plans.check_entity(request)[0], read, plans.splice_entity(response, answer), session
+
+
+UTF8 = "utf8"  # a string the forwarder checks is UTF-8 (a decode would refuse it otherwise)
+
+
+def string_paths(cls: type) -> frozenset[str] | None:
+    """The splice paths of every regular string field of `cls` ("array[].field" chains), or None when one is out of a
+    splice's reach (below a struct that is not an array item)."""
+    paths: set[str] = set()
+    for f in plans.regular_fields(cls):
+        if f.metadata.get("kafka_type") == "string":
+            paths.add(f.name)
+            continue
+        if "kafka_type" in f.metadata:
+            continue
+        inner, is_array = _entity_of(f)
+        if inner is None:
+            continue
+        below = string_paths(inner)
+        if below is None or (below and not is_array):
+            return None
+        paths |= {f"{f.name}[].{path}" for path in below}
+    return frozenset(paths)
+
+
+def _entity_of(f: Any) -> tuple[type | None, bool]:
+    hint, _ = unwrap(f.type)
+    if typing.get_origin(hint) is tuple:
+        inner, _ = unwrap(typing.get_args(hint)[0])
+        return (inner if dataclasses.is_dataclass(inner) else None), True  # type: ignore[return-value]
+    return (hint if dataclasses.is_dataclass(hint) else None), False  # type: ignore[return-value]
+
+
+def _utf8(node: Any) -> Any:
+    """The plan with each string captured as UTF8 turned into the forwarder's UTF-8 check."""
+    if node[0] == "string" and node[2] == UTF8:
+        return ("utf8", node[1])
+    if node[0] in ("pstruct",):
+        return (node[0], node[1], tuple(_utf8(step) for step in node[2]))
+    if node[0] == "parray":
+        return (node[0], node[1], _utf8(node[2]))
+    return node
 
 
 def grant_for(ctx: ConnectionState) -> Any:
@@ -67,7 +129,9 @@ def grant_for(ctx: ConnectionState) -> Any:
         return None
     if image.changes is None:
         image.changes = module.Generation()
+    if FETCH_SESSIONS.changes is None:
+        FETCH_SESSIONS.changes = module.Generation()
     current = ctx.grant
     if current is None or not current.valid():
-        current = ctx.grant = module.Grant(image.changes)
+        current = ctx.grant = module.Grant(image.changes, FETCH_SESSIONS.changes)
     return current

@@ -206,21 +206,23 @@ class ProxySession:
         supers = (p.partition(":") for p in rights.super_admins)
         return not any(kind.lower() == "user" and named == name for kind, _, named in supers)
 
-    def forwarded_answer(self, api_key: int, version: int, frame: bytes) -> ResponseResult:
+    def forwarded_answer(
+        self, api_key: int, version: int, frame: bytes, note: tuple[int, int] | None = None
+    ) -> ResponseResult:
         """An answer the forwarder passed back (KIP-951 leader hints in a tagged field; a VC's answer with a
         message or a topic id it may not pass): taken through the stages' response sides like any other."""
         if self.in_flight:
             raise ProtocolViolation("internal: the forwarder passed back an answer while the session has requests")
         if len(frame) < 8:
             raise ProtocolViolation("broker answered correlation id None")
-        self.adopt([(response_correlation_id(frame), api_key, version)])
+        self.adopt([(response_correlation_id(frame), api_key, version, note)])
         return self.on_response(memoryview(frame))
 
-    def adopt(self, outstanding: Iterable[tuple[int, int, int]]) -> None:
-        """Requests the forwarder sent whose answers it did not read, as (correlation id, api key, version): they
-        are plain (every stage passed them on unchanged), so they are taken as if they had passed every stage,
-        and their answers go back through the stages' response sides like any other."""
-        for correlation_id, api_key, version in outstanding:
+    def adopt(self, outstanding: Iterable[tuple[int, int, int, tuple[int, int] | None]]) -> None:
+        """Requests the forwarder sent whose answers it did not read, as (correlation id, api key, version, a Fetch's
+        session and epoch): they are plain (every stage passed them on unchanged), so they are taken as if they had
+        passed every stage, and their answers go back through the stages' response sides like any other."""
+        for correlation_id, api_key, version, note in outstanding:
             known = _VERSIONS.get((api_key << 16) | (version & 0xFFFF)) or _version(api_key, version)
             if known is None:
                 raise ProtocolViolation(f"internal: the forwarder sent api {api_key}, which the session does not know")
@@ -231,6 +233,8 @@ class ProxySession:
             if (engine := self.ctx.engine) is not None and not self.ctx.relayed:
                 ex.vc = self.ctx.vc
                 ex.tenant = engine.forwarded(api_key, version)  # the answer's names and messages, translated
+                if note is not None and note[0] != 0:  # a session the VC owns (the forwarder served no other)
+                    ex.tenant.state["fetch_session"] = note
             ex.depth = len(self.stages) - 1
             self.in_flight.append(ex)
 

@@ -258,11 +258,11 @@ class ClientConnection:
         )
         token = trio.lowlevel.current_trio_token()
 
-        def rewrite(api_key: int, version: int, frame: bytes) -> bytes:
+        def rewrite(api_key: int, version: int, frame: bytes, note: tuple[int, int] | None) -> bytes:
             # On the forwarder's thread: an answer it passes back (KIP-951 leader hints; a VC's answer with a message
             # or a topic id it may not pass) through the stages' response sides, once the listeners of the brokers it
             # names are open.
-            result = self.session.forwarded_answer(api_key, version, frame)
+            result = self.session.forwarded_answer(api_key, version, frame, note)
             if result.brokers:
                 trio.from_thread.run(self.on_brokers, result.brokers, result.full_broker_list, trio_token=token)
             if result.writes:

@@ -39,10 +39,11 @@ class Outcome:
     requests: int  # forwarded
     responses: int  # answers written
     # On a hand-back (kind "yield"): the client's bytes read and not served, the broker's read and not written,
-    # and the requests sent whose answers were not written, as (correlation id, api key, version).
+    # and the requests sent whose answers were not written, as (correlation id, api key, version, a Fetch's session
+    # and epoch or None).
     leftover: bytes = b""
     broker_leftover: bytes = b""
-    in_flight: tuple[tuple[int, int, int], ...] = ()
+    in_flight: tuple[tuple[int, int, int, tuple[int, int] | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ class Forwarder:
         client: trio.SocketStream,
         broker: trio.SocketStream,
         table: Any,
-        hook: Callable[[int, int, bytes], bytes],
+        hook: Callable[[int, int, bytes, tuple[int, int] | None], bytes],
         limits: ForwarderLimits,
         started: Callable[[Any], None],
         initial: bytes = b"",

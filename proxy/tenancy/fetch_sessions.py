@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -44,6 +45,9 @@ class FetchSessionOwners:
         # With workers (proxy/core/handoff.py): told each change of a broker's (node id's) session, for the
         # other workers' `learn`; a client that reconnects to another worker keeps its session.
         self.tell: Callable[[list[object]], None] | None = None
+        # Bumped whenever an id leaves a VC (dropped, evicted, given to another): the fetch sessions the forwarder
+        # holds for a connection are void (vcproxy_native.Generation, made by proxy/core/grants.py; else None).
+        self.changes: Any = None
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -64,7 +68,10 @@ class FetchSessionOwners:
         self._set(key, vc_id)  # a newer owner wins: that broker reused the id
 
     def drop(self, broker: Broker, session_id: int) -> None:
-        if self._owner.pop((broker, session_id), None) is not None and self.tell is not None and type(broker) is int:
+        if self._owner.pop((broker, session_id), None) is None:
+            return
+        self._changed()
+        if self.tell is not None and type(broker) is int:
             self.tell(["drop", broker, session_id])
 
     def learn(self, told: object) -> None:
@@ -83,16 +90,28 @@ class FetchSessionOwners:
                     self._set(key, vc_id)
                 else:
                     del self._owner[key]
+                    self._changed()
         elif told[0] == "drop" and len(told) == 3:
             _, broker, session_id = told
-            if type(broker) is int and type(session_id) is int:
-                self._owner.pop((broker, session_id), None)
+            if type(broker) is int and type(session_id) is int and self._owner.pop((broker, session_id), None):
+                self._changed()
 
     def _set(self, key: tuple[Broker, int], vc_id: str) -> None:
+        if self._owner.get(key, vc_id) != vc_id:
+            self._changed()
         self._owner[key] = vc_id
         self._owner.move_to_end(key)
         while len(self._owner) > self.limit:
             self._owner.popitem(last=False)
+            self._changed()
+
+    def generation(self) -> int:
+        """How many times an id left a VC (0 where nothing counts: no forwarder)."""
+        return self.changes.value() if self.changes is not None else 0
+
+    def _changed(self) -> None:
+        if self.changes is not None:
+            self.changes.bump()
 
     def on_response(
         self, vc_id: str, broker: Broker | None, sent: tuple[int, int] | None, body: memoryview | bytes

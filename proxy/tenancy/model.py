@@ -180,7 +180,7 @@ class TenancyImage:
     version: int = 0  # bumped on every applied record
     # Bumped with `version`, read by the forwarder's thread without the interpreter: a grant made before is void
     # (vcproxy_native.Generation, made by proxy/core/forward_table.py once a connection is forwarded; else None).
-    changes: Any = None
+    changes: Any = field(default=None, repr=False, compare=False)
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
     limits: Any = None  # the config's state limits (tenancy/limits.StateLimits), set by the server; None: defaults

@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from benchmarks.bench_peers import parse_consumer
 from proxy.auth.credentials import make_entry
 from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
@@ -96,11 +97,13 @@ def _end_offset(conf: dict, topic: str) -> int:
         consumer.close()
 
 
-def test_a_vcs_java_producer_is_served_by_the_forwarder_until_a_right_is_revoked(kafka_cluster, tmp_path):
+def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked(kafka_cluster, tmp_path):
     """carol (a member of team-a) produces with Kafka's own producer, whose Produce names topics by id: the
     forwarder serves it. Then alice (team-a's admin) denies carol WRITE on the topic while carol's producer is
     running: from then on its records are refused (TOPIC_AUTHORIZATION_FAILED), not one more lands beyond those
-    already in flight, although its connection was on the forwarder when the right went."""
+    already in flight, although its connection was on the forwarder when the right went. Then carol reads every
+    record that landed with Kafka's own consumer, whose fetches (by topic id, in a fetch session) the forwarder
+    serves too."""
     config = proxy_config(
         kafka_cluster.bootstrap,
         free_port_block(),
@@ -143,7 +146,13 @@ def test_a_vcs_java_producer_is_served_by_the_forwarder_until_a_right_is_revoked
                 ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
                 AclOperation.WRITE, AclPermissionType.DENY,
             )  # fmt: skip
-            for done in admin.create_acls([deny]).values():
+            # With an ACL on the topic, what none allows is refused (allow_everyone_if_no_acl covers none): carol
+            # keeps READ, for the consumer below.
+            read = AclBinding(
+                ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+                AclOperation.READ, AclPermissionType.ALLOW,
+            )  # fmt: skip
+            for done in admin.create_acls([deny, read]).values():
                 done.result(timeout=60)
             at_deny = _end_offset(alice, topic)
             out, _ = perf.communicate(timeout=180)
@@ -152,8 +161,20 @@ def test_a_vcs_java_producer_is_served_by_the_forwarder_until_a_right_is_revoked
                 perf.kill()
             errors.close()
         landed = _end_offset(alice, topic)
+        produced_log = len(proxy.log_path.read_text())
+        # Small fetches (about 20 records each): a few dozen Fetch requests in the consumer's session.
+        small = tmp_path / "small-fetches.properties"
+        small.write_text(login.read_text() + "max.partition.fetch.bytes=2048\nfetch.max.bytes=2048\n")
+        consumed = run_tool(
+            "kafka-consumer-perf-test",
+            ["--bootstrap-server", proxy.bootstrap, "--topic", topic, "--num-records", str(landed),
+             "--group", f"g-{topic}", "--timeout", "60000", "--command-config", str(small)],
+            timeout=180,
+        )  # fmt: skip
     finally:
         proxy.stop()
+    assert consumed.returncode == 0, consumed.stdout + consumed.stderr
+    assert parse_consumer(consumed.stdout)["records"] == landed, consumed.stdout
     refused = (tmp_path / "perf.err").read_text(errors="replace")
     assert "TopicAuthorizationException" in refused, (out[-2000:], refused[-2000:])
     # At most the requests already sent when the ACL was applied (max.in.flight.requests.per.connection=5, a record
@@ -161,6 +182,9 @@ def test_a_vcs_java_producer_is_served_by_the_forwarder_until_a_right_is_revoked
     assert landed - at_deny <= 25, (at_deny, landed)
     assert landed <= records - 1000, landed  # the rest of the 30 s was refused
     log = proxy.log_path.read_text()
-    served = [int(n) for n, _kind in SERVED.findall(log)]
+    served = [int(n) for n, _kind in SERVED.findall(log[:produced_log])]
     assert sum(served) >= 300, log[-3000:]  # carol's Produce requests before the ACL, all but the first few
+    # The consumer's: a Fetch in the session it opened, one after the other while records come.
+    fetches = [int(n) for n, _kind in SERVED.findall(log[produced_log:])]
+    assert sum(fetches) >= 10, log[-3000:]
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]

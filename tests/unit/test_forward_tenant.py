@@ -20,6 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v17 import request as fq
+from kio.schema.fetch.v17 import response as fs
 from kio.schema.produce.v13 import request as rq
 from kio.schema.produce.v13 import response as rs
 
@@ -34,6 +36,7 @@ from proxy.protocol import codec
 from proxy.protocol.apikey import ApiKey
 from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy
+from proxy.tenancy.fetch_sessions import FETCH_SESSIONS
 from proxy.tenancy.model import TenancyImage, link_record, principal_record, quota_record, topic_record, vc_record
 
 from .wire import request_frame, response_frame
@@ -60,7 +63,7 @@ class Tenancy:
 
 def make_image() -> TenancyImage:
     image = TenancyImage()
-    for vc, user in (("team-a", "carol"), ("team-b", "bob")):
+    for vc, user in (("team-a", "carol"), ("team-b", "bob")):  # bob: another VC's member
         image.apply(*vc_record(vc))
         image.apply(*principal_record(f"User:{user}", vc))
     for vc, link, topic_id in (
@@ -74,9 +77,16 @@ def make_image() -> TenancyImage:
     return image
 
 
-def session(image: TenancyImage, allow_if_no_acl: bool = True) -> ProxySession:
+_BROKERS = iter(range(10_000, 1 << 30))  # a broker of its own per session: the fetch-session table is per process
+
+
+def session(image: TenancyImage, allow_if_no_acl: bool = True, principal: str = "User:carol") -> ProxySession:
     return ProxySession(
-        LAYOUT, tenancy=Tenancy(image), principal="User:carol", allow_if_no_acl=lambda vc: allow_if_no_acl, broker=1
+        LAYOUT,
+        tenancy=Tenancy(image),
+        principal=principal,
+        allow_if_no_acl=lambda vc: allow_if_no_acl,
+        broker=next(_BROKERS),
     )
 
 
@@ -121,8 +131,9 @@ def granted(s: ProxySession) -> bytes:
     return frame
 
 
-def test_only_produce_by_topic_id_is_a_tenants_to_forward():
-    assert {(key, version) for key, version, *_ in ENTRIES} == {(ApiKey.PRODUCE, 13)}
+def test_only_produce_and_fetch_by_topic_id_are_a_tenants_to_forward():
+    served = {(key, version) for key, version, *_ in ENTRIES}
+    assert served == {(ApiKey.PRODUCE, 13)} | {(ApiKey.FETCH, v) for v in range(15, 19)}
 
 
 def test_the_vcs_own_topic_is_granted_and_served_as_the_client_sent_it():
@@ -293,3 +304,192 @@ def test_answer_offsets_are_read_alike():
     frame = answer([ORDERS])
     assert response_body_offset(frame, 1) == 9
     assert codec.decode(rs.ProduceResponse, frame, 9)[0].responses[0].topic_id == ORDERS
+
+
+# -- Fetch: topic ids granted for READ, and fetch sessions the ownership table gives the VC -------------------------
+
+
+def fetch(
+    ids: list[uuid.UUID], session_id: int = 0, epoch: int = -1, correlation: int = 6, forget: tuple = (), **extra
+) -> bytes:
+    topics = tuple(
+        fq.FetchTopic(
+            topic_id=i,
+            partitions=(fq.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
+        )
+        for i in ids
+    )
+    forgotten = tuple(fq.ForgottenTopic(topic_id=i, partitions=(0,)) for i in forget)
+    body = fq.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=topics,
+        forgotten_topics_data=forgotten,
+        **extra,
+    )
+    return request_frame(ApiKey.FETCH, 17, correlation, body)
+
+
+def fetched(ids: list[uuid.UUID], session_id: int = 0, error: int = 0, correlation: int = 6) -> bytes:
+    partition = fs.PartitionData(
+        partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None, records=b"\0" * 61
+    )
+    body = fs.FetchResponse(
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode(error),
+        session_id=session_id,
+        responses=tuple(fs.FetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids),
+    )
+    return response_frame(ApiKey.FETCH, 17, correlation, body)
+
+
+def in_session(s: ProxySession, session_id: int = 77) -> None:
+    """`s` fetched `orders` and the broker opened fetch session `session_id` for it: both granted."""
+    frame = fetch([ORDERS], epoch=0)
+    assert sent(s, frame) == frame
+    s.on_response(memoryview(bytearray(fetched([ORDERS], session_id))))
+    assert FETCH_SESSIONS.owns(s.vc.id, s.ctx.broker, session_id)
+
+
+def test_a_fetch_of_the_vcs_own_topic_in_its_own_session_is_served():
+    s = session(make_image())
+    in_session(s)
+    grant = s.ctx.grant
+    assert grant.owns_session(77)
+    incremental = fetch([ORDERS], 77, 1)
+    assert TABLE.classify(incremental, grant) == (6, True)
+    assert TABLE.classify(fetch([], 77, 2, forget=(ORDERS,)), grant) == (6, True)
+    assert TABLE.classify(fetch([ORDERS], 0, -1), grant) == (6, True)  # no session
+    # Its answer goes back untouched only while the session goes on as the request left it.
+    assert TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 77), grant, (77, 1))
+    assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 78), grant, (77, 1))  # a new one: the table's
+    assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 77, error=70), grant, (77, 1))  # gone
+    assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 77), grant, (77, 0))  # epoch 0 closes it
+    assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 5), grant, (0, 0))  # one opened
+    assert TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 0), grant, (0, -1))
+    assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([FOREIGN], 77), grant, (77, 1))
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(fetch([ORDERS], 99, 1), id="another VC's session"),
+        pytest.param(fetch([ORDERS], 12345, 1), id="a session no one has"),
+        pytest.param(fetch([FOREIGN], 77, 1), id="another VC's topic"),
+        pytest.param(fetch([ORDERS], 77, 1, forget=(FOREIGN,)), id="another VC's topic, forgotten"),
+        pytest.param(fetch([PAYMENTS], 77, 1), id="its own topic, not granted yet"),
+        pytest.param(fetch([ORDERS], 77, 1, cluster_id="x"), id="a cluster id (a KRaft replica's field)"),
+        pytest.param(
+            fetch([ORDERS], 77, 1, replica_state=fq.ReplicaState(replica_id=2, replica_epoch=1)), id="a follower"
+        ),
+    ],
+)
+def test_a_fetch_the_grant_does_not_cover_is_the_sessions(frame):
+    image = make_image()
+    s = session(image)
+    in_session(s)
+    FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 99)  # bob's session on the same broker
+    assert TABLE.classify(frame, s.ctx.grant) is None
+
+
+def test_a_session_the_table_lets_go_is_no_longer_served():
+    s = session(make_image())
+    in_session(s)
+    incremental = fetch([ORDERS], 77, 1)
+    FETCH_SESSIONS.drop(s.ctx.broker, 77)  # closed, evicted, or reported gone
+    assert TABLE.classify(incremental, s.ctx.grant) is None
+    assert not s.ctx.grant.owns_session(77)
+    assert TABLE.classify(fetch([ORDERS]), s.ctx.grant) == (6, True)  # the topic is still granted
+
+
+def test_a_session_given_to_another_vc_is_not_served():
+    image = make_image()
+    s = session(image)
+    in_session(s)
+    FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 77)  # the broker reused the id for bob's session
+    assert TABLE.classify(fetch([ORDERS], 77, 1), s.ctx.grant) is None
+
+
+def test_a_read_right_revoked_voids_the_fetch_grant():
+    image = make_image()
+    read = _acl("orders", Operation.READ)
+    image.apply(*acl_record("team-a", read, True))
+    s = session(image, allow_if_no_acl=False)
+    in_session(s)
+    frame = fetch([ORDERS], 77, 1)
+    assert TABLE.classify(frame, s.ctx.grant) == (6, True)
+    image.apply(*acl_record("team-a", read, False))
+    assert TABLE.classify(frame, s.ctx.grant) is None
+    assert sent(s, frame) != frame
+
+
+def test_a_write_grant_is_not_a_read_grant():
+    s = session(make_image())
+    granted(s)  # Produce to orders
+    assert TABLE.classify(fetch([ORDERS]), s.ctx.grant) is None
+
+
+def test_a_forwarded_fetch_answer_that_opens_a_session_teaches_the_table():
+    s = session(make_image())
+    in_session(s, 77)
+    result = s.forwarded_answer(ApiKey.FETCH, 17, fetched([ORDERS], 78), (77, 0))  # epoch 0: closed, and a new one
+    assert b"".join(bytes(p) for p in result.pieces) == fetched([ORDERS], 78)
+    assert not FETCH_SESSIONS.owns(s.vc.id, s.ctx.broker, 77)
+    assert FETCH_SESSIONS.owns(s.vc.id, s.ctx.broker, 78)
+    assert s.ctx.grant.owns_session(78) and not s.ctx.grant.owns_session(77)
+    assert TABLE.classify(fetch([ORDERS], 78, 1), s.ctx.grant) == (6, True)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ids=st.lists(st.sampled_from([ORDERS, PAYMENTS, FOREIGN]), max_size=2),
+    forget=st.lists(st.sampled_from([ORDERS, FOREIGN]), max_size=1),
+    session_id=st.sampled_from([0, 77, 99]),
+    epoch=st.sampled_from([-1, 0, 1, 5]),
+    seed=st.integers(0, 1 << 30),
+    cut=st.integers(0, 2),
+)
+def test_wherever_the_forwarder_serves_a_fetch_the_session_sends_it_unchanged(
+    ids, forget, session_id, epoch, seed, cut
+):
+    image = make_image()
+    s = session(image)
+    in_session(s)
+    FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 99)
+    rng = random.Random(seed)
+    frame = fetch(ids, session_id, epoch, correlation=9, forget=tuple(forget))
+    if cut == 1:
+        frame = fuzz_session.mutate(frame, rng, 4, frame)
+    elif cut == 2:
+        body = bytearray(frame[4:])
+        for _ in range(rng.randrange(1, 4)):
+            body[rng.randrange(8, len(body))] = rng.randrange(256)
+        frame = frame[:4] + bytes(body)
+    mine = TABLE.classify(frame, s.ctx.grant)
+    if mine is None:
+        return
+    assert sent(s, frame) == frame
+    assert mine == (int.from_bytes(frame[8:12], "big", signed=True), True)
+
+
+def test_every_fetch_answer_it_passes_untouched_is_one_the_session_leaves_as_it_came():
+    rng = random.Random(227)
+    passed = held = 0
+    for _ in range(300):
+        s = session(make_image())
+        in_session(s)
+        request = fetch([ORDERS], 77, 1)
+        assert sent(s, request) == request
+        if rng.random() < 0.5:
+            reply = response_frame(ApiKey.FETCH, 17, 6, fuzz_session._body(fs.FetchResponse, rng))
+        else:
+            reply = fetched(rng.sample([ORDERS, ORDERS, FOREIGN], rng.randrange(1, 3)), rng.choice([77, 77, 78, 0]))
+        if not TABLE.untouched(ApiKey.FETCH, 17, reply, s.ctx.grant, (77, 1)):
+            held += 1
+            continue
+        result = s.on_response(memoryview(bytearray(reply)))
+        assert b"".join(bytes(p) for p in result.pieces) == reply
+        passed += 1
+    assert passed > 30 and held > 30

@@ -100,7 +100,7 @@ async def test_it_hands_back_at_once_with_the_answers_still_to_come():
     await pair.client.send(produce(1) + produce(2) + API_VERSIONS)
     outcome = await pair.run()
     assert (outcome.kind, outcome.requests, outcome.responses) == ("yield", 2, 1)
-    assert outcome.in_flight == ((2, 0, 9),)
+    assert outcome.in_flight == ((2, 0, 9, None),)
     assert outcome.broker_leftover == produced(2)[:5] and outcome.leftover == API_VERSIONS
     assert await pair.read(pair.broker, 2 * len(produce(1))) == produce(1) + produce(2)
     assert await pair.read(pair.client, len(produced(1))) == produced(1)
@@ -214,7 +214,7 @@ async def test_a_drain_hands_the_connection_back_with_what_is_outstanding():
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peers)
         outcome = await pair.run(started=phases.append)
-    assert (outcome.kind, outcome.requests, outcome.responses, outcome.in_flight) == ("yield", 1, 0, ((1, 0, 9),))
+    assert (outcome.kind, outcome.requests, outcome.responses, outcome.in_flight) == ("yield", 1, 0, ((1, 0, 9, None),))
     await pair.broker.send(produced(1))  # the Python path reads it now, from its own socket
     assert await pair.proxy_broker.receive_some(len(produced(1))) == produced(1)
 
@@ -255,7 +255,7 @@ async def test_an_answer_with_leader_hints_is_rewritten_by_python():
     )  # same body in v10
     seen = []
 
-    def hook(api_key: int, version: int, frame: bytes) -> bytes:
+    def hook(api_key: int, version: int, frame: bytes, note: object) -> bytes:
         seen.append((api_key, version, frame))
         return b"rewritten"
 

@@ -9,7 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...catalogue import catalogue
-from ...protocol import codec
+from ...protocol import codec, native
 from ...protocol.apikey import ApiKey
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
@@ -18,6 +18,7 @@ from ...rules import tenant_rules
 from ...tenancy import guard as state_guard
 from ...tenancy import linked
 from ...tenancy.engine import TenantEngine
+from ...tenancy.fetch_sessions import FETCH_SESSIONS
 from ...tenancy.handlers import registry
 from ...tenancy.model import TenancyError
 from .. import grants
@@ -33,6 +34,7 @@ class TenancyStage:
         self.ctx = ctx
         self.tenancy = tenancy
         self.registry = registry()  # checked against tenant.yaml: a mismatch fails here, not per request
+        self.grants = native.forwarding() is not None  # what the forwarder may serve is learned only where it runs
         catalogue()  # built once and checked: every translated API says what it needs of ACLs
 
     def engine_for(self, vc: object) -> TenantEngine:
@@ -66,8 +68,8 @@ class TenancyStage:
         refusal = ex.access.refusal() if ex.access is not None else None
         if refusal is not None:  # a group or transactional id the caller may not use (the VC's ACLs)
             return refuse(ex, refusal[0], f"{info.name} in virtual cluster {engine.vc.name}: {refusal[1]}")
-        if call.tx.kept_ids and isinstance(out, list) and len(out) == 1 and out[0] is ex.frame:
-            self._grant(ex, call)
+        if isinstance(out, list) and self.grants:
+            self._grant(ex, call, out)
         if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
             try:
                 body = codec.encode(out)
@@ -81,17 +83,42 @@ class TenancyStage:
             ex.pieces = out
         return None
 
-    def _grant(self, ex: Exchange, call: Any) -> None:
+    def _grant(self, ex: Exchange, call: Any, out: list[Any]) -> None:
         """A request let through as the client sent it: the topic ids it named may go unasked through the forwarder
-        until the state changes, for this API (proxy/core/forward_table.py). Only where every id was one the VC owns
-        and the caller may use, and nothing else was refused."""
-        if grants.tenant_plans(ex.api_key, ex.api_version) is None:
+        until the state changes, for this API, and so may its fetch session (proxy/core/grants.py). Only where every
+        id was one the VC owns and the caller may use, and nothing else was refused or changed."""
+        plans = grants.tenant_plans(ex.api_key, ex.api_version)
+        if plans is None or (ex.access is not None and ex.access.any_denied) or call.tx.fake_ids or call.tx.probed:
             return
-        if ex.access is not None and ex.access.any_denied:
+        frame = ex.frame
+        assert frame is not None
+        same = len(out) == 1 and out[0] is frame
+        # Decoded and encoded again (a Fetch): unchanged only if the bytes are the same.
+        if not same and (sum(map(len, out)) != len(frame) or b"".join(out) != frame):
             return
         grant = grants.grant_for(self.ctx)
-        if grant is not None:
-            grant.add(ex.api_key, call.tx.kept_ids)
+        if grant is None:
+            return
+        grant.add(ex.api_key, call.tx.kept_ids)
+        session = call.state.get("fetch_session")
+        if session is not None:  # the ownership table said the VC owns it on this broker
+            self._grant_owned(grant, session[0])
+
+    def _grant_session(self, frame: memoryview, body_offset: int) -> None:
+        """A Fetch answer that opened a session the ownership table now gives the VC: the forwarder may serve it."""
+        if len(frame) < body_offset + 10 or self.ctx.grant is None:
+            return
+        session = int.from_bytes(frame[body_offset + 6 : body_offset + 10], "big", signed=True)
+        if session != 0:
+            self._grant_owned(self.ctx.grant, session)
+
+    def _grant_owned(self, grant: Any, session: int) -> None:
+        """Asked of the table after its generation is read: a change between the two (the forwarder's thread runs
+        Python too) leaves the session out."""
+        seen = FETCH_SESSIONS.generation()
+        engine = self.ctx.engine
+        if engine is not None and FETCH_SESSIONS.owns(engine.vc.id, self.ctx.broker, session):
+            grant.add_session(session, seen)
 
     def _decide(self, ex: Exchange, engine: TenantEngine) -> tuple[bytes, list[Any]]:
         """The request again, against the log's image (one replica at a time). If it is no longer answered
@@ -163,6 +190,8 @@ class TenancyStage:
         if engine.splices_response(call):  # names spliced with any other stage's edits, in one pass
             frame = msg.unedited()
             engine.response_facts(call, frame, msg.body_offset)
+            if ex.spec is not None and ex.spec.fetch_session is not None and self.grants:
+                self._grant_session(frame, msg.body_offset)
             # Found now (one walk): a topic the VC may not see can change the frame itself.
             edits, again = engine.response_edits(call, frame, msg.body_offset)
             if again is not None:
