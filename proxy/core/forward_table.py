@@ -14,13 +14,9 @@ version, from the same facts the stages decide from, so the two paths give one r
   answer to its tagged section with the walker's plan, as the endpoint stage does, and gives an answer that
   has one back to the stage's own rewrite.
 
-A virtual cluster's connection has entries of its own (`tenant_entries_for`): the API versions whose translation
-is a splice that names nothing but topic ids and nullable ids (Produce v13+: its topic ids, its transactional id).
-Such a request goes through unchanged exactly when every topic id in it is one the VC owns and the caller may use
-for the API, and every other name is null. The session says which ids those are as it lets them through
-(a `Grant`, learned by the tenancy stage, void once the VC state changes: `TenancyImage.changes`); the forwarder
-serves a request whose body the strict walker accepts and whose names the grant holds, and gives Python an answer
-that has a message or a topic id the grant does not hold. Not while a quota applies to the connection.
+A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce and Fetch by topic id, served
+on a grant of the ids and fetch sessions the session let through (proxy/core/grants.py). Not while a quota applies
+to the connection.
 
 tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame
 unchanged and leaves an untagged answer as it came.

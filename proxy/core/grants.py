@@ -1,14 +1,16 @@
 """What the forwarder may serve for a virtual cluster's connection (sans-I/O): the API versions, and the grant.
 
 An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing
-else, and its request names nothing but topic ids and ids that may be null: Produce v13+. Such a request goes to
-the broker as the client sent it exactly when every topic id in it is one the VC owns and the caller may use for
-the API (the VC's ACLs), and its transactional id is null. The tenancy stage says which ids those are as it lets
-them through (`grant_for(ctx).add`): a grant is of one state of the virtual clusters, void once it changes
+else, and its request names nothing but topic ids and ids that may be null (Produce v13+), or when the catalogue
+says where its fetch session is (Fetch v15+). Such a request goes to the broker as the client sent it exactly when
+every topic id in it is one the VC owns and the caller may use for the API (the VC's ACLs), its transactional id
+is null, and its fetch session is none or the VC's. The tenancy stage says which ids and sessions those are as it
+lets them through (`grant_for(ctx)`): a grant is of one state of the virtual clusters, void once it changes
 (`TenancyImage.changes`, bumped with every record applied), so a right revoked or a topic unlinked takes effect
-at the next request. The forwarder (native/src/forward.rs) reads a request with the plans made here, as the
-tenancy stage reads it: a body the strict walker accepts, each name null or granted; an answer with a message
-or an id the grant does not hold goes back to the session's rewrite.
+at the next request; its sessions are void once the fetch-session table lets any id go (`FETCH_SESSIONS.changes`).
+The forwarder (native/src/forward.rs) reads a request with the plans made here, as the tenancy stage reads it: a
+body the strict walker accepts, each name null or granted, no tagged field of its own; an answer with a message,
+an id the grant does not hold or a session that changed goes back to the session's rewrite.
 """
 
 from __future__ import annotations

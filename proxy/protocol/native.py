@@ -59,7 +59,7 @@ def describe() -> str:
     if COMPILED:
         forwarder = os.environ.get(FORWARDER_ENV, "") != "0"
         return "compiled walker: vcproxy_native (validation, skips and splices of message bodies{})".format(
-            "; the forwarder for plain passthrough requests and virtual clusters' Produce"
+            "; the forwarder for plain passthrough requests and virtual clusters' Produce and Fetch"
             if forwarder
             else f"; the forwarder is off: {FORWARDER_ENV}=0"
         )
