@@ -252,7 +252,11 @@ def fetch(workdir: Path) -> Path:
     prefix = "package/deps/librdkafka/"
     with tarfile.open(tarball) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-        tar.extractall(workdir, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(workdir, members=members, filter="data")
+        else:  # Python before 3.11.4 (Debian 12's 3.11.2) has no filters: plain files and directories, inside only
+            plain = [m for m in members if (m.isfile() or m.isdir()) and ".." not in Path(m.name).parts]
+            tar.extractall(workdir, members=plain)  # a pinned tarball: its digest is checked above
     source = workdir / prefix
     header = (source / "src" / "rdkafka.h").read_text()
     major, minor, patch = (int(part) for part in VERSION.split("."))
