@@ -259,15 +259,10 @@ class ClientConnection:
         token = trio.lowlevel.current_trio_token()
 
         def rewrite(api_key: int, version: int, frame: bytes, note: tuple[int, int] | None) -> bytes:
-            # On the forwarder's thread: an answer it passes back (KIP-951 leader hints; a VC's answer with a message
-            # or a topic id it may not pass) through the stages' response sides, once the listeners of the brokers it
-            # names are open.
-            result = self.session.forwarded_answer(api_key, version, frame, note)
-            if result.brokers:
-                trio.from_thread.run(self.on_brokers, result.brokers, result.full_broker_list, trio_token=token)
-            if result.writes:
-                trio.from_thread.run(self._persist, result.writes, trio_token=token)
-            return b"".join(result.pieces)
+            # On the forwarder's thread: an answer it passes back (KIP-951 leader hints; a VC's answer with a message,
+            # an id it may not pass, a fetch session that changed), rewritten on the Trio thread, where the session and
+            # the state it reads (the VC image, the fetch-session table, the worker link) are only ever touched.
+            return trio.from_thread.run(self._rewrite_forwarded, api_key, version, frame, note, trio_token=token)
 
         def started(phase: Any) -> None:
             self._phase = phase
@@ -284,6 +279,15 @@ class ClientConnection:
                 self._phase = None
             return self._forward_ended(outcome)
         return False  # closed from outside (close_now)
+
+    async def _rewrite_forwarded(self, api_key: int, version: int, frame: bytes, note: tuple[int, int] | None) -> bytes:
+        """An answer the forwarder passed back, through the stages' response sides, once the listeners of the brokers
+        it names are open and the state it changes is durable."""
+        result = self.session.forwarded_answer(api_key, version, frame, note)
+        if result.brokers:
+            await self.on_brokers(result.brokers, result.full_broker_list)
+        await self._persist(result.writes)
+        return b"".join(result.pieces)
 
     def _forward_ended(self, outcome: Outcome) -> bool:
         log.debug("%s: the forwarder served %d requests (%s)", self.name, outcome.requests, outcome.kind)

@@ -493,3 +493,47 @@ def test_every_fetch_answer_it_passes_untouched_is_one_the_session_leaves_as_it_
         assert b"".join(bytes(p) for p in result.pieces) == reply
         passed += 1
     assert passed > 30 and held > 30
+
+
+# -- a whole connection: the session's rewrite of a passed-back answer runs on the Trio thread ----------------------
+
+
+async def test_a_vcs_fetch_session_is_learned_on_the_trio_thread_and_then_forwarded(nursery):
+    """A forwarded Fetch whose answer changes its session goes back to the session on the Trio thread, where the
+    fetch-session table (and with workers, its messages to the others: `tell`) lives; the next Fetch in the new
+    session is the forwarder's again."""
+    import threading
+
+    from .test_forwarder import _Connection
+
+    trio_thread = threading.get_ident()
+    told: list[tuple[object, bool]] = []
+    sessions = iter([77, 77, 77, 78, 78, 78, 78])
+
+    def answer(api_key: int, version: int, correlation: int) -> bytes:
+        assert (api_key, version) == (ApiKey.FETCH, 17)
+        return fetched([ORDERS], next(sessions), correlation=correlation)
+
+    s = session(make_image())
+    FETCH_SESSIONS.tell = lambda message: told.append((message, threading.get_ident() == trio_thread))
+    try:
+        peer = _Connection(nursery, s, answer)
+        s.ctx.broker = 1  # a listener's node id: the table tells the other workers of its sessions
+        assert [c for c, _ in await peer.exchange(fetch([ORDERS], 0, 0, correlation=1))] == [1]  # opens 77
+        assert s.ctx.grant.owns_session(77)
+        for correlation, epoch in ((2, 1), (3, 2)):
+            assert [c for c, _ in await peer.exchange(fetch([ORDERS], 77, epoch, correlation=correlation))] == [
+                correlation
+            ]
+        assert peer.connection._phase is not None  # forwarded
+        await peer.exchange(fetch([ORDERS], 77, 3, correlation=4))  # the broker answers with a new session, 78
+        assert FETCH_SESSIONS.owns(s.vc.id, 1, 78) and not FETCH_SESSIONS.owns(s.vc.id, 1, 77)
+        for correlation, epoch in ((5, 1), (6, 2), (7, 3)):
+            await peer.exchange(fetch([ORDERS], 78, epoch, correlation=correlation))
+        assert peer.connection._phase is not None
+        await peer.close()
+    finally:
+        FETCH_SESSIONS.tell = None
+    assert told and all(on_trio for _, on_trio in told), told
+    assert [m[0] for m, _ in told] == ["record", "drop", "record"]
+    assert peer.connection.forwarded >= 4

@@ -318,9 +318,10 @@ def _metadata_answer(correlation: int) -> bytes:
 
 
 class _Connection:
-    """A ClientConnection on socket pairs: a passthrough session, a broker that answers every request."""
+    """A ClientConnection on socket pairs: a passthrough session (or `session`), a broker that answers every request
+    (as `answer(api_key, version, correlation)` says, if given)."""
 
-    def __init__(self, nursery: trio.Nursery):
+    def __init__(self, nursery: trio.Nursery, session: ProxySession | None = None, answer=None):
         from proxy.net.connection import ClientConnection, ConnectionLimits
         from proxy.net.frames import FrameReader
 
@@ -331,12 +332,13 @@ class _Connection:
         self.connection = ClientConnection(
             trio.SocketStream(a),
             self._connect,
-            ProxySession(ListenerLayout("proxy.example", 9192, 9193)),
+            session or ProxySession(ListenerLayout("proxy.example", 9192, 9193)),
             limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16),
             on_brokers=self._on_brokers,
             name="t",
             forwarder=FORWARDER,
         )
+        self.answer = answer
         self.done = trio.Event()
         self.answers = FrameReader(self.client, 1 << 20, 1 << 16)
         nursery.start_soon(self._run)
@@ -355,7 +357,9 @@ class _Connection:
         reader = FrameReader(stream, 1 << 20, 1 << 16)
         while (frame := await reader.next_frame()) is not None:
             api_key, version, correlation = peek_request(frame)
-            if api_key == 3:
+            if self.answer is not None:
+                answer = self.answer(api_key, version, correlation)
+            elif api_key == 3:
                 answer = _metadata_answer(correlation)
             else:
                 answer = _hinted_answer(correlation) if version == 10 else produced(correlation)
