@@ -11,6 +11,11 @@
 //! the reason the Python path gives. An answer whose endpoints are a tagged field (KIP-951 leader hints) is
 //! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python (`hook`)
 //! like the session rewrites it.
+//!
+//! A virtual cluster's connection has entries with a `Tenant` part (Produce and Fetch by topic id) and a `Grant`:
+//! the topic ids and fetch sessions the session let through unchanged, void once the VC state changes
+//! (`Generation`). Such a request is served only when it validates and names nothing else; such an answer goes
+//! back untouched only when it has no message, no id outside the grant and no session change (proxy/core/grants.py).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;

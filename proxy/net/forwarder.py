@@ -1,4 +1,4 @@
-"""The forwarder's Trio side: a passthrough connection's plain requests served by one native thread.
+"""The forwarder's Trio side: a connection's plain requests served by one native thread.
 
 Per request, a connection's Python path costs its pumps, the session's stages and two passes of Trio's run
 loop; on a machine where the broker and the clients run between two requests, each of those meets cold
@@ -8,7 +8,7 @@ their answers, between the two sockets itself. A connection goes to it when noth
 there and returns the bytes it read and did not serve, which the Python path then reads first, with the
 requests it sent whose answers have not come: the session takes them as its own (`ProxySession.adopt`), so
 Python's pumps answer them first, in order. Which requests are plain is the session's decision
-(proxy/core/forward_table.py).
+(proxy/core/forward_table.py; for a virtual cluster's connection, on the grant it made: proxy/core/grants.py).
 
 Only where both sockets are plain TCP (TLS is Python's), with telemetry off (spans and metrics are made per
 request by Python) and no tap. `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does
