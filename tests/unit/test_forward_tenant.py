@@ -32,9 +32,7 @@ from proxy.core.endpoints import ListenerLayout
 from proxy.core.exchange import Action
 from proxy.core.forward_table import forward_entries, tenant_entries_for
 from proxy.core.session import ProxySession
-from proxy.protocol import codec
 from proxy.protocol.apikey import ApiKey
-from proxy.protocol.headers import response_body_offset
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.fetch_sessions import FETCH_SESSIONS
 from proxy.tenancy.model import TenancyImage, link_record, principal_record, quota_record, topic_record, vc_record
@@ -297,13 +295,6 @@ def test_every_answer_it_passes_untouched_is_one_the_session_leaves_as_it_came()
 
 def _acl(topic: str, op: Operation) -> AclBinding:
     return AclBinding(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:carol", "*", op, Permission.ALLOW)
-
-
-def test_answer_offsets_are_read_alike():
-    """The answer's body starts where the session reads it (response header v1: tagged fields)."""
-    frame = answer([ORDERS])
-    assert response_body_offset(frame, 1) == 9
-    assert codec.decode(rs.ProduceResponse, frame, 9)[0].responses[0].topic_id == ORDERS
 
 
 # -- Fetch: topic ids granted for READ, and fetch sessions the ownership table gives the VC -------------------------

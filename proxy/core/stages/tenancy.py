@@ -113,8 +113,8 @@ class TenancyStage:
             self._grant_owned(self.ctx.grant, session)
 
     def _grant_owned(self, grant: Any, session: int) -> None:
-        """Asked of the table after its generation is read: a change between the two (the forwarder's thread runs
-        Python too) leaves the session out."""
+        """Asked of the table after its generation is read, so that a grant never holds a session the table let go
+        since (both are changed on this thread only; the forwarder's thread reads the grant)."""
         seen = FETCH_SESSIONS.generation()
         engine = self.ctx.engine
         if engine is not None and FETCH_SESSIONS.owns(engine.vc.id, self.ctx.broker, session):
