@@ -272,9 +272,6 @@ class ClientConnection:
         with trio.CancelScope() as self._scope:
             try:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
-                self.client_reader.decoder.release()  # the forwarder's buffers stand in for the pumps' meanwhile
-                if self.upstream_reader is not None:
-                    self.upstream_reader.decoder.release()
                 outcome = await forwarder.serve(
                     self.client, upstream, self._forward_table, rewrite, limits, started, initial, grant
                 )

@@ -38,7 +38,6 @@ class FrameDecoder:
         # connection must cost kilobytes, a bulk consumer needs the large buffer (see docs/architecture.md).
         self.buffer_limit = buffer_size
         self._buf = bytearray(min(initial_size or buffer_size, buffer_size))
-        self._initial = len(self._buf)
         self._start = 0  # first unconsumed byte
         self._end = 0  # one past the last received byte
         self._filled = False  # the last receive filled all the room it was given: grow before the next one
@@ -145,15 +144,6 @@ class FrameDecoder:
         data = bytes(self._buf[self._start : self._end])
         self._start = self._end = 0
         return data
-
-    def release(self) -> None:
-        """An empty decoder lets its grown buffers go (back to its first size, no spare): the connection is the
-        forwarder's for now, which keeps buffers of its own (native/src/forward.rs)."""
-        if self._big is None and self._start == self._end:
-            self._start = self._end = 0
-            if len(self._buf) > self._initial:
-                self._buf = bytearray(self._initial)
-            self._spare = None
 
     def next_frame(self) -> memoryview | None:
         """The next complete frame (size prefix included), or None if more bytes are needed."""

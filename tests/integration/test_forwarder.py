@@ -154,6 +154,7 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
             )  # fmt: skip
             for done in admin.create_acls([deny, read]).values():
                 done.result(timeout=60)
+            del admin  # its threads would go on reconnecting to the proxy once stopped, on stderr
             at_deny = _end_offset(alice, topic)
             out, _ = perf.communicate(timeout=180)
         finally:

@@ -169,17 +169,3 @@ def test_bytes_after_a_big_frame_in_the_same_receive_are_kept():
     assert bytes(d.next_frame()) == frame(b"x" * 20000)
     assert bytes(d.next_frame()) == frame(b"y")
     assert d.next_frame() is None and d.buffered == 3
-
-
-def test_an_empty_decoder_lets_its_grown_buffers_go_while_the_forwarder_has_the_connection():
-    d = FrameDecoder(max_frame_bytes=1 << 20, buffer_size=1 << 20, initial_size=64)
-    big = frame(b"x" * 200_000)
-    d.receive_data(big + frame(b"y"))
-    assert bytes(d.next_frame()) == big
-    d.release()  # a frame still buffered: nothing goes
-    assert d.buffered == 5 and d.buffer_size > 64
-    assert bytes(d.next_frame()) == frame(b"y")
-    d.release()
-    assert d.buffer_size == 64 and d.buffered == 0
-    d.receive_data(big)  # and it grows again with traffic
-    assert bytes(d.next_frame()) == big
