@@ -122,6 +122,21 @@ def sent(s: ProxySession, frame: bytes) -> bytes | None:
     return bytes(decision.frame) if decision.frame is not None else frame
 
 
+def mutated(frame: bytes, rng: random.Random, cut: int) -> bytes:
+    """`frame` as it is (0), mutated anywhere (1), mutated in its body with a true size (2), or with bytes after its
+    body (3: a decoding session would drop them, so the forwarder must leave such a Fetch to it)."""
+    if cut == 1:
+        return fuzz_session.mutate(frame, rng, 4, frame)
+    if cut == 2:
+        body = bytearray(frame[4:])
+        for _ in range(rng.randrange(1, 4)):
+            body[rng.randrange(8, len(body))] = rng.randrange(256)
+        return frame[:4] + bytes(body)
+    if cut == 3:
+        return (len(frame) - 4 + 5).to_bytes(4, "big") + frame[4:] + rng.randbytes(5)
+    return frame
+
+
 def granted(s: ProxySession) -> bytes:
     """A session that let a Produce to its own `orders` through, and so granted its id."""
     frame = produce([ORDERS])
@@ -255,17 +270,7 @@ def test_wherever_the_forwarder_serves_a_request_the_session_sends_it_unchanged(
     image = make_image()
     s = session(image)
     granted(s)
-    rng = random.Random(seed)
-    frame = produce(ids, txn=txn, acks=acks, correlation=9)
-    if cut == 1:
-        frame = fuzz_session.mutate(frame, rng, 4, frame)
-    elif cut == 2:  # the size prefix kept true: mutations of the body only
-        body = bytearray(frame[4:])
-        for _ in range(rng.randrange(1, 4)):
-            body[rng.randrange(8, len(body))] = rng.randrange(256)
-        frame = frame[:4] + bytes(body)
-    elif cut == 3:
-        frame = (len(frame) - 4 + 5).to_bytes(4, "big") + frame[4:] + rng.randbytes(5)  # trailing bytes
+    frame = mutated(produce(ids, txn=txn, acks=acks, correlation=9), random.Random(seed), cut)
     mine = TABLE.classify(frame, s.ctx.grant)
     if mine is None:
         return
@@ -440,7 +445,7 @@ def test_a_forwarded_fetch_answer_that_opens_a_session_teaches_the_table():
     session_id=st.sampled_from([0, 77, 99]),
     epoch=st.sampled_from([-1, 0, 1, 5]),
     seed=st.integers(0, 1 << 30),
-    cut=st.integers(0, 2),
+    cut=st.integers(0, 3),
 )
 def test_wherever_the_forwarder_serves_a_fetch_the_session_sends_it_unchanged(
     ids, forget, session_id, epoch, seed, cut
@@ -449,15 +454,7 @@ def test_wherever_the_forwarder_serves_a_fetch_the_session_sends_it_unchanged(
     s = session(image)
     in_session(s)
     FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 99)
-    rng = random.Random(seed)
-    frame = fetch(ids, session_id, epoch, correlation=9, forget=tuple(forget))
-    if cut == 1:
-        frame = fuzz_session.mutate(frame, rng, 4, frame)
-    elif cut == 2:
-        body = bytearray(frame[4:])
-        for _ in range(rng.randrange(1, 4)):
-            body[rng.randrange(8, len(body))] = rng.randrange(256)
-        frame = frame[:4] + bytes(body)
+    frame = mutated(fetch(ids, session_id, epoch, correlation=9, forget=tuple(forget)), random.Random(seed), cut)
     mine = TABLE.classify(frame, s.ctx.grant)
     if mine is None:
         return
