@@ -210,7 +210,8 @@ class ProxySession:
         self, api_key: int, version: int, frame: bytes, note: tuple[int, int] | None = None
     ) -> ResponseResult:
         """An answer the forwarder passed back (KIP-951 leader hints in a tagged field; a VC's answer with a
-        message or a topic id it may not pass): taken through the stages' response sides like any other."""
+        message, a topic id it may not pass or a fetch session that changed, `note` being the session and epoch
+        its request named): taken through the stages' response sides like any other."""
         if self.in_flight:
             raise ProtocolViolation("internal: the forwarder passed back an answer while the session has requests")
         if len(frame) < 8:
