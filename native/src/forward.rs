@@ -28,7 +28,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{count, malformed, parse, skip, skip_tags, uvarint, validate, Node, Walk};
+use crate::{items, malformed, parse, skip, skip_tags, uvarint, validate, Node, Walk};
 
 const READ_CHUNK: usize = 16 * 1024; // room made for a receive (more when a known frame needs it)
 const WAKE: u64 = u64::MAX;
@@ -206,12 +206,8 @@ fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i
             Ok((end, ids.contains(&(key, id))))
         }
         Node::PArray { flexible, item } => {
-            let (n, mut off) = count(buf, off, *flexible)?;
-            let room = buf.len() as u64 - off.min(buf.len() as u64);
-            if n > 0 && n as u64 > room {
-                return malformed(format!("array of {n} items cannot fit in {room} bytes"));
-            }
-            for _ in 0..n.max(0) {
+            let (n, mut off) = items(buf, off, *flexible)?;
+            for _ in 0..n {
                 let (o, ok) = granted(item, buf, off, ids, key)?;
                 if !ok {
                     return Ok((o, false));

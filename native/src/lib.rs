@@ -154,6 +154,16 @@ fn count(buf: &[u8], off: u64, flexible: bool) -> Walk<(i64, u64)> {
     Ok((be_signed(&buf[off as usize..off as usize + 4]), off + 4))
 }
 
+/// An array's item count for a splice's walk (null: none), refused when more items than bytes are left.
+fn items(buf: &[u8], off: u64, flexible: bool) -> Walk<(i64, u64)> {
+    let (n, off) = count(buf, off, flexible)?;
+    let room = buf.len() as u64 - off.min(buf.len() as u64);
+    if n > 0 && n as u64 > room {
+        return malformed(format!("array of {n} items cannot fit in {room} bytes"));
+    }
+    Ok((n.max(0), off))
+}
+
 fn skip_tags(buf: &[u8], off: u64) -> Walk<u64> {
     let (n, mut off) = uvarint(buf, off)?;
     for _ in 0..n {
@@ -427,12 +437,8 @@ impl Splice<'_, '_> {
             Node::PString { flexible, kind } => self.string(off, *flexible, kind),
             Node::PUuid { kind } => self.uuid(off, kind),
             Node::PArray { flexible, item } => {
-                let (n, mut off) = count(buf, off, *flexible)?;
-                let room = buf.len() as u64 - off.min(buf.len() as u64);
-                if n > 0 && n as u64 > room {
-                    return malformed(format!("array of {n} items cannot fit in {room} bytes"));
-                }
-                for _ in 0..n.max(0) {
+                let (n, mut off) = items(buf, off, *flexible)?;
+                for _ in 0..n {
                     off = self.walk(item, off)?;
                 }
                 Ok(off)
