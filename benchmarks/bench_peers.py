@@ -14,6 +14,7 @@ Systems ("variants"), all in front of one Kafka cluster started with vcproxy's o
   kroxylicious     Kroxylicious, portIdentifiesNode gateway, no filters (passthrough)
   kroxylicious-mt  Kroxylicious, the same plus its MultiTenant filter
   kafka-proxy      grepplabs/kafka-proxy, one --bootstrap-server-mapping per broker
+  (--metrics: every vcproxy variant with its Prometheus metrics on, as the chart deploys it)
   vcproxy-base, vcproxy-base-tenant
                    with --baseline DIR: vcproxy and vcproxy-tenant from another checkout (before a change), in
                    the same rotating rounds, so a before/after comparison shares the machine's moment
@@ -634,6 +635,8 @@ class Bench:
             }
             if variant.endswith("-tenant"):
                 cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": VC_NAME, "client_ids": [CLIENT_ID]}]}
+            if self.a.metrics:  # as deployed (the chart's probes need them): /metrics on a port of the variant's block
+                cfg["metrics"] = {"enabled": True, "host": "127.0.0.1", "port": port + 9}
             path = cfg_dir / f"{variant}.yaml"
             path.write_text(json.dumps(cfg, indent=2) + "\n")  # JSON is YAML
             # `python -m` imports from its working directory first: the baseline's code (and its venv, if any)
@@ -1192,6 +1195,9 @@ def main() -> int:
     p.add_argument("--cluster-dir", help="use a cluster already running from `vcproxy kafka start --dir DIR`")
     p.add_argument("--start-timeout", type=float, default=180)
     p.add_argument("--no-warmup", action="store_true")
+    p.add_argument(
+        "--metrics", action="store_true", help="vcproxy variants with /metrics on, as deployed (tracing off)"
+    )
     p.add_argument("--quick", action="store_true", help="smoke test: 1 round, 20000 records, 3 s latency runs")
     p.add_argument("--install-only", action="store_true", help="install the peers into the cache and exit")
     p.add_argument("--json", type=Path, help="also write the raw results as JSON here")

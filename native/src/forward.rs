@@ -41,6 +41,145 @@ struct Entry {
     response_flexible: bool, // response header v1 (tagged fields after the correlation id)
     tags: Option<Node>,      // the answer's regular fields, to find its tagged section (KIP-951)
     tenant: Option<Tenant>,  // a virtual cluster's request: served only when it names nothing but granted ids
+    errors: Option<Errors>,  // where the answer's error codes are, for a `Tally` (None: not served while counting)
+}
+
+/// Where an answer's error codes are, as the metrics read them (proxy/observability/metrics.py): every one at any
+/// depth, or (a Fetch: records in the answer) only the top-level one, at a fixed offset in the body (None: it has
+/// none).
+enum Errors {
+    Top(Option<u64>),
+    Walk(Node),
+}
+
+/// The distinct non-zero error codes of an answer (size prefix included); an answer it cannot walk has none (as
+/// Python's scan, which never costs a connection).
+fn answer_errors(entry: &Entry, errors: &Errors, frame: &[u8]) -> Vec<i16> {
+    let mut out = Vec::new();
+    let Ok(body) = response_body(entry, frame) else { return out };
+    match errors {
+        Errors::Top(None) => {}
+        Errors::Top(Some(at)) => {
+            let at = (body + at) as usize;
+            if let Some(raw) = frame.get(at..at + 2) {
+                if be_i16(raw) != 0 {
+                    out.push(be_i16(raw));
+                }
+            }
+        }
+        Errors::Walk(node) => {
+            if error_codes(node, frame, body, &mut out).is_err() {
+                out.clear();
+            }
+        }
+    }
+    out
+}
+
+fn error_codes(node: &Node, buf: &[u8], off: u64, out: &mut Vec<i16>) -> Walk<u64> {
+    match node {
+        Node::PError => {
+            let Some(raw) = buf.get(off as usize..off as usize + 2) else {
+                return malformed("int16 past end of buffer");
+            };
+            let code = be_i16(raw);
+            if code != 0 && !out.contains(&code) {
+                out.push(code);
+            }
+            Ok(off + 2)
+        }
+        Node::PArray { flexible, item } => {
+            let (n, mut off) = items(buf, off, *flexible)?;
+            for _ in 0..n {
+                off = error_codes(item, buf, off, out)?;
+            }
+            Ok(off)
+        }
+        Node::PStruct { flexible, steps } => {
+            let mut off = off;
+            for step in steps {
+                off = error_codes(step, buf, off, out)?;
+            }
+            if *flexible {
+                off = skip_tags(buf, off)?;
+            }
+            Ok(off)
+        }
+        other => skip(other, buf, off),
+    }
+}
+
+/// Request counts, latency buckets and bytes of the requests the forwarder served, per API key, for the metrics of
+/// one (virtual cluster, cluster id): Python folds them into its own counters when /metrics is read (`drain`).
+#[derive(Default)]
+struct ApiCounts {
+    requests: u64,
+    buckets: Vec<u64>, // one per bound, then +Inf
+    nanos: u64,
+    errors: Vec<(i16, u64)>, // error code, answers that carried it
+}
+
+#[derive(Default)]
+struct Counts {
+    apis: HashMap<i16, ApiCounts>,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+struct TallyInner {
+    bounds: Vec<u64>, // ns, ascending: a request of d ns counts in the first bucket whose bound is >= d
+    counts: Mutex<Counts>,
+}
+
+impl TallyInner {
+    fn record(&self, key: i16, nanos: u64, bytes_in: u64, bytes_out: u64, errors: &[i16]) {
+        let bucket = self.bounds.partition_point(|&bound| bound < nanos);
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.bytes_in += bytes_in;
+        counts.bytes_out += bytes_out;
+        let api = counts.apis.entry(key).or_default();
+        if api.buckets.is_empty() {
+            api.buckets = vec![0; self.bounds.len() + 1];
+        }
+        api.requests += 1;
+        api.buckets[bucket] += 1;
+        api.nanos += nanos;
+        for &code in errors {
+            match api.errors.iter_mut().find(|(c, _)| *c == code) {
+                Some((_, n)) => *n += 1,
+                None => api.errors.push((code, 1)),
+            }
+        }
+    }
+}
+
+/// What `Tally.drain` gives per API key: (key, requests, bucket counts, seconds in all, (error code, count) pairs).
+type Drained = (i16, u64, Vec<u64>, f64, Vec<(i16, u64)>);
+
+#[pyclass(frozen)]
+pub struct Tally {
+    inner: Arc<TallyInner>,
+}
+
+#[pymethods]
+impl Tally {
+    /// `bounds`: the latency histogram's bucket bounds in seconds, ascending (metrics.py's BUCKETS).
+    #[new]
+    fn new(bounds: Vec<f64>) -> Self {
+        let bounds = bounds.iter().map(|s| (s * 1e9).round() as u64).collect();
+        Tally { inner: Arc::new(TallyInner { bounds, counts: Mutex::new(Counts::default()) }) }
+    }
+
+    /// Everything counted since the last drain, and zero from then on: (per API key, bytes in, bytes out).
+    fn drain(&self) -> (Vec<Drained>, u64, u64) {
+        let counts = std::mem::take(&mut *self.inner.counts.lock().unwrap_or_else(|e| e.into_inner()));
+        let apis = counts
+            .apis
+            .into_iter()
+            .map(|(key, api)| (key, api.requests, api.buckets, api.nanos as f64 / 1e9, api.errors))
+            .collect();
+        (apis, counts.bytes_in, counts.bytes_out)
+    }
 }
 
 /// What a tenant's request must be for the forwarder to serve it unchanged (proxy/core/forward_table.py): a body the
@@ -57,6 +196,10 @@ struct Tenant {
 
 /// A Fetch's session as its request named it: (session id, epoch).
 type Note = Option<(i32, i32)>;
+
+/// A request sent whose answer was not written, as Python adopts it: (correlation id, key, version, a Fetch's session,
+/// its size in bytes, ns since it was read).
+type Outstanding = (i32, i16, i16, Note, u64, u64);
 
 /// A counter Python bumps whenever the virtual clusters' state changes (proxy/tenancy/model.py, `apply`): every
 /// grant made before is void from then on, read without the interpreter.
@@ -243,6 +386,7 @@ type EntryTuple<'py> = (
     bool,
     Bound<'py, PyAny>,
     Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>)>,
+    Bound<'py, PyAny>,
 );
 
 fn index(key: i16, version: i16) -> u32 {
@@ -264,7 +408,7 @@ impl ForwardTable {
         let mut map = HashMap::new();
         for item in entries.try_iter()? {
             let item = item?;
-            let (key, version, acks, request_flexible, response_flexible, plan, tenant): EntryTuple<'_> =
+            let (key, version, acks, request_flexible, response_flexible, plan, tenant, errors): EntryTuple<'_> =
                 item.extract()?;
             let tags = if plan.is_none() { None } else { Some(parse(&plan)?) };
             let tenant = match tenant {
@@ -276,7 +420,18 @@ impl ForwardTable {
                     session,
                 }),
             };
-            map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags, tenant });
+            // ("top", offset | None), or the walk of every error code, or None (none known).
+            let errors = if errors.is_none() {
+                None
+            } else if let Ok((tag, at)) = errors.extract::<(String, Option<u64>)>() {
+                if tag != "top" {
+                    return Err(PyValueError::new_err(format!("unknown errors plan {tag:?}")));
+                }
+                Some(Errors::Top(at))
+            } else {
+                Some(Errors::Walk(parse(&errors)?))
+            };
+            map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags, tenant, errors });
         }
         Ok(ForwardTable { entries: Arc::new(map) })
     }
@@ -287,12 +442,25 @@ impl ForwardTable {
 
     /// How the forwarder reads one request frame (size prefix included): (correlation id, whether an
     /// answer comes), or None when it leaves the request to Python. For the tests that hold it to the session.
-    #[pyo3(signature = (frame, grant=None))]
-    fn classify(&self, frame: &Bound<'_, PyAny>, grant: Option<&Grant>) -> PyResult<Option<(i32, bool)>> {
+    /// `counting`: as with a `Tally` (metrics on).
+    #[pyo3(signature = (frame, grant=None, counting=false))]
+    fn classify(&self, frame: &Bound<'_, PyAny>, grant: Option<&Grant>, counting: bool) -> PyResult<Option<(i32, bool)>> {
         let buffer = PyBuffer::<u8>::get(frame)?;
         let bytes = crate::bytes_of(&buffer)?;
         let grant = grant.map(|g| &*g.inner);
-        Ok(plain_request(bytes, &self.entries, grant).map(|(correlation, _, answered, _)| (correlation, answered)))
+        let plain = plain_request(bytes, &self.entries, grant, counting);
+        Ok(plain.map(|(correlation, _, answered, _)| (correlation, answered)))
+    }
+
+    /// The distinct non-zero error codes a `Tally` counts for this answer (size prefix included) to request
+    /// `(key, version)`, or None when the entry knows none. For the tests that hold it to Python's scan.
+    fn error_codes(&self, key: i16, version: i16, frame: &Bound<'_, PyAny>) -> PyResult<Option<Vec<i16>>> {
+        let buffer = PyBuffer::<u8>::get(frame)?;
+        let bytes = crate::bytes_of(&buffer)?;
+        let Some(entry) = self.entries.get(&index(key, version)) else {
+            return Err(PyValueError::new_err("not in the table"));
+        };
+        Ok(entry.errors.as_ref().map(|errors| answer_errors(entry, errors, bytes)))
     }
 
     /// Whether the forwarder passes this answer (size prefix included) to request `(key, version)` as it came;
@@ -350,7 +518,7 @@ struct Outcome {
     end: End,
     leftover: Vec<u8>,        // the client's bytes read and not served
     broker_leftover: Vec<u8>, // the broker's bytes read and not yet an answer written
-    in_flight: Vec<(i32, i16, i16, Note)>, // requests sent whose answers were not written: correlation id, key, version
+    in_flight: Vec<Outstanding>, // requests sent whose answers were not written
     requests: u64,
     responses: u64,
 }
@@ -384,6 +552,10 @@ impl Shared {
     }
 }
 
+/// A request forwarded whose answer has not been written: correlation id, table index, a Fetch's session, when it
+/// was read (ns since the epoch) and its size.
+type Sent = (i32, u32, Note, u64, u64);
+
 struct Conn {
     id: u64,
     client: i32, // Python's sockets: Python closes them only after the phase has ended (and left epoll)
@@ -400,7 +572,9 @@ struct Conn {
     bout: Vec<u8>,
     cout_at: usize,
     bout_at: usize,
-    in_flight: VecDeque<(i32, u32, Note)>, // correlation id, table index, a Fetch's session
+    in_flight: VecDeque<Sent>,
+    tally: Option<Arc<TallyInner>>, // metrics on: each request served is counted here
+    epoch: Instant,
     client_readable: bool,
     broker_readable: bool,
     client_writable: bool,
@@ -507,6 +681,7 @@ fn plain_request(
     frame: &[u8],
     table: &HashMap<u32, Entry>,
     grant: Option<&Granted>,
+    counting: bool,
 ) -> Option<(i32, u32, bool, Note)> {
     if frame.len() < 12 {
         return None;
@@ -514,6 +689,9 @@ fn plain_request(
     let (key, version, correlation) = (be_i16(&frame[4..]), be_i16(&frame[6..]), be_i32(&frame[8..]));
     let idx = index(key, version);
     let entry = table.get(&idx)?;
+    if counting && entry.errors.is_none() {
+        return None; // its answer's errors would go uncounted: Python's
+    }
     // The header as the session parses it: a nullable client id in UTF-8, then tagged fields (header v2).
     let mut off = 14usize;
     let length = be_i16(frame.get(12..14)?);
@@ -584,10 +762,7 @@ fn answer_untouched(
     grant: Option<&Granted>,
     note: Note,
 ) -> Result<bool, String> {
-    let mut body = 8u64;
-    if entry.response_flexible {
-        body = skip_tags(frame, body).map_err(|_| "malformed response header".to_string())?;
-    }
+    let body = response_body(entry, frame)?;
     if let Some(node) = &entry.tags {
         let tags = skip(node, frame, body).map_err(|_| "malformed response body".to_string())?;
         match frame.get(tags as usize) {
@@ -617,6 +792,14 @@ fn answer_untouched(
     Ok(true)
 }
 
+/// Where an answer's body starts: after the size, the correlation id and (response header v1) the tagged fields.
+fn response_body(entry: &Entry, frame: &[u8]) -> Result<u64, String> {
+    if !entry.response_flexible {
+        return Ok(8);
+    }
+    skip_tags(frame, 8).map_err(|_| "malformed response header".to_string())
+}
+
 impl Conn {
     fn pending_out(buf: &[u8], at: usize) -> usize {
         buf.len() - at
@@ -632,13 +815,18 @@ impl Conn {
                 break;
             }
             let frame = &self.cin[at..at + total];
-            match plain_request(frame, &self.table, self.grant.as_deref()) {
+            match plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some()) {
                 None => self.hold = true,
                 Some((correlation, idx, answered, note)) => {
+                    let read = if self.tally.is_some() { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
                     send_or_queue(self.broker, frame, &mut self.bout, self.bout_at, &mut self.broker_writable)
                         .map_err(|e| End::BrokerClosed(e.to_string()))?;
                     if answered {
-                        self.in_flight.push_back((correlation, idx, note));
+                        self.in_flight.push_back((correlation, idx, note, read, total as u64));
+                    } else if let Some(tally) = &self.tally {
+                        // An acks=0 Produce: done once sent on, as Python counts it.
+                        let now = self.epoch.elapsed().as_nanos() as u64;
+                        tally.record((idx >> 16) as u16 as i16, now.saturating_sub(read), total as u64, 0, &[]);
                     }
                     self.requests += 1;
                     at += total;
@@ -659,7 +847,7 @@ impl Conn {
         while Conn::pending_out(&self.cout, self.cout_at) < self.limit {
             let Some(total) = whole_frame(&self.bin[at..], self.max_frame)? else { break };
             let frame = &self.bin[at..at + total];
-            let Some(&(expected, idx, note)) = self.in_flight.front() else {
+            let Some(&(expected, idx, note, read, size)) = self.in_flight.front() else {
                 return Err(End::Protocol("response from the broker with no request outstanding".into()));
             };
             if total < 8 {
@@ -685,6 +873,13 @@ impl Conn {
             let out = rewritten.as_deref().unwrap_or(frame);
             send_or_queue(self.client, out, &mut self.cout, self.cout_at, &mut self.client_writable)
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
+            if let (Some(tally), Some(errors)) = (&self.tally, &entry.errors) {
+                // The broker's answer holds the error codes the client gets: a rewrite changes names, hints and
+                // messages only.
+                let codes = answer_errors(entry, errors, frame);
+                let now = self.epoch.elapsed().as_nanos() as u64;
+                tally.record(key, now.saturating_sub(read), size, out.len() as u64, &codes);
+            }
             self.in_flight.pop_front();
             self.responses += 1;
             at += total;
@@ -817,7 +1012,7 @@ fn epoll_add(epfd: i32, fd: i32, token: u64, events: u32) -> io::Result<()> {
 }
 
 fn finish(shared: &Shared, conn: Conn, end: End) {
-    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, .. } = conn;
+    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, epoch, .. } = conn;
     for fd in [client, broker] {
         // SAFETY: the sockets stay open (Python's) until Python has this phase's outcome, so `fd` is still theirs.
         unsafe { libc::epoll_ctl(shared.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
@@ -827,7 +1022,11 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
         leftover: if yielded { cin } else { Vec::new() },
         broker_leftover: if yielded { bin } else { Vec::new() },
         in_flight: if yielded {
-            in_flight.iter().map(|&(c, idx, note)| (c, (idx >> 16) as u16 as i16, idx as u16 as i16, note)).collect()
+            let now = epoch.elapsed().as_nanos() as u64;
+            let outstanding = |&(c, idx, note, read, size): &Sent| -> Outstanding {
+                (c, (idx >> 16) as u16 as i16, idx as u16 as i16, note, size, now.saturating_sub(read))
+            };
+            in_flight.iter().map(outstanding).collect()
         } else {
             Vec::new()
         },
@@ -983,7 +1182,7 @@ impl Forwarder {
     /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
     /// and did not take, read first.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None))]
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None))]
     fn attach(
         &self,
         client: i32,
@@ -995,6 +1194,7 @@ impl Forwarder {
         buffer_bytes: usize,
         initial: &[u8],
         grant: Option<&Grant>,
+        tally: Option<&Tally>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -1019,6 +1219,8 @@ impl Forwarder {
             cout_at: 0,
             bout_at: 0,
             in_flight: VecDeque::new(),
+            tally: tally.map(|t| Arc::clone(&t.inner)),
+            epoch: self.shared.epoch,
             client_readable: true,
             broker_readable: true,
             client_writable: true,
@@ -1089,7 +1291,7 @@ impl Phase {
     fn outcome<'py>(
         &self,
         py: Python<'py>,
-    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i32, i16, i16, Note)>)> {
+    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Outstanding>)> {
         let outcome = self.shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id)?;
         let (kind, why) = outcome.end.kind();
         Some((

@@ -33,6 +33,7 @@ enum Node {
     PUuid { kind: Py<PyAny> },
     PArray { flexible: bool, item: Box<Node> },
     PStruct { flexible: bool, steps: Vec<Node> },
+    PError, // an error code the forwarder's tally reads (forward.rs `error_codes`)
 }
 
 fn parse(node: &Bound<'_, PyAny>) -> PyResult<Node> {
@@ -80,6 +81,7 @@ fn parse(node: &Bound<'_, PyAny>) -> PyResult<Node> {
         "uuid" => Node::PUuid { kind: t.get_item(1)?.unbind() },
         "parray" => Node::PArray { flexible: b(1)?, item: sub(2)? },
         "pstruct" => Node::PStruct { flexible: b(1)?, steps: steps(2)? },
+        "error" => Node::PError,
         other => return Err(PyValueError::new_err(format!("unknown plan node {other:?}"))),
     })
 }
@@ -504,7 +506,7 @@ fn set_slot(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, value: &Bound<'_
 }
 
 /// The bytes behind a buffer object (bytes, bytearray, memoryview), held while the buffer is.
-fn bytes_of<'a>(buffer: &'a PyBuffer<u8>) -> PyResult<&'a [u8]> {
+fn bytes_of(buffer: &PyBuffer<u8>) -> PyResult<&[u8]> {
     if !buffer.is_c_contiguous() {
         return Err(PyTypeError::new_err("a contiguous buffer is needed"));
     }
@@ -579,5 +581,6 @@ fn vcproxy_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<forward::Phase>()?;
     m.add_class::<forward::Generation>()?;
     m.add_class::<forward::Grant>()?;
+    m.add_class::<forward::Tally>()?;
     Ok(())
 }

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from .session import ProxySession
 
 # (api_key, version, acks: a Produce, request header v2, response header v1, plan of the answer's regular
-# fields or None, a tenant's plans or None): what vcproxy_native.ForwardTable reads.
-Entry = tuple[int, int, bool, bool, bool, Any, Any]
+# fields or None, a tenant's plans or None, where the answer's error codes are or None): what
+# vcproxy_native.ForwardTable reads.
+Entry = tuple[int, int, bool, bool, bool, Any, Any, Any]
 
 
 def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
@@ -81,7 +82,7 @@ def tenant_entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tup
         for version in range(low, high + 1):
             entry, tenant = _entry(key, version), tenant_plans(key, version)
             if entry is not None and tenant is not None:
-                out.append((*entry[:6], tenant))
+                out.append((*entry[:6], tenant, entry[7]))
     return tuple(out)
 
 
@@ -110,4 +111,18 @@ def _entry(key: int, version: int) -> Entry | None:
         info.response_header_version(version) == 1,
         tags,
         None,
+        _errors(key, version),
     )
+
+
+def _errors(key: int, version: int) -> Any:
+    """Where the answer's error codes are, as the metrics count them (proxy/observability/tracing.py): with records in
+    the answer (Fetch), the top-level one only, at a fixed offset (None: it has none); else every one at any depth.
+    None when there is no such walk: with metrics on, the forwarder then leaves the API to Python."""
+    cls = response_type(key, version)
+    if catalogue()[key].records_in_response:
+        return ("top", plans.top_error_offset(cls))
+    try:
+        return plans.errors_entity(cls)
+    except ValueError:
+        return None

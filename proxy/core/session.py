@@ -219,10 +219,11 @@ class ProxySession:
         self.adopt([(response_correlation_id(frame), api_key, version, note)])
         return self.on_response(memoryview(frame))
 
-    def adopt(self, outstanding: Iterable[tuple[int, int, int, tuple[int, int] | None]]) -> None:
+    def adopt(self, outstanding: Iterable[tuple[int, int, int, tuple[int, int] | None]]) -> list[Exchange]:
         """Requests the forwarder sent whose answers it did not read, as (correlation id, api key, version, a Fetch's
         session and epoch): they are plain (every stage passed them on unchanged), so they are taken as if they had
         passed every stage, and their answers go back through the stages' response sides like any other."""
+        adopted = []
         for correlation_id, api_key, version, note in outstanding:
             known = _VERSIONS.get((api_key << 16) | (version & 0xFFFF)) or _version(api_key, version)
             if known is None:
@@ -238,6 +239,8 @@ class ProxySession:
                     ex.tenant.state["fetch_session"] = note
             ex.depth = len(self.stages) - 1
             self.in_flight.append(ex)
+            adopted.append(ex)
+        return adopted
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -161,9 +161,10 @@ class ClientConnection:
             telemetry.state = session.ctx
             if telemetry.metrics is not None and session.ctx.image is not None:
                 telemetry.metrics.quotas = session.ctx.image.quotas  # quota use and throttles, per entity
-        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP passthrough connection whose
-        # requests make no span, metric or tap record; the Python path hands it over when nothing is outstanding.
-        plain = isinstance(client, trio.SocketStream) and telemetry is None and tap_dir is None
+        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP connection whose requests make
+        # no span or tap record (metrics it counts itself); the Python path hands it over when nothing is outstanding.
+        traced = telemetry is not None and telemetry.tracing is not None
+        plain = isinstance(client, trio.SocketStream) and not traced and tap_dir is None
         self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
         self._to_forwarder = False  # the pumps stopped to hand the connection to the forwarder
@@ -227,7 +228,8 @@ class ClientConnection:
         if view is None:
             return False
         try:
-            if table.classify(view, self.session.ctx.grant) is None:
+            counting = self.telemetry is not None and self.telemetry.metrics is not None
+            if table.classify(view, self.session.ctx.grant, counting) is None:
                 return False
         finally:
             view.release()  # before the decoder may move its buffer
@@ -272,8 +274,10 @@ class ClientConnection:
         with trio.CancelScope() as self._scope:
             try:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
+                telemetry = self.telemetry
+                tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
                 outcome = await forwarder.serve(
-                    self.client, upstream, self._forward_table, rewrite, limits, started, initial, grant
+                    self.client, upstream, self._forward_table, rewrite, limits, started, initial, grant, tally
                 )
             finally:
                 self._phase = None
@@ -303,7 +307,11 @@ class ClientConnection:
             if outcome.broker_leftover:
                 assert self.upstream_reader is not None
                 self.upstream_reader.decoder.receive_data(outcome.broker_leftover)
-            self.session.adopt(outcome.in_flight)  # their answers come first, through the stages
+            # Their answers come first, through the stages (and the metrics, as the Python path's own).
+            adopted = self.session.adopt(item[:4] for item in outcome.in_flight)
+            if self.telemetry is not None:
+                for ex, (*_, size, age_ns) in zip(adopted, outcome.in_flight, strict=True):
+                    self.telemetry.adopted(ex, size, age_ns)
             return True
         if kind == "client-closed":
             return False

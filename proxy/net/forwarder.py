@@ -10,9 +10,10 @@ requests it sent whose answers have not come: the session takes them as its own 
 Python's pumps answer them first, in order. Which requests are plain is the session's decision
 (proxy/core/forward_table.py; for a virtual cluster's connection, on the grant it made: proxy/core/grants.py).
 
-Only where both sockets are plain TCP (TLS is Python's), with telemetry off (spans and metrics are made per
-request by Python) and no tap. `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does
-`VCPROXY_FORWARDER=0` alone.
+Only where both sockets are plain TCP (TLS is Python's), with tracing off (spans are made per request by Python)
+and no tap. With metrics on, the forwarder counts what it serves in a native tally that /metrics folds in
+(proxy/observability/metrics.py), and an API whose answer's error codes it cannot find stays Python's.
+`VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does `VCPROXY_FORWARDER=0` alone.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ class Outcome:
     responses: int  # answers written
     # On a hand-back (kind "yield"): the client's bytes read and not served, the broker's read and not written,
     # and the requests sent whose answers were not written, as (correlation id, api key, version, a Fetch's session
-    # and epoch or None).
+    # and epoch or None, the request's size, ns since it was read).
     leftover: bytes = b""
     broker_leftover: bytes = b""
-    in_flight: tuple[tuple[int, int, int, tuple[int, int] | None], ...] = ()
+    in_flight: tuple[tuple[int, int, int, tuple[int, int] | None, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,11 @@ class Forwarder:
         self._tables: dict[tuple[Any, ...], Any] = {}
         self._waiters: dict[int, trio.Event] = {}  # phase id -> set when it has ended
         self._token: Any = None  # the Trio run whose task reads the ends
+
+    @property
+    def module(self) -> Any:
+        """vcproxy_native: its `Tally` is what the forwarder counts in (metrics on)."""
+        return self._module
 
     def _forwarder(self) -> Any:
         # Its thread is this process' own: a child forked after it started makes its own.
@@ -108,9 +114,11 @@ class Forwarder:
         started: Callable[[Any], None],
         initial: bytes = b"",
         grant: Any = None,
+        tally: Any = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
-        Cancelled (the connection is closed from outside), it takes the connection back first."""
+        Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
+        (metrics on), each request served is counted in it."""
         phase = self._forwarder().attach(
             client.socket.fileno(),
             broker.socket.fileno(),
@@ -121,6 +129,7 @@ class Forwarder:
             limits.buffer_bytes,
             initial,
             grant,
+            tally,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)

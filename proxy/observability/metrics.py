@@ -5,6 +5,10 @@ Every update happens on the Trio thread (connections, discovery), and so does th
 increments, no lock and no prometheus-client object. A custom collector turns them into metric
 families when /metrics is read.
 
+The requests the forwarder serves (proxy/net/forwarder.py) are counted on its own thread, in a native `Tally`
+per (virtual cluster, cluster id) with the same buckets and error readings (proxy/core/forward_table.py); the
+collector folds them into these counters first, so a scrape shows every request whichever path served it.
+
 Label `vc` is the virtual cluster's name, or ``kafka-cluster`` (KIP-1134's name for the physical
 cluster) for principals bound to none; `cluster_id` is that cluster's KIP-78 cluster id.
 """
@@ -47,6 +51,9 @@ class Metrics:
         self.upstream_connections: defaultdict[str, int] = defaultdict(int)  # node id -> open connections
         self.readiness: Callable[[], tuple[bool, str]] | None = None  # set by the server (vcproxy_ready)
         self.quotas: Any = None  # the quota book (proxy/quotas/model.py), set by the first tenancy connection
+        self.forwarded: defaultdict[tuple[str, str], int] = defaultdict(int)  # (api, vc): of `requests`
+        self.tallies: dict[tuple[str, str], Any] = {}  # (vc, cluster_id) -> the forwarder's vcproxy_native.Tally
+        self.api_names: dict[int, str] = {}  # set by Telemetry
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
@@ -68,6 +75,33 @@ class Metrics:
         vc_key = (vc, cluster_id)
         self.bytes_in[vc_key] += bytes_in
         self.bytes_out[vc_key] += bytes_out
+
+    def tally(self, module: Any, vc: str, cluster_id: str) -> Any:
+        """The native tally the forwarder counts a connection's requests in, for its labels now (one per label pair:
+        few, as the VCs are)."""
+        tally = self.tallies.get((vc, cluster_id))
+        if tally is None:
+            tally = self.tallies[(vc, cluster_id)] = module.Tally(BUCKETS)
+        return tally
+
+    def fold(self) -> None:
+        """The forwarder's counts since the last fold, into the counters (at each scrape)."""
+        for (vc, cluster_id), tally in self.tallies.items():
+            apis, bytes_in, bytes_out = tally.drain()
+            for key, requests, buckets, seconds, errors in apis:
+                api = self.api_names.get(key) or str(key)
+                self.requests[(api, vc, cluster_id)] += requests
+                self.forwarded[(api, vc)] += requests
+                for code, n in errors:
+                    self.errors[(api, vc, cluster_id, str(code))] += n
+                histogram = self.durations.get((api, vc))
+                if histogram is None:
+                    histogram = self.durations[(api, vc)] = _Histogram()
+                histogram.counts = [a + b for a, b in zip(histogram.counts, buckets, strict=True)]
+                histogram.sum += seconds
+            if bytes_in or bytes_out:
+                self.bytes_in[(vc, cluster_id)] += bytes_in
+                self.bytes_out[(vc, cluster_id)] += bytes_out
 
     def local_answer(self, api: str, vc: str, error_code: str) -> None:
         """A request the proxy answered itself (never sent to a broker)."""
@@ -112,6 +146,7 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
+        m.fold()
         g = GaugeMetricFamily("vcproxy_connections", "Open client connections", labels=["listener", "vc"])
         for (listener, vc), n in sorted(m.connections.items()):
             g.add_metric([listener, vc], n)
@@ -124,6 +159,14 @@ class _Collector:
             "vcproxy_requests", "Requests answered, by Kafka API and cluster", labels=["api", "vc", "cluster_id"]
         )
         for labels, n in sorted(m.requests.items()):
+            c.add_metric(list(labels), n)
+        yield c
+        c = CounterMetricFamily(
+            "vcproxy_forwarded_requests",
+            "Of vcproxy_requests: those the forwarder served, off the interpreter (docs/architecture.md)",
+            labels=["api", "vc"],
+        )
+        for labels, n in sorted(m.forwarded.items()):
             c.add_metric(list(labels), n)
         yield c
         c = CounterMetricFamily(

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from kio.schema.types import TopicName
 
 from ..protocol.entities import unwrap
-from ..protocol.plans import FIXED, regular_fields
+from ..protocol.plans import FIXED, regular_fields, top_error_offset
 from ..protocol.primitives import INT16, INT32, read_uvarint, skip_tagged_fields
 from ..protocol.walker import Buf
 
@@ -49,21 +49,6 @@ def scan(cls: type, buf: Buf, body_offset: int) -> Facts:
     if end > len(buf):
         raise ValueError(f"{cls.__qualname__} body ends past the frame")
     return facts
-
-
-@functools.cache
-def top_error_offset(cls: type) -> int | None:
-    """Where the top-level error code sits in a body of type `cls`, if only fixed-width fields precede
-    it (Fetch, ShareFetch: after the throttle time); else None."""
-    offset = 0
-    for f in regular_fields(cls):
-        kafka_type = f.metadata.get("kafka_type")
-        if kafka_type == "error_code":
-            return offset
-        if kafka_type not in FIXED:
-            return None
-        offset += FIXED[kafka_type]
-    return None
 
 
 def top_error(cls: type, buf: Buf, body_offset: int) -> Facts:
@@ -237,6 +222,10 @@ def _struct(gen: _Gen, cls: type, top: bool) -> None:
         elif item is not None:
             count = gen.var("count")
             gen.length(count, flexible, 4)
+            # Every item takes a byte at least: a count the rest of the frame cannot hold is refused here, before a
+            # loop over skips that read nothing would run for billions of items (a hostile frame's array count).
+            gen.emit(f"if {count} > len(b) - o:")
+            gen.emit(f"    raise ValueError(f'array of {{{count}}} items past the end of the frame')")
             gen.emit(f"for _ in range({count}):")
             with gen.block():
                 if item is TopicName:

@@ -227,6 +227,8 @@ class Telemetry:
         self.metrics = metrics
         self.cluster_id = cluster_id  # the physical cluster id, once discovered
         self.api_names = _api_names()
+        if metrics is not None:
+            metrics.api_names = self.api_names  # the forwarder's tallies count by API key
         self.topic_names: dict[uuid.UUID, str] = {}  # physical topic ids learned from Metadata responses
 
     @classmethod
@@ -374,6 +376,35 @@ class ConnectionTelemetry:
             pending.trace = trace
         return trace
 
+    def forwarded_tally(self, module: Any) -> Any:
+        """The native tally the forwarder counts this connection's requests in while it has the connection (metrics
+        on, tracing off: proxy/net/connection.py), for the connection's labels now; None when metrics are off."""
+        metrics = self.metrics
+        if metrics is None:
+            return None
+        if self._unbound:
+            self._record_unbound()
+        vc_name, cluster_id = self._labels()
+        if vc_name != self._vc_label:
+            metrics.connection_moved(self.listener, self._vc_label, vc_name)
+            self._vc_label = vc_name
+        return metrics.tally(module, vc_name, cluster_id)
+
+    def adopted(self, ex: Exchange, bytes_in: int, age_ns: int) -> None:
+        """A request the forwarder sent `age_ns` ago whose answer comes through the pumps: recorded when it is
+        answered, like any other (metrics only: no span is sampled while the forwarder serves)."""
+        if self.metrics is not None:
+            started = time.time_ns() - age_ns
+            ex.trace = RequestTrace(started, 0, bytes_in, ex.api_key, ex.api_version, ex.correlation_id, ex)
+
+    def _labels(self) -> tuple[str, str]:
+        """(vc, cluster_id) of the connection's virtual cluster as it is now; the physical cluster's for none."""
+        state = self.state
+        vc = state.vc if state is not None else None
+        if vc is not None:
+            return vc.name, vc.cluster_id
+        return PHYSICAL_VC, self.telemetry.cluster_id() or ""
+
     def on_forwarded(self, trace: RequestTrace) -> None:
         self._finish(trace, None, None)
 
@@ -475,10 +506,7 @@ class ConnectionTelemetry:
         api_key = trace.api_key
         state = self.state
         vc = state.vc if state is not None else None
-        if vc is not None:
-            vc_name, cluster_id = vc.name, vc.cluster_id
-        else:
-            vc_name, cluster_id = PHYSICAL_VC, self.telemetry.cluster_id() or ""
+        vc_name, cluster_id = self._labels()
         if facts is not None and facts.named_ids and vc is None:
             self.telemetry.learn_topic_ids(facts.named_ids)
         errors = list(dict.fromkeys(facts.error_codes)) if facts is not None else []
@@ -488,9 +516,7 @@ class ConnectionTelemetry:
             if vc_name != self._vc_label:
                 metrics.connection_moved(self.listener, self._vc_label, vc_name)
                 self._vc_label = vc_name
-            counted = errors
-            if facts is not None and facts.top_error is not None:  # Fetch, ShareFetch: the top level only
-                counted = [facts.top_error] if facts.top_error else []
+            counted = counted_errors(facts)
             seconds = (ended - trace.started) / 1e9
             metrics.request(api_name, vc_name, cluster_id, seconds, trace.bytes_in, bytes_out, counted)
             if local:
@@ -650,6 +676,16 @@ class ConnectionTelemetry:
         span.set_attributes(attributes)
         span.end()
         self.span = None
+
+
+def counted_errors(facts: Facts | None) -> list[int]:
+    """The error codes vcproxy_request_errors counts for an answer: each distinct non-zero one, or for a Fetch and a
+    ShareFetch the top-level one alone (the forwarder's tally reads the same: proxy/core/forward_table.py)."""
+    if facts is None:
+        return []
+    if facts.top_error is not None:
+        return [facts.top_error] if facts.top_error else []
+    return list(dict.fromkeys(facts.error_codes))
 
 
 def _error_names(errors: list[int]) -> str | None:

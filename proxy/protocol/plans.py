@@ -19,6 +19,10 @@ Strict checks (before kio decodes: bounded by the frame's end, everything a Malf
 Splice walks (each captured field goes through the translation; other fields are lenient skips)::
 
     ("string", flexible, kind)  ("uuid", kind)  ("parray", flexible, item)  ("pstruct", flexible, steps)
+
+The forwarder's count of an answer's error codes (the metrics' reading, proxy/observability/scan.py)::
+
+    ("error",)  in ("parray", ...) and ("pstruct", ...) as above
 """
 
 from __future__ import annotations
@@ -200,3 +204,54 @@ def _check_path(cls: type, path: str) -> None:
         hint = typing.get_type_hints(cls)[head]
         inner, _ = unwrap(typing.get_args(unwrap(hint)[0])[0])
         _check_path(inner, rest)  # type: ignore[arg-type]
+
+
+# -- error codes ----------------------------------------------------------------------------------------
+
+
+@functools.cache
+def top_error_offset(cls: type) -> int | None:
+    """Where the top-level error code sits in a body of type `cls`, if only fixed-width fields precede
+    it (Fetch, ShareFetch: after the throttle time); else None."""
+    offset = 0
+    for f in regular_fields(cls):
+        kafka_type = f.metadata.get("kafka_type")
+        if kafka_type == "error_code":
+            return offset
+        if kafka_type not in FIXED:
+            return None
+        offset += FIXED[kafka_type]
+    return None
+
+
+def _errors_in(cls: type) -> bool:
+    return errors_entity(cls) != skip_entity(cls)
+
+
+@functools.cache
+def errors_entity(cls: type) -> Node:
+    """The walk of `cls` that reads every error code in its regular fields, at any depth (tagged fields are
+    skipped, as the metrics' scan skips them); a plain skip where there is none. A nullable struct with error
+    codes in it has no such walk (ValueError): no response has one."""
+    flexible = cls.__flexible__  # type: ignore[attr-defined]
+    steps: list[Node] = []
+    found = False
+    for f in regular_fields(cls):
+        tp, nullable = unwrap(f.type)
+        inner = unwrap(typing.get_args(tp)[0])[0] if typing.get_origin(tp) is tuple else None
+        if f.metadata.get("kafka_type") == "error_code" and inner is None:
+            steps.append(("error",))
+            found = True
+        elif dataclasses.is_dataclass(inner) and _errors_in(inner):  # type: ignore[arg-type]
+            steps.append(("parray", flexible, errors_entity(inner)))  # type: ignore[arg-type]
+            found = True
+        elif inner is None and dataclasses.is_dataclass(tp) and _errors_in(tp):  # type: ignore[arg-type]
+            if nullable:
+                raise ValueError(f"{cls.__qualname__}.{f.name}: error codes in a nullable struct")
+            steps.append(errors_entity(tp))  # type: ignore[arg-type]
+            found = True
+        else:
+            steps.append(skip_field(f, flexible))
+    if not found:
+        return skip_entity(cls)
+    return ("pstruct", flexible, tuple(merge_fixed(steps, "fixed")))

@@ -1,10 +1,11 @@
 """Real clients through a proxy whose plain requests go by the forwarder (docs/architecture.md#the-forwarder-plain-
 requests-off-the-interpreter): everything arrives, in order, and the forwarder did serve. Through a virtual cluster
 too (Kafka's own producer: Produce by topic id), where a right revoked stops a forwarded connection's very next
-requests."""
+requests. Both with metrics on: /metrics counts every request the forwarder served, as the client counts them."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -26,15 +27,21 @@ from proxy.auth.credentials import make_entry
 from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
-from .ports import free_port_block
+from .ports import free_port, free_port_block
 from .tenants import login_files, scram_conf
+from .test_observability import metrics_port, scrape, total
 
 SERVED = re.compile(r"the forwarder served (\d+) requests \((\w[\w-]*)\)")
 
 
 def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothing(kafka_cluster, tmp_path):
     # DEBUG: each time the forwarder hands a connection back, it says how many requests it served.
-    config = proxy_config(kafka_cluster.bootstrap, free_port_block(), logging={"level": "DEBUG"})
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        logging={"level": "DEBUG"},
+        metrics={"enabled": True, "port": free_port()},  # counted by the forwarder itself (tracing off)
+    )
     proxy = ProxyProcess(config, tmp_path).start()
     try:
         bootstrap = proxy.bootstrap
@@ -44,14 +51,28 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
 
         sent = [f"m-{i}".encode() for i in range(3000)]
         # Small batches: a few hundred Produce requests.
+        stats: list[str] = []
         producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0, "batch.num.messages": 10}
-        )
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0, "batch.num.messages": 10,
+             "statistics.interval.ms": 100, "stats_cb": stats.append}
+        )  # fmt: skip
         for i, value in enumerate(sent):
             producer.produce(topic, value, key=str(i % 7).encode())
             if i % 500 == 0:
                 producer.poll(0)
         assert producer.flush(60) == 0
+        # librdkafka's own count of the Produce requests it sent (each answered once flush returned), against the
+        # proxy's: one each, whichever path served it, and most of them the forwarder's.
+        seen = len(stats)
+        while len(stats) < seen + 2:
+            producer.poll(0.2)
+        brokers = json.loads(stats[-1])["brokers"].values()
+        sent_produce = sum(broker["req"].get("Produce", 0) for broker in brokers)
+        samples = scrape(metrics_port(proxy))
+        assert total(samples, "vcproxy_requests_total", api="Produce") == sent_produce >= 300
+        assert total(samples, "vcproxy_request_duration_seconds_count", api="Produce") == sent_produce
+        assert total(samples, "vcproxy_forwarded_requests_total", api="Produce") >= sent_produce / 3, samples
+        assert not total(samples, "vcproxy_request_errors_total", api="Produce")
         # Kafka's own producer (Produce v13 by topic id: answers skipped to their tagged section) and consumer.
         run_tool(
             "kafka-producer-perf-test",
@@ -108,6 +129,7 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
         kafka_cluster.bootstrap,
         free_port_block(),
         logging={"level": "DEBUG"},
+        metrics={"enabled": True, "port": free_port()},
         listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512"]},
         credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
         tenancy={
@@ -172,8 +194,16 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
              "--group", f"g-{topic}", "--timeout", "60000", "--command-config", str(small)],
             timeout=180,
         )  # fmt: skip
+        samples = scrape(metrics_port(proxy))
     finally:
         proxy.stop()
+    # The VC's own counts: carol's Produce requests (most served by the forwarder) and the refusals after the ACL
+    # (TOPIC_AUTHORIZATION_FAILED, 29: the session's), the consumer's fetches.
+    forwarded = total(samples, "vcproxy_forwarded_requests_total", api="Produce", vc="team-a")
+    assert 100 <= forwarded < total(samples, "vcproxy_requests_total", api="Produce", vc="team-a"), samples
+    assert total(samples, "vcproxy_request_errors_total", api="Produce", vc="team-a", error_code="29") >= 1
+    assert total(samples, "vcproxy_forwarded_requests_total", api="Fetch", vc="team-a") >= 10, samples
+    assert not total(samples, "vcproxy_forwarded_requests_total", vc="kafka-cluster")
     assert consumed.returncode == 0, consumed.stdout + consumed.stderr
     assert parse_consumer(consumed.stdout)["records"] == landed, consumed.stdout
     refused = (tmp_path / "perf.err").read_text(errors="replace")

@@ -509,6 +509,21 @@ def test_the_scanner_finds_nested_errors_topics_and_record_bytes():
     assert scan(request_type(0, 9), body, 0).topics == {"b": 15}
 
 
+def test_an_array_count_the_frame_cannot_hold_is_refused_at_once():
+    """A hostile count over items the scanner only skips (a partition's replicas: int32s) must not loop billions of
+    times on the Trio thread: refused before the loop, whatever the schema."""
+    from kio.schema.list_partition_reassignments.v0.response import ListPartitionReassignmentsResponse
+
+    # Compact (flexible) fields: throttle 0, error 0, no message, one topic "t" with one partition 0, whose replicas
+    # count is 2^31 - 1 (uvarint of 2^31), and nothing after it.
+    huge = bytes([0x80, 0x80, 0x80, 0x80, 0x08])
+    body = bytes(6) + b"\x00" + b"\x02" + b"\x02t" + b"\x02" + bytes(4) + huge
+    started = time.process_time()
+    with pytest.raises(ValueError, match="past the end of the frame"):
+        scan(ListPartitionReassignmentsResponse, memoryview(body), 0)
+    assert time.process_time() - started < 1.0
+
+
 # -- configuration and the HTTP endpoints -----------------------------------------------------------
 
 
