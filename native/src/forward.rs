@@ -874,9 +874,7 @@ impl Conn {
             send_or_queue(self.client, out, &mut self.cout, self.cout_at, &mut self.client_writable)
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
             if let (Some(tally), Some(errors)) = (&self.tally, &entry.errors) {
-                // The broker's answer holds the error codes the client gets: a rewrite changes names, hints and
-                // messages only.
-                let codes = answer_errors(entry, errors, frame);
+                let codes = answer_errors(entry, errors, out); // the client's: as the Python path counts them
                 let now = self.epoch.elapsed().as_nanos() as u64;
                 tally.record(key, now.saturating_sub(read), size, out.len() as u64, &codes);
             }

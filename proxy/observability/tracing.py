@@ -443,20 +443,30 @@ class ConnectionTelemetry:
         pending = trace.pending
         assert pending is not None
         try:
-            if upstream_frame is not None and trace.api_key in _kinds().spliced:
-                buf: bytes | memoryview = upstream_frame  # splice edits names only: same error codes
-            elif len(pieces) == 1:
-                buf = pieces[0]
+            records = trace.api_key in _kinds().records_in_response
+            # What the client got: its error codes are the ones counted (a spliced answer's too: the authorization
+            # stage sets TOPIC_AUTHORIZATION_FAILED where the broker said its placeholder was unknown).
+            if len(pieces) == 1:
+                sent: bytes | memoryview = pieces[0]
+            elif records:
+                sent = _head(pieces, _HEAD)  # only its top-level error is read: no copy of the records
             else:
-                buf = b"".join(pieces)  # a decoded and re-encoded body: small
-            offset = response_body_offset(buf, pending.response_header_version)
+                sent = b"".join(pieces)  # a small body, spliced or re-encoded
+            offset = response_body_offset(sent, pending.response_header_version)
             cls = response_type(trace.api_key, pending.api_version)
-            if trace.api_key not in _kinds().records_in_response:
-                return self._sent_throttle(trace, scan(cls, buf, offset), pieces, buf)
+            if not records:
+                return scan(cls, sent, offset)
+            top = top_error(cls, sent, offset)
             if not trace.trace_id:
-                return top_error(cls, buf, offset)
-            facts = scan(cls, buf, offset)
-            facts.top_error = top_error(cls, buf, offset).top_error
+                return top
+            # A span's topics and record bytes: read from the broker's frame where it was spliced (_topics maps its
+            # physical names back), never from a copy of the records.
+            if upstream_frame is not None and trace.api_key in _kinds().spliced:
+                buf: bytes | memoryview = upstream_frame
+            else:
+                buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            facts = scan(cls, buf, response_body_offset(buf, pending.response_header_version))
+            facts.top_error = top.top_error
             return self._sent_throttle(trace, facts, pieces, buf)
         except Exception as exc:
             log.debug("cannot scan api %d v%d response: %s", trace.api_key, pending.api_version, exc)
@@ -676,6 +686,19 @@ class ConnectionTelemetry:
         span.set_attributes(attributes)
         span.end()
         self.span = None
+
+
+_HEAD = 512  # bytes of a Fetch answer that hold its header and top-level error code
+
+
+def _head(pieces: list[bytes | memoryview], n: int) -> bytes:
+    """The first `n` bytes of an answer written in pieces."""
+    out = bytearray()
+    for piece in pieces:
+        out += piece[: n - len(out)]
+        if len(out) >= n:
+            break
+    return bytes(out)
 
 
 def counted_errors(facts: Facts | None) -> list[int]:

@@ -4,6 +4,8 @@ same requests, error codes and bytes, and one latency per request, whichever pat
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import os
 import random
 
@@ -17,6 +19,7 @@ from proxy.core.forward_table import entries_for
 from proxy.core.session import ProxySession
 from proxy.observability.metrics import Metrics
 from proxy.observability.tracing import RequestTrace, Telemetry, counted_errors
+from proxy.protocol import codec
 from proxy.protocol.apis import request_type, response_type
 
 from .test_forwarder import _Connection, _metadata_answer, _metadata_request, produce
@@ -29,6 +32,7 @@ except ImportError:  # CI builds it: missing there is a failure, not a skip
         raise
     pytest.skip("vcproxy_native is not built (make .venv/.installed-test builds it)", allow_module_level=True)
 
+_ZERO = datetime.timedelta(0)
 ENTRIES = entries_for(tuple(sorted(apiversions.proxy_versions().items())))
 TABLE = vcproxy_native.ForwardTable(ENTRIES)
 
@@ -113,3 +117,48 @@ async def test_a_forwarded_connection_counts_what_the_python_path_counts(nursery
     assert forwarded.forwarded[("Produce", "kafka-cluster")] > 30 and not python.forwarded
     render = forwarded.render().decode()
     assert 'vcproxy_forwarded_requests_total{api="Produce",vc="kafka-cluster"}' in render
+
+
+def test_an_authorization_refusal_in_a_spliced_answer_is_counted_as_the_client_got_it():
+    """A VC's Produce naming a topic the caller may not write: the broker answers its placeholder UNKNOWN_TOPIC_ID
+    (100), the client gets TOPIC_AUTHORIZATION_FAILED (29), as from Kafka; the metrics count what the client got."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.produce.v13 import response as rs
+
+    from proxy.acl.model import Operation, Permission, acl_record
+    from proxy.protocol.apikey import ApiKey
+    from proxy.protocol.headers import parse_request_header
+
+    from .test_forward_tenant import ORDERS, _acl, make_image, session
+    from .test_forward_tenant import produce as produce13
+
+    image = make_image()
+    deny = dataclasses.replace(_acl("orders", Operation.WRITE), permission=Permission.DENY)
+    image.apply(*acl_record("team-a", deny, True))
+    s = session(image)
+    telemetry = Telemetry(None, Metrics())
+    recorder = telemetry.connection(("127.0.0.1", 5), None)
+    recorder.state = s.ctx
+    frame = produce13([ORDERS])
+    decision = s.on_request(memoryview(frame))
+    sent = b"".join(bytes(p) for p in decision.pieces) if decision.pieces is not None else frame
+    assert sent != frame  # the placeholder went instead
+    trace = recorder.on_request(memoryview(frame), decision, 0)
+    assert trace is not None and decision.pending is not None
+    offset = parse_request_header(memoryview(sent), 2).body_offset
+    body = codec.decode(request_type(ApiKey.PRODUCE, 13), sent, offset)[0]
+    placeholder = body.topic_data[0].topic_id
+    partition = rs.PartitionProduceResponse(
+        index=0,
+        error_code=ErrorCode.unknown_topic_id,
+        base_offset=-1,
+        log_append_time=None,
+        log_start_offset=-1,
+        record_errors=(),
+        error_message=None,
+    )
+    topics = (rs.TopicProduceResponse(topic_id=placeholder, partition_responses=(partition,)),)
+    answer = response_frame(ApiKey.PRODUCE, 13, 5, rs.ProduceResponse(responses=topics, throttle_time=_ZERO))
+    result = s.on_response(memoryview(answer))
+    recorder.on_reply(decision.pending, result.pieces, memoryview(answer))
+    assert dict(telemetry.metrics.errors) == {("Produce", "team-a", s.ctx.vc.cluster_id, "29"): 1}
