@@ -201,8 +201,9 @@ type Note = Option<(i32, i32)>;
 /// its size in bytes, ns since it was read).
 type Outstanding = (i32, i16, i16, Note, u64, u64);
 
-/// A counter Python bumps whenever the virtual clusters' state changes (proxy/tenancy/model.py, `apply`): every
-/// grant made before is void from then on, read without the interpreter.
+/// A counter Python bumps whenever the virtual clusters' state changes (proxy/tenancy/model.py, `apply`): the whole
+/// state's, or one virtual cluster's. Every grant made before of what it counts is void from then on, read without
+/// the interpreter.
 #[pyclass(frozen)]
 pub struct Generation {
     cell: Arc<AtomicU64>,
@@ -227,8 +228,10 @@ impl Generation {
 /// The topic ids a tenant connection's session let through unchanged, per API, at one generation of the state:
 /// what the forwarder may pass for it without asking Python (proxy/core/stages/tenancy.py learns them).
 struct Granted {
-    cell: Arc<AtomicU64>,
+    cell: Arc<AtomicU64>, // the whole state's generation
     at: u64,
+    vc_cell: Option<Arc<AtomicU64>>, // the connection's virtual cluster's (records of that VC alone)
+    vc_at: u64,
     ids: Mutex<HashSet<(i16, u128)>>,
     // The fetch sessions the VC owns on this connection's broker, while the ownership table has not let one go
     // since (`sessions_cell`: bumped when an id is dropped, evicted or given to another VC): (generation, ids).
@@ -239,6 +242,7 @@ struct Granted {
 impl Granted {
     fn valid(&self) -> bool {
         self.cell.load(Ordering::Acquire) == self.at
+            && self.vc_cell.as_ref().is_none_or(|c| c.load(Ordering::Acquire) == self.vc_at)
     }
 
     fn owns_session(&self, session: i32) -> bool {
@@ -254,16 +258,23 @@ pub struct Grant {
 
 #[pymethods]
 impl Grant {
+    /// A grant of the state as `generation` (the whole state's) and `vc` (the connection's virtual cluster's) count
+    /// it now.
     #[new]
-    fn new(generation: &Generation, sessions: &Generation) -> Self {
+    #[pyo3(signature = (generation, sessions, vc=None))]
+    fn new(generation: &Generation, sessions: &Generation, vc: Option<&Generation>) -> Self {
         let cell = Arc::clone(&generation.cell);
         let at = cell.load(Ordering::Acquire);
+        let vc_cell = vc.map(|g| Arc::clone(&g.cell));
+        let vc_at = vc_cell.as_ref().map_or(0, |c| c.load(Ordering::Acquire));
         let sessions_cell = Arc::clone(&sessions.cell);
         let now = sessions_cell.load(Ordering::Acquire);
         Grant {
             inner: Arc::new(Granted {
                 cell,
                 at,
+                vc_cell,
+                vc_at,
                 ids: Mutex::new(HashSet::new()),
                 sessions_cell,
                 sessions: Mutex::new((now, HashSet::new())),

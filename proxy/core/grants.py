@@ -5,9 +5,11 @@ else, and its request names nothing but topic ids and ids that may be null (Prod
 says where its fetch session is (Fetch v15+). Such a request goes to the broker as the client sent it exactly when
 every topic id in it is one the VC owns and the caller may use for the API (the VC's ACLs), its transactional id
 is null, and its fetch session is none or the VC's. The tenancy stage says which ids and sessions those are as it
-lets them through (`grant_for(ctx)`): a grant is of one state of the virtual clusters, void once it changes
-(`TenancyImage.changes`, bumped with every record applied), so a right revoked or a topic unlinked takes effect
-at the next request; its sessions are void once the fetch-session table lets any id go (`FETCH_SESSIONS.changes`).
+lets them through (`grant_for(ctx)`): a grant is of one state of the connection's virtual cluster, void once it
+changes (`VirtualCluster.changes`: its links, ACLs, settings, the ids of its topics) or the whole state does
+(`TenancyImage.changes`: bindings, credentials, quotas, VCs made or deleted), so a right revoked or a topic unlinked
+takes effect at the next request, and another VC's records leave it standing; its sessions are void once the
+fetch-session table lets any id go (`FETCH_SESSIONS.changes`).
 The forwarder (native/src/forward.rs) reads a request with the plans made here, as the tenancy stage reads it: a
 body the strict walker accepts, each name null or granted, no tagged field of its own; an answer with a message,
 an id the grant does not hold or a session that changed goes back to the session's rewrite.
@@ -133,7 +135,12 @@ def grant_for(ctx: ConnectionState) -> Any:
         image.changes = module.Generation()
     if FETCH_SESSIONS.changes is None:
         FETCH_SESSIONS.changes = module.Generation()
+    vc = ctx.vc
+    if vc is not None and vc.changes is None:
+        vc.changes = module.Generation()
     current = ctx.grant
     if current is None or not current.valid():
-        current = ctx.grant = module.Grant(image.changes, FETCH_SESSIONS.changes)
+        # Of the whole state and of the connection's VC: a record about another VC leaves it standing.
+        vc_changes = vc.changes if vc is not None else None
+        current = ctx.grant = module.Grant(image.changes, FETCH_SESSIONS.changes, vc_changes)
     return current

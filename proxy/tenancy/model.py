@@ -36,6 +36,10 @@ MAX_LINK_NAME = MAX_TOPIC_NAME - UUID_PREFIX_LEN
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _VC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,100}$")
 KAFKA_CLUSTER = "kafka-cluster"  # the KIP's reserved VC: the physical cluster, names unchanged
+# Records about one VC alone, named first in their key (its ACLs too, unless kafka-cluster's), and records about one
+# physical topic (the VCs linking it): what voids only those VCs' grants (TenancyImage._scope).
+_VC_RECORDS = frozenset({"vcconfig", "link", "gen", "group", "txn", "admin", "seeded"})
+_TOPIC_RECORDS = frozenset({"topic", "parts"})
 RESERVED_VC_NAMES = {KAFKA_CLUSTER}
 
 
@@ -103,6 +107,9 @@ class VirtualCluster:
     admins: set[str] = field(default_factory=set)  # principals that may describe and alter this VC
     acls: AclSet = field(default_factory=AclSet)  # the VC's own ACLs, in its own names (proxy/acl/)
     settings: dict[str, Any] = field(default_factory=dict)  # its own settings (proxy/tenancy/settings.py)
+    # Bumped by every record about this VC alone (TenancyImage.apply): its connections' grants are void then, and
+    # the other VCs' stand (vcproxy_native.Generation, made with the first grant; else None).
+    changes: Any = field(default=None, repr=False, compare=False)
 
     # -- topics ----------------------------------------------------------------------------------
     def physical_topic(self, link: str) -> str | None:
@@ -178,8 +185,9 @@ class TenancyImage:
     txn_owners: dict[str, str] = field(default_factory=dict)  # assigned physical transactional id -> vc name
     seeded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # vc -> seed entries applied once
     version: int = 0  # bumped on every applied record
-    # Bumped with `version`, read by the forwarder's thread without the interpreter: a grant made before is void
-    # (vcproxy_native.Generation, made by proxy/core/forward_table.py once a connection is forwarded; else None).
+    # Bumped by every record that is not about one VC alone (bindings, credentials, quotas, kafka-cluster's ACLs,
+    # VCs made or deleted: `_scope`), read by the forwarder's thread without the interpreter: every grant made before
+    # is void (vcproxy_native.Generation, made by proxy/core/grants.py with the first grant; else None).
     changes: Any = field(default=None, repr=False, compare=False)
     state_problem: str | None = None  # why the state topic cannot take changes now (set by the state service)
     guard: Any = None  # the state topic's guard for principals in no VC (proxy/tenancy/guard.py), set likewise
@@ -281,10 +289,25 @@ class TenancyImage:
         handler = getattr(self, f"_apply_{kind}", None)
         if handler is None:
             return  # a newer proxy's record type: ignore rather than fail replay
+        # Before the record is applied: the forwarder hands a connection back at once, and the session (on this
+        # thread) can only read it after the whole record.
+        if self.changes is not None:
+            for changes in self._scope(kind, parts):
+                changes.bump()
         handler(*parts, value=value)
         self.version += 1
-        if self.changes is not None:
-            self.changes.bump()
+
+    def _scope(self, kind: str, parts: list[Any]) -> list[Any]:
+        """The generations a record voids the grants of: the VC it is about, the VCs linking the physical topic it is
+        about, or (anything else) the whole state's. A grant is of its connection's VC: what it depends on is that
+        VC's links, ACLs and settings, the ids of the topics it links, and the bindings and credentials of all."""
+        if kind in _VC_RECORDS or (kind == "acl" and parts and parts[0] != KAFKA_CLUSTER):
+            vc = self.vcs.get(parts[0]) if parts and isinstance(parts[0], str) else None
+            return [vc.changes] if vc is not None and vc.changes is not None else []
+        if kind in _TOPIC_RECORDS and parts and isinstance(parts[0], str):
+            linking = (self.vcs.get(name) for name in self.linked_by.get(parts[0], ()))
+            return [vc.changes for vc in linking if vc is not None and vc.changes is not None]
+        return [self.changes]
 
     def _apply_vc(self, name: str, *, value: dict[str, Any] | None) -> None:
         if value is None:

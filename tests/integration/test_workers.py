@@ -141,14 +141,21 @@ def _index(pid: int) -> str:
     return argv[argv.index(b"--worker") + 1].decode().split("/")[0]
 
 
+def _create_topic(instance: ProxyProcess, topic: str) -> None:
+    """As alice, whose admin client is gone when this returns: a failing test's traceback keeps its locals, and
+    a client kept so would still be connected when the next test waits for none to be."""
+    admin = AdminClient(conf(instance, "alice"))
+    admin.create_topics([NewTopic(topic, 3, 3)], operation_timeout=30)[topic].result(60)
+
+
 def test_connections_spread_over_both_workers_and_one_scrape_shows_them(instance):
     assert _readyz(instance) == "ready (2 workers)\n"
-    admin = AdminClient(conf(instance, "alice"))
-    admin.create_topics([NewTopic("spread", 3, 3)], operation_timeout=30)["spread"].result(60)
+    _create_topic(instance, "spread")
     for _ in range(4):
         producer = Producer(conf(instance, "gus"))
         producer.produce("spread", b"x")
         assert producer.flush(60) == 0
+    del producer  # gone before any assertion: a failure's traceback would keep it connected for the next test
     samples = _metrics(instance)
     accepted = _by_worker(samples["vcproxy_connections_accepted"], "vcproxy_connections_accepted_total")
     # Which worker takes which depends on what is open at each connection's moment (the least busy takes
@@ -193,8 +200,7 @@ def test_one_user_through_both_workers_is_held_to_one_quota(instance):
             49, 1, 7, AlterClientQuotasRequest(entries=(EntryData(entity=entity, ops=ops),), validate_only=False)
         )
     assert [int(e.error_code) for e in answer.entries] == [0], answer
-    admin = AdminClient(conf(instance, "alice"))
-    admin.create_topics([NewTopic("held", 3, 3)], operation_timeout=30)["held"].result(60)
+    _create_topic(instance, "held")
     before = _metrics(instance)["vcproxy_bytes_in"]
     run = WARMUP + WINDOW + 1
     with ThreadPoolExecutor(2) as pool:

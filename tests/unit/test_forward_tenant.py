@@ -27,6 +27,7 @@ from kio.schema.produce.v13 import response as rs
 
 from benchmarks import fuzz_session
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
+from proxy.auth.users import scram_record
 from proxy.core import apiversions
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.exchange import Action
@@ -35,7 +36,25 @@ from proxy.core.session import ProxySession
 from proxy.protocol.apikey import ApiKey
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.fetch_sessions import FETCH_SESSIONS
-from proxy.tenancy.model import TenancyImage, link_record, principal_record, quota_record, topic_record, vc_record
+from proxy.tenancy.model import (
+    KAFKA_CLUSTER,
+    TenancyImage,
+    admin_record,
+    client_record,
+    gen_record,
+    group_record,
+    link_record,
+    orphan_record,
+    partitions_record,
+    principal_record,
+    quota_record,
+    setting_record,
+    topic_record,
+    txn_record,
+    vc_delete,
+    vc_record,
+)
+from proxy.tenancy.settings import ALLOW_IF_NO_ACL
 
 from .wire import request_frame, response_frame
 
@@ -228,6 +247,70 @@ def test_any_change_of_the_state_voids_the_grant():
     image.apply(*link_record("team-a", "orders", None))  # unlinked
     assert TABLE.classify(frame, s.ctx.grant) is None
     assert sent(s, frame) != frame
+
+
+def _physical(image: TenancyImage, vc: str, link: str) -> str:
+    return image.vcs[vc].links[link]
+
+
+_GLOBAL = uuid.UUID(int=99)
+# Records that void team-a's grant (carol's, on its topic orders): about team-a, about a topic it links, or about
+# the whole state (bindings, credentials, quotas, kafka-cluster's ACLs, VCs made or deleted).
+VOIDING = {
+    "its topic unlinked": lambda i: link_record("team-a", "orders", None),
+    "another link of its own": lambda i: link_record("team-a", "more", "p.more"),
+    "its link's incarnation": lambda i: gen_record("team-a", "orders", 2),
+    "its ACLs": lambda i: acl_record("team-a", _acl("payments", Operation.READ), True),
+    "its setting allow_everyone_if_no_acl_found": lambda i: setting_record("team-a", ALLOW_IF_NO_ACL, False),
+    "its admins": lambda i: admin_record("team-a", "User:dave", True),
+    "its groups": lambda i: group_record("team-a", "g", True),
+    "its transactional ids": lambda i: txn_record("team-a", "t", True),
+    "its topic's id (re-created)": lambda i: topic_record(_physical(i, "team-a", "orders"), _GLOBAL),
+    "its topic's partitions": lambda i: partitions_record(_physical(i, "team-a", "orders"), 12),
+    "carol bound to another VC": lambda i: principal_record("User:carol", "team-b"),
+    "anyone's binding": lambda i: principal_record("User:zed", "team-b"),
+    "a client id's binding": lambda i: client_record("c-1", "team-b"),
+    "a quota": lambda i: quota_record((("user", "bob"),), "producer_byte_rate", 1024.0),
+    "a credential": lambda i: scram_record("bob", "SCRAM-SHA-512", None),
+    "kafka-cluster's ACLs": lambda i: acl_record(KAFKA_CLUSTER, _acl("orders", Operation.WRITE), True),
+    "a VC made": lambda i: vc_record("team-c"),
+    "another VC deleted": lambda i: vc_delete("team-b"),
+    "an orphan": lambda i: orphan_record("p.gone", "team-b"),
+}
+# Records about another VC alone, or a topic only it links: team-a's grant stands (what keeps a busy fleet's grants
+# from being voided by every tenant's every change).
+STANDING = {
+    "team-b's link": lambda i: link_record("team-b", "y", "p.y"),
+    "team-b's ACLs": lambda i: acl_record("team-b", _acl("x", Operation.WRITE), True),
+    "team-b's setting": lambda i: setting_record("team-b", ALLOW_IF_NO_ACL, False),
+    "team-b's groups": lambda i: group_record("team-b", "g", True),
+    "team-b's topic's id": lambda i: topic_record(_physical(i, "team-b", "x"), _GLOBAL),
+    "a topic no VC links": lambda i: topic_record("p.unlinked", _GLOBAL),
+    # team-a's rights are its own links and ACLs: another VC linking the same topic takes nothing from it.
+    "team-b linking team-a's topic": lambda i: link_record("team-b", "also", _physical(i, "team-a", "orders")),
+}
+
+
+@pytest.mark.parametrize("record", VOIDING.values(), ids=VOIDING.keys())
+def test_a_record_about_the_vc_or_everyone_voids_its_grant(record):
+    image = make_image()
+    s = session(image)
+    frame = granted(s)
+    grant = s.ctx.grant
+    assert TABLE.classify(frame, grant) == (5, True)
+    image.apply(*record(image))
+    assert not grant.valid() and TABLE.classify(frame, grant) is None  # the session's to decide again
+
+
+@pytest.mark.parametrize("record", STANDING.values(), ids=STANDING.keys())
+def test_a_record_about_another_vc_leaves_the_grant_standing(record):
+    image = make_image()
+    s = session(image)
+    frame = granted(s)
+    grant = s.ctx.grant
+    image.apply(*record(image))
+    assert grant.valid() and TABLE.classify(frame, grant) == (5, True)
+    assert sent(s, frame) == frame and s.ctx.grant is grant  # as the session decides now, too
 
 
 def test_a_connection_with_a_quota_is_not_forwarded():
