@@ -58,6 +58,8 @@ RECONNECT = {
 DECISION_ID, DECISION_SIZE, DECISION_INDEX = "vcproxy.txn", "vcproxy.n", "vcproxy.i"  # a decision's headers
 
 TRANSACTION_TIMEOUT_MS = 10_000
+# How long the broker may park the end reader's fetch (committed_end, holds_records): it reads only up to the end.
+END_READ_WAIT_MS = 10
 
 
 def decision_of(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[bytes, int, int] | None:
@@ -595,9 +597,43 @@ class StateStore:
         has written its marker: only after `begin_deciding` (whose init waits for the previous transaction
         to complete) does every decision committed before lie below it."""
         with self._ends_lock:
-            if self._ends is None:
-                self._ends = self._consumer()
-            return self._watermarks(self._ends, timeout)[1]
+            return self._watermarks(self._end_reader(), timeout)[1]
+
+    def _end_reader(self) -> Consumer:
+        if self._ends is None:  # it reads only to the end: an empty fetch there is answered at once, not parked
+            self._ends = self._consumer({"fetch.wait.max.ms": END_READ_WAIT_MS})
+        return self._ends
+
+    def holds_records(self, start: int, end: int, timeout: float = 30) -> bool:
+        """Whether a committed record lies in [start, end): one read from `start`. The follower learns that
+        only markers (or aborted records) lie before `end` from its next fetch, which the broker parks up to
+        fetch.wait.max.ms when nothing new is there: after every commit, whose marker no record shows, a
+        decision waiting for it would wait that long for nothing. True when the read does not settle it
+        (a stale end, a timeout): the caller then waits for the follower, as without this read."""
+        if start >= end:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._ends_lock:
+            consumer = self._end_reader()
+            consumer.assign([TopicPartition(self.topic, 0, start)])
+            try:
+                while (remaining := deadline - time.monotonic()) > 0:
+                    msg = consumer.poll(min(remaining, 1.0))
+                    if msg is None:
+                        continue
+                    err = msg.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        if err.fatal():
+                            return True
+                        continue  # the client retries
+                    if msg.offset() < start:
+                        continue  # a report of an earlier read's position
+                    # A record before `end`: True. A record at or past it, or the end of the partition there:
+                    # nothing lies in between. The end of the partition before it: unsettled (True).
+                    return msg.offset() < end
+                return True
+            finally:
+                consumer.unassign()
 
     def commit(self, records: Sequence[Record], timeout: float = 30) -> list[int]:
         """Write one decision's records in one transaction, each with the decision's headers; their

@@ -300,6 +300,35 @@ def test_decisions_take_turns_commit_whole_and_are_followed_as_one(kafka_cluster
         store.close()
 
 
+def test_the_end_reader_tells_committed_records_from_markers_and_aborted_ones(kafka_cluster):
+    # holds_records: whether a committed record lies between two offsets, read as a read_committed reader
+    # reads the log. A decision asks it instead of waiting for the follower to report the end past a marker.
+    from confluent_kafka import Producer
+
+    topic = _topic()
+    store = _store(kafka_cluster, topic)
+    store.ensure_topic()
+    store.begin_deciding()
+    [decided] = store.commit([vc_record("decided")])
+    end = until(lambda: (e := store.committed_end()) >= decided + 2 and e, "the commit marker", 60)
+    assert store.holds_records(decided, end)  # the decision's record
+    assert not store.holds_records(decided + 1, end)  # its marker alone
+    [written] = store.write([vc_record("written")])  # an idempotent write, outside any transaction
+    end = until(lambda: (e := store.committed_end()) > written and e, "the write", 60)
+    assert store.holds_records(decided + 1, end) and not store.holds_records(written + 1, end)
+    # An aborted transaction's records (a fenced replica's) are not there for a read_committed reader.
+    aborted = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "transactional.id": f"aborts-{topic}"})
+    aborted.init_transactions(30)
+    aborted.begin_transaction()
+    aborted.produce(topic, key=b'["vc","lost"]', value=b"{}")
+    aborted.flush(30)
+    aborted.abort_transaction(30)
+    end = until(lambda: (e := store.committed_end()) >= written + 3 and e, "the abort marker", 60)
+    assert not store.holds_records(written + 1, end)
+    assert not store.holds_records(end, end)  # an empty range
+    store.close()
+
+
 async def test_two_services_deciding_the_same_change_at_once_commit_it_once(kafka_cluster):
     topic = _topic()
     async with open_tenancy(_store(kafka_cluster, topic)) as a, open_tenancy(_store(kafka_cluster, topic)) as b:

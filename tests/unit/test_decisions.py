@@ -48,6 +48,12 @@ class FakeStore:
         self.epoch: int | None = None  # the epoch this replica's init got (None: not holding one)
         self.before_commit: Any = None  # a test's hook, run in the worker thread before the epoch check
         self.commits = 0
+        # As the real follower does, report the end of the partition at once (False: only with a record, as
+        # when its fetch is parked); deliver nothing while `gate` is clear (a follower behind the log).
+        self.reports_end = True
+        self.gate = threading.Event()
+        self.gate.set()
+        self.probed = threading.Event()  # holds_records was asked
 
     def ensure_topic(self, timeout: float, create: bool = True) -> None:
         pass
@@ -87,6 +93,12 @@ class FakeStore:
         with self.log.changed:
             return len(self.log.entries)
 
+    def holds_records(self, start: int, end: int, timeout: float = 30) -> bool:
+        with self.log.changed:
+            found = any(entry is not None for entry in self.log.entries[start:end])
+        self.probed.set()
+        return found
+
     def commit(self, records: list[Any], timeout: float = 30) -> list[int]:
         if self.before_commit is not None:
             self.before_commit()
@@ -112,12 +124,14 @@ class FakeStore:
                 while len(self.log.entries) <= position and not stop.is_set():
                     self.log.changed.wait(0.05)
                 entries = self.log.entries[position:]
+            while not self.gate.wait(0.05) and not stop.is_set():
+                pass
             for offset, entry in enumerate(entries, position):
                 if entry is not None:
                     on_batch(*decisions.record(offset, *entry))
                     time.sleep(0.02)  # a slow follower: the loop runs its tasks between two batches
             position += len(entries)
-            if entries:
+            if entries and self.reports_end:
                 on_batch(decisions.end(), position)  # the end of the partition
 
 
@@ -265,6 +279,54 @@ async def test_a_decision_is_answered_only_once_applied_and_seen_by_no_one_half_
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert seen == [("team-a", True)]  # the binding and the credential in one change, never one alone
+
+
+async def test_a_decision_after_a_commit_does_not_wait_for_the_follower_to_pass_its_marker():
+    # The real follower reports the end of the partition (past a commit's marker, which no record shows) only
+    # from its next fetch, which the broker parks while nothing new comes. The next decision reads that only
+    # the marker lies there (holds_records) instead of waiting: with a follower that never reports the end,
+    # each decision after the first would wait for ever.
+    log = FakeLog(image_records(image()))
+    async with trio.open_nursery() as nursery:
+        one, _ = await _replicas(log, nursery)
+        one.store.reports_end = False
+        with trio.fail_after(30):
+            for name in ("first", "second", "third"):
+                ex, _ = call(session(one.image, "User:alice"), 51, alter_request(upsert(name, "pw")), _RESPONSE)
+                body, records = await one.decide(ex.decide)
+                assert errors(_decided(body)) == {name: (0, None)} and len(records) == 2
+        nursery.cancel_scope.cancel()
+    assert one.store.commits == 3 and {"first", "second", "third"} <= set(one.image.users.users)
+
+
+async def test_a_decision_waits_for_a_record_its_follower_has_not_applied():
+    # bob's replica is behind the log (its follower held): alice's decision is committed on the other replica.
+    # The read between what it applied and the end finds that record, so bob's decision waits for it and is
+    # made against it: the plane's refusal of a user in another VC, not a second creation.
+    log = FakeLog(image_records(image()))
+    async with trio.open_nursery() as nursery:
+        one, two = await _replicas(log, nursery)
+        two.store.gate.clear()
+        alice, _ = call(session(one.image, "User:alice"), 51, alter_request(upsert(NEW, "a-pw")), _RESPONSE)
+        bob, got = call(session(two.image, "User:bob"), 51, alter_request(upsert(NEW, "b-pw")), _RESPONSE)
+        assert errors(got) == {NEW: (0, None)}  # bob's replica has not seen alice's user
+        answers: list[Any] = []
+
+        async def decide_bob() -> None:
+            answers.append(await two.decide(bob.decide))
+
+        with trio.fail_after(30):
+            await one.decide(alice.decide)
+            nursery.start_soon(decide_bob)
+            await trio.to_thread.run_sync(two.store.probed.wait, 30)
+            assert not answers  # the record was found: bob's decision waits for the follower
+            two.store.gate.set()
+            while not answers:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    ((body, records),) = answers
+    assert errors(_decided(body))[NEW][0] == 31 and records == []
+    assert two.image.principals[f"User:{NEW}"] == "team-a" and two.store.commits == 0
 
 
 def _alice_scope(img: TenancyImage) -> users.Scope:
