@@ -34,7 +34,8 @@ from typing import IO, Any
 
 def _preload() -> None:
     """Import what a proxy imports before it listens: every module of the proxy but its generators and its
-    `__main__` (which would run it), and the libraries they use."""
+    `__main__` (which would run it), the libraries they use, and the schemas of every API (the tenancy rules'
+    check, a function of the code alone, cached)."""
     from proxy.serve import without_test_tools
 
     without_test_tools()
@@ -45,6 +46,10 @@ def _preload() -> None:
             importlib.import_module(module.name)
     import confluent_kafka  # noqa: F401  (the state topic's and telemetry's clients)
     import trio  # noqa: F401
+
+    from proxy.tenancy.handlers import registry
+
+    registry()  # a tenancy proxy checks its rules before it listens: that imports every API's schema (seconds)
 
 
 def _child(request: dict[str, Any], wake: tuple[int, int]) -> None:

@@ -40,6 +40,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+async def _check_rules(done: trio.Event) -> None:
+    from ..tenancy.handlers import registry
+
+    await trio.to_thread.run_sync(registry)  # cached: every session takes this one
+    done.set()
+
+
 class ProxyServer:
     def __init__(self, config: ProxyConfig, link: WorkerLink | None = None):
         self.config = config
@@ -143,6 +150,10 @@ class ProxyServer:
                 service = self.tenancy
                 self.credentials = CredentialStore(source=lambda: service.image.users.users)
                 self.vc_settings = VcSettings(self.config.tenancy, lambda: service.image)
+                # The rules' check against the catalogue imports every API's schema: seconds of CPU that the
+                # first tenant's connection would otherwise spend on the event loop. Beside the replay here.
+                checked = trio.Event()
+                handlers.start_soon(_check_rules, checked)
                 await handlers.start(self.tenancy.run)
                 service.image.limits = self.config.tenancy.state_limits.build()  # the replayed image's, for good
                 shared = self.config.tenancy.quota_sharing
@@ -172,6 +183,7 @@ class ProxyServer:
                 handlers.start_soon(
                     upkeep.sweep_orphans, service, lambda: self.config.tenancy.state_check_interval_seconds
                 )
+                await checked.wait()
             if self.link is not None:
                 from ..observability.http import server_readiness
 
