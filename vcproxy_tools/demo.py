@@ -508,12 +508,6 @@ def _run_demo(args: argparse.Namespace, config: ProxyConfig, demo_dir: Path, sho
             properties = write_client_properties(config, demo_dir)
             if config.tenancy.enabled and not kept:
                 _create_state_topic(config)
-            if config.tenancy.enabled:
-                # The tenant API table imports every response schema (seconds): build it now rather than
-                # on the first client's connection, which would stall the event loop (and time out kcat -L).
-                from proxy.core.apiversions import tenant_versions
-
-                tenant_versions()
             banner = _instructions(config, properties, cluster, kept, shown_dir)
             _say("starting the proxy...")
             trio.run(_serve, config, banner, stops)
