@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 T = TypeVar("T")
@@ -41,3 +42,17 @@ def once_known(call: Callable[[], T], timeout: float = 60.0) -> T:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
                 raise
         time.sleep(0.1)
+
+
+def refused(
+    admin: object, errors: list[KafkaError], expected: Callable[[KafkaError], bool], timeout: float = 60.0
+) -> None:
+    """Ask `admin` (an AdminClient whose error_cb appends to `errors`) for metadata until an `expected` error was
+    reported, or `timeout` s passed (the caller's assertion then says what is missing). Every ask must fail:
+    nothing is served to a refused client. An ask waits at most 1 s: librdkafka waits out a metadata call's whole
+    timeout once its broker refused it, so a longer one would only wait."""
+    deadline = time.monotonic() + timeout
+    while not any(expected(e) for e in errors) and time.monotonic() < deadline:
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=1)  # type: ignore[attr-defined]
+        admin.poll(0.1)  # type: ignore[attr-defined]

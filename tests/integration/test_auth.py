@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
 from vcproxy_tools.process import READY_LINE, ProxyProcess, proxy_config
 
+from .polling import refused
 from .ports import free_port_block
 from .tool_jvm import run_tool
 
@@ -231,11 +232,7 @@ def _auth_error(
     reported once one is `expected` (or after a generous deadline: the caller's assertion says what is missing)."""
     errors: list[KafkaError] = []
     admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": errors.append, **client})
-    with pytest.raises(KafkaException):
-        admin.list_topics(timeout=8)
-    deadline = time.monotonic() + 60
-    while not any(expected(e) for e in errors) and time.monotonic() < deadline:
-        admin.poll(0.2)
+    refused(admin, errors, expected)
     return errors
 
 
