@@ -63,6 +63,11 @@ TESTS: dict[str, float] = {
 
 # The tests that keep the machine busy for their whole run (the ones with a longer limit): run one process at a time.
 HEAVY = frozenset(test for test, limit in TESTS.items() if limit > DEFAULT_LIMIT)
+# Run through the virtual cluster only in `make test` (every way in `make compat`): TestTxnEtl through the plain proxy
+# took 101-115 s of the heavy lane's 300 in four whole runs, the suite was over its 20 minutes on a slow day, and what
+# it sends through the plain proxy (transactions, groups, produce and fetch at volume) the VC way sends too, through
+# more of the proxy, as do the plain proxy's other transactional tests (tests/integration/test_kip_semantics.py).
+VC_ONLY = frozenset({"TestTxnEtl"})
 
 # Races franz-go's own tests know of, between the test and the broker, each by the line the test prints when it
 # meets one: a way whose failure shows one runs once more, alone (the table says so). Any other failure through a

@@ -27,6 +27,13 @@ WAYS = franz_go.WAYS
 # they do not match franz_go.REFERENCE.
 ALWAYS_DIRECT = bool(os.environ.get(franz_go.ALWAYS_DIRECT_ENV))
 QUEUED = WAYS if ALWAYS_DIRECT else [way for way in WAYS if way != "direct"]
+
+
+def queued(test: str) -> list[str]:
+    """The ways `test` runs in this session (franz_go.VC_ONLY: the VC way alone, but in `make compat`)."""
+    return [way for way in QUEUED if ALWAYS_DIRECT or test not in franz_go.VC_ONLY or way != "proxy"]
+
+
 # Two lanes of franz-go test processes. The heavy tests (franz_go.HEAVY: thousands of records, dozens of clients)
 # run one process at a time: their three ways at once kept both cores saturated for minutes, group members went
 # unheard past their session timeouts, and each way ran slower than the three in a row do. The light tests (mostly
@@ -88,14 +95,14 @@ def suite(kafka_cluster, kgo_proxy, kgo_vc_proxy, kgo_binary, tmp_path_factory) 
                 franz_go.run, kgo_binary, test, way, seeds[way], logdir
             )
             for test in order
-            for way in QUEUED
+            for way in queued(test)
         }
         yield Suite(kgo_binary, seeds, logdir, runs)
 
 
 @pytest.mark.parametrize("test", list(franz_go.TESTS))
 def test_franz_go(test, suite, kgo_proxy, kgo_vc_proxy, request):
-    by_way = {way: suite.runs[test, way].result() for way in QUEUED}
+    by_way = {way: suite.runs[test, way].result() for way in queued(test)}
     try:
         _verdict(test, by_way, suite, kgo_proxy, kgo_vc_proxy)
     finally:  # the row, reruns included, for the table (tests/conftest.py), whatever the verdict; not through
@@ -108,7 +115,7 @@ def _verdict(
 ) -> None:
     if "direct" not in by_way:
         expected = franz_go.reference(test)
-        if not any(franz_go.differences(expected, by_way[way]) for way in ("proxy", "virtual cluster")):
+        if not any(franz_go.differences(expected, by_way[way]) for way in by_way):
             by_way["direct"] = expected
             return
         # A proxy way did not pass as the reference says: the direct run decides whose the failure is.
@@ -125,6 +132,8 @@ def _verdict(
     assert direct.status in ("PASS", "SKIP"), f"{test} does not pass directly, twice:\n{direct.tail()}"
     problems = []
     for way, process in (("proxy", kgo_proxy), ("virtual cluster", kgo_vc_proxy)):
+        if way not in by_way:  # not run this session (franz_go.VC_ONLY)
+            continue
         if franz_go.differences(direct, by_way[way]) and (race := by_way[way].known_race()):
             by_way[way] = suite.rerun(test, way, race)
         found = franz_go.differences(direct, by_way[way])
