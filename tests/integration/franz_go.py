@@ -66,7 +66,7 @@ HEAVY = frozenset(test for test, limit in TESTS.items() if limit > DEFAULT_LIMIT
 # Run through the virtual cluster only in `make test` (every way in `make compat`): TestTxnEtl through the plain proxy
 # took 101-115 s of the heavy lane's 300 in four whole runs, the suite was over its 20 minutes on a slow day, and what
 # it sends through the plain proxy (transactions, groups, produce and fetch at volume) the VC way sends too, through
-# more of the proxy, as do the plain proxy's other transactional tests (tests/integration/test_kip_semantics.py).
+# more of the proxy, and a plain-proxy transactional test stands in for it (tests/integration/test_forwarder.py).
 VC_ONLY = frozenset({"TestTxnEtl"})
 
 # Races franz-go's own tests know of, between the test and the broker, each by the line the test prints when it

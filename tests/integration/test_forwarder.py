@@ -11,7 +11,7 @@ import subprocess
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -105,6 +105,71 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
     # outstanding). A third of that is a margin for a loaded machine, and far above none.
     assert sum(served) >= 100, log[-3000:]
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
+
+
+def test_transactions_through_a_plain_proxy_commit_abort_and_carry_offsets(kafka_cluster, tmp_path):
+    """A consume-transform-produce loop through a plain proxy (franz-go's TestTxnEtl runs this way in `make compat`
+    only): a read_committed reader gets the committed transactions' records and none of the aborted one's, and the
+    input offsets sent in each committed transaction are the group's."""
+    config = proxy_config(kafka_cluster.bootstrap, free_port_block(), metrics={"enabled": True, "port": free_port()})
+    proxy = ProxyProcess(config, tmp_path).start()
+    try:
+        bootstrap = {"bootstrap.servers": proxy.bootstrap}
+        source, sink = f"txn-in-{uuid.uuid4().hex[:8]}", f"txn-out-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(bootstrap)
+        for future in admin.create_topics([NewTopic(source, 2, 3), NewTopic(sink, 2, 3)]).values():
+            future.result(timeout=60)
+        feeder = Producer({**bootstrap, "enable.idempotence": True})
+        for i in range(300):
+            feeder.produce(source, f"in-{i}".encode(), key=str(i % 5).encode())
+        assert feeder.flush(60) == 0
+
+        group = f"etl-{source}"
+        reader = Consumer({**bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                           "enable.auto.commit": False, "isolation.level": "read_committed"})  # fmt: skip
+        reader.subscribe([source])
+        writer = Producer({**bootstrap, "transactional.id": f"etl-{source}", "linger.ms": 5})
+        writer.init_transactions(60)
+        read, batch, committed, deadline = 0, 0, [], time.monotonic() + 120
+        while read < 300 and time.monotonic() < deadline:
+            messages = [m for m in reader.consume(100, 1) if m.error() is None]
+            if not messages:
+                continue
+            batch += 1
+            writer.begin_transaction()
+            for m in messages:
+                writer.produce(sink, m.value().replace(b"in-", b"out-"), key=m.key())
+            if batch == 2:  # this one is aborted: its records never reach a read_committed reader
+                writer.abort_transaction(60)
+                reader.seek(TopicPartition(source, messages[0].partition(), messages[0].offset()))
+                for other in {m.partition() for m in messages} - {messages[0].partition()}:
+                    first = min(m.offset() for m in messages if m.partition() == other)
+                    reader.seek(TopicPartition(source, other, first))
+                continue
+            writer.send_offsets_to_transaction(
+                reader.position(reader.assignment()), reader.consumer_group_metadata(), 60
+            )
+            writer.commit_transaction(60)
+            committed += [m.value() for m in messages]
+            read += len(messages)
+        reader.close()
+        assert read == 300 and len(set(committed)) == 300 and batch >= 3  # the second batch aborted, read again
+
+        check = Consumer({**bootstrap, "group.id": f"check-{sink}", "auto.offset.reset": "earliest",
+                          "isolation.level": "read_committed"})  # fmt: skip
+        check.subscribe([sink])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 120
+        while len(out) < 300 and time.monotonic() < deadline:
+            out += [m.value() for m in check.consume(100, 1) if m.error() is None]
+        check.close()
+        assert sorted(out) == sorted(v.replace(b"in-", b"out-") for v in committed)  # each once, no aborted copy
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(60)
+        ends = {p.partition: p.offset for p in offsets.topic_partitions}
+        assert sum(ends.values()) == 300, ends  # the group's offsets: every input record, from the transactions
+    finally:
+        proxy.stop()
+    assert not re.search(r"internal error|panicked|Traceback", proxy.log_path.read_text())
 
 
 USERS = {"alice": "alice-secret", "carol": "carol-secret"}
