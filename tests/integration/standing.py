@@ -18,7 +18,9 @@ def cell(run: Outcome) -> str:
 
 
 def totals_row(runs: Mapping[object, Mapping[str, Outcome]], ways: list[str], lead: str) -> str:
-    """`lead` (the row's first cells, e.g. "| **passed, total time** |"), then per way: passes of all rows, seconds."""
+    """`lead` (the row's first cells, e.g. "| **passed, total time** |"), then per way: passes of the rows run that
+    way (a row not run that way, "-", is not counted), seconds."""
     totals = [sum(r[w].seconds for r in runs.values() if w in r) for w in ways]
     passed = [sum(r[w].status == "PASS" for r in runs.values() if w in r) for w in ways]
-    return f"{lead} " + " | ".join(f"{p}/{len(runs)}, {t:.0f} s" for p, t in zip(passed, totals, strict=True)) + " |"
+    ran = [sum(w in r for r in runs.values()) for w in ways]
+    return f"{lead} " + " | ".join(f"{p}/{n}, {t:.0f} s" for p, n, t in zip(passed, ran, totals, strict=True)) + " |"

@@ -47,6 +47,11 @@ def test_the_table_counts_passes_and_time_per_way():
     text = table(runs, ["direct", "proxy"])
     assert "| T | PASS 2.0 s | HANG 120.0 s |" in text
     assert "| **passed, total time** | 1/1, 2 s | 0/1, 120 s |" in text
+    # A test not run one way (franz_go.VC_ONLY in `make test`) is "-" there, and not counted there.
+    runs["U"] = {"direct": Run("direct", "U", "PASS", 1.0)}
+    text = table(runs, ["direct", "proxy"])
+    assert "| U | PASS 1.0 s | - |" in text
+    assert "| **passed, total time** | 2/2, 3 s | 0/1, 120 s |" in text
 
 
 def test_a_race_franz_go_names_is_known_by_its_line_and_a_second_run_says_why(tmp_path):
