@@ -34,8 +34,8 @@ from typing import IO, Any
 
 def _preload() -> None:
     """Import what a proxy imports before it listens: every module of the proxy but its generators and its
-    `__main__` (which would run it), the libraries they use, and the schemas of every API (the tenancy rules'
-    check, a function of the code alone, cached)."""
+    `__main__` (which would run it), the libraries they use, and what is built from every API's schema (a
+    function of the code alone, cached)."""
     from proxy.serve import without_test_tools
 
     without_test_tools()
@@ -47,9 +47,13 @@ def _preload() -> None:
     import confluent_kafka  # noqa: F401  (the state topic's and telemetry's clients)
     import trio  # noqa: F401
 
+    from proxy.core import forward_table
     from proxy.tenancy.handlers import registry
 
-    registry()  # a tenancy proxy checks its rules before it listens: that imports every API's schema (seconds)
+    # What a proxy builds before it listens from every API's schema (seconds), cached: the tenancy rules' check and
+    # the forwarder's entries (proxy/net/server.py, _prepare).
+    registry()
+    forward_table.prepare(True)
 
 
 def _child(request: dict[str, Any], wake: tuple[int, int]) -> None:

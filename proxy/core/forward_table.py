@@ -86,6 +86,17 @@ def tenant_entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tup
     return tuple(out)
 
 
+def prepare(tenancy: bool) -> None:
+    """Every API version's entry (and a VC's plans): what each connection's table is made of, built once. The first
+    build loads every answer's schema, seconds of CPU: at start (proxy/net/server.py), not at a client's first
+    plain request, on the event loop."""
+    for key, info in known_apis().items():
+        for version in range(info.min_version, info.max_version + 1):
+            if _entry(key, version) is not None and tenancy:
+                tenant_plans(key, version)
+
+
+@functools.cache
 def _entry(key: int, version: int) -> Entry | None:
     info, spec = known_apis().get(key), catalogue().get(key)
     if info is None or spec is None or not info.min_version <= version <= info.max_version:

@@ -40,10 +40,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def _check_rules(done: trio.Event) -> None:
-    from ..tenancy.handlers import registry
+async def _prepare(tenancy: bool, done: trio.Event) -> None:
+    """Build what a first connection would otherwise build on the event loop, each from every API's schema (seconds
+    of loading): the tenancy rules' check and the forwarder's entries. In a thread, beside the replay; cached."""
 
-    await trio.to_thread.run_sync(registry)  # cached: every session takes this one
+    def build() -> None:
+        if tenancy:
+            from ..tenancy.handlers import registry
+
+            registry()
+        if FORWARDER is not None:
+            from ..core import forward_table
+
+            forward_table.prepare(tenancy)
+
+    await trio.to_thread.run_sync(build)
     done.set()
 
 
@@ -139,6 +150,8 @@ class ProxyServer:
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as handlers:
             self._handler_nursery = handlers
+            prepared = trio.Event()
+            handlers.start_soon(_prepare, self.config.tenancy.enabled, prepared)
             if self.config.metrics.enabled and self.link is None:  # before the replay: /readyz says why
                 await handlers.start(self._serve_http)
             if self.config.tenancy.enabled:  # replayed before any port is bound: no tenant sees a stale view
@@ -150,10 +163,6 @@ class ProxyServer:
                 service = self.tenancy
                 self.credentials = CredentialStore(source=lambda: service.image.users.users)
                 self.vc_settings = VcSettings(self.config.tenancy, lambda: service.image)
-                # The rules' check against the catalogue imports every API's schema: seconds of CPU that the
-                # first tenant's connection would otherwise spend on the event loop. Beside the replay here.
-                checked = trio.Event()
-                handlers.start_soon(_check_rules, checked)
                 await handlers.start(self.tenancy.run)
                 service.image.limits = self.config.tenancy.state_limits.build()  # the replayed image's, for good
                 shared = self.config.tenancy.quota_sharing
@@ -183,7 +192,7 @@ class ProxyServer:
                 handlers.start_soon(
                     upkeep.sweep_orphans, service, lambda: self.config.tenancy.state_check_interval_seconds
                 )
-                await checked.wait()
+            await prepared.wait()  # before any port is bound
             if self.link is not None:
                 from ..observability.http import server_readiness
 

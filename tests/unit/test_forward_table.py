@@ -143,3 +143,21 @@ def test_a_connection_it_may_not_serve_has_no_table():
     session = _session()
     session.ctx.relayed = True  # the broker's own login: its SASL exchanges and answers are the broker's
     assert forward_entries(session) == ()
+
+
+def test_prepared_at_start_a_connections_table_loads_no_schema(monkeypatch):
+    # prepare() (run by the server before it listens) builds every entry; a connection's table, plain or a VC's,
+    # then takes them from the cache: no schema is loaded on the event loop at a client's first plain request.
+    from proxy.core import forward_table
+    from proxy.protocol import apis
+
+    forward_table.prepare(tenancy=True)
+    loaded: list[tuple[int, int]] = []
+    real = apis.response_type
+    monkeypatch.setattr(forward_table, "response_type", lambda k, v: loaded.append((k, v)) or real(k, v))
+    versions = tuple(sorted(apiversions.tenant_versions().items()))
+    forward_table.entries_for.cache_clear()
+    forward_table.tenant_entries_for.cache_clear()
+    assert forward_table.entries_for(tuple(sorted(apiversions.proxy_versions().items())))
+    assert forward_table.tenant_entries_for(versions)
+    assert loaded == []
