@@ -311,9 +311,11 @@ async def test_a_decision_waits_for_a_record_its_follower_has_not_applied():
         bob, got = call(session(two.image, "User:bob"), 51, alter_request(upsert(NEW, "b-pw")), _RESPONSE)
         assert errors(got) == {NEW: (0, None)}  # bob's replica has not seen alice's user
         answers: list[Any] = []
+        answered = trio.Event()
 
         async def decide_bob() -> None:
             answers.append(await two.decide(bob.decide))
+            answered.set()
 
         with trio.fail_after(30):
             await one.decide(alice.decide)
@@ -321,8 +323,7 @@ async def test_a_decision_waits_for_a_record_its_follower_has_not_applied():
             await trio.to_thread.run_sync(two.store.probed.wait, 30)
             assert not answers  # the record was found: bob's decision waits for the follower
             two.store.gate.set()
-            while not answers:
-                await trio.sleep(0.01)
+            await answered.wait()
         nursery.cancel_scope.cancel()
     ((body, records),) = answers
     assert errors(_decided(body))[NEW][0] == 31 and records == []
