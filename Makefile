@@ -137,6 +137,7 @@ compat: $(VENV)/.installed-test librdkafka-deps
 # proxy/protocol/management_messages.py and kafka_versions.py (unit tests compare each with its source).
 messages: $(VENV)/.installed-run
 	$(PY) -m proxy.protocol.message_gen
+	$(PY) -m proxy.core.forward_plans_gen
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check proxy vcproxy_tools tests benchmarks

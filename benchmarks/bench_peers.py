@@ -930,7 +930,7 @@ class Bench:
             say(f"round {r}/{a.rounds}: {', '.join(order)}   [{ld['start']}]")
             # Workload by workload, every variant in turn: each proxy's run is at most a few minutes from
             # direct's, so load that drifts (other work on the machine) hits the pairs alike.
-            for w in "abcd":
+            for w in a.workloads:
                 for v in order:
                     rows += self.suite(r, v, topics[(r, v)], w)
             ld["end"], ld["end_time"] = uptime_line(), time.strftime("%H:%M:%S")
@@ -1182,6 +1182,7 @@ def main() -> int:
     p.add_argument("--small-rate", type=int, default=5000, help="records/s of workload c (default 5000)")
     p.add_argument("--fixed-rate", type=int, default=2000, help="records/s of workload d (default 2000)")
     p.add_argument("--latency-seconds", type=int, default=20, help="measured seconds of workloads c and d (default 20)")
+    p.add_argument("--workloads", default="abcd", help="which of a-d to run (b reads what a wrote; default abcd)")
     p.add_argument("--brokers", type=int, default=1)
     p.add_argument("--base-port", type=int, default=43092, help="the broker's port (launcher: node n on +10(n-1))")
     p.add_argument("--proxy-port-base", type=int, default=43200,
@@ -1205,6 +1206,8 @@ def main() -> int:
     a = p.parse_args()
     if a.quick:
         a.rounds, a.records, a.latency_seconds = 1, 20_000, 3
+    if not a.workloads or set(a.workloads) - set("abcd") or ("b" in a.workloads and "a" not in a.workloads):
+        p.error(f"--workloads {a.workloads!r}: letters of abcd, with a wherever b (b reads what a wrote)")
     ports = [a.proxy_port_base + 100 * i for i in range(len(ALL_VARIANTS))]
     if min(ports) < 1024 or max(ports) + 99 > 65535:
         p.error("ports out of range")

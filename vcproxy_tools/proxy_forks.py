@@ -47,13 +47,11 @@ def _preload() -> None:
     import confluent_kafka  # noqa: F401  (the state topic's and telemetry's clients)
     import trio  # noqa: F401
 
-    from proxy.core import forward_table
-    from proxy.tenancy.handlers import registry
+    from proxy.net.server import build_tables
 
-    # What a proxy builds before it listens from every API's schema (seconds), cached: the tenancy rules' check and
-    # the forwarder's entries (proxy/net/server.py, _prepare).
-    registry()
-    forward_table.prepare(True)
+    # What a proxy builds before it listens from every API's schema (seconds), cached.
+    build_tables(tenancy=False)
+    build_tables(tenancy=True)
 
 
 def _child(request: dict[str, Any], wake: tuple[int, int]) -> None:

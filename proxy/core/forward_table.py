@@ -32,6 +32,7 @@ from ..protocol import plans, walker
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
 from ..rules import api_rules
+from . import forward_plans
 from .endpoints import rules_for
 from .grants import tenant_plans
 
@@ -86,18 +87,13 @@ def tenant_entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tup
     return tuple(out)
 
 
-def prepare(tenancy: bool) -> None:
-    """Every API version's entry (and a VC's plans): what each connection's table is made of, built once. The first
-    build loads every answer's schema, seconds of CPU: at start (proxy/net/server.py), not at a client's first
-    plain request, on the event loop."""
-    for key, info in known_apis().items():
-        for version in range(info.min_version, info.max_version + 1):
-            if _entry(key, version) is not None and tenancy:
-                tenant_plans(key, version)
-
-
-@functools.cache
 def _entry(key: int, version: int) -> Entry | None:
+    """The API version's entry, as checked in (forward_plans_gen.py): no schema is loaded to read it."""
+    return forward_plans.ENTRIES.get((key, version))
+
+
+def derive_entry(key: int, version: int) -> Entry | None:
+    """What `_entry` reads, from the schemas and the rules (forward_plans_gen.py; a unit test compares the two)."""
     info, spec = known_apis().get(key), catalogue().get(key)
     if info is None or spec is None or not info.min_version <= version <= info.max_version:
         return None

@@ -18,7 +18,6 @@ an id the grant does not hold or a session that changed goes back to the session
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +40,14 @@ TenantPlans = tuple[Any, Any, Any, int | None]
 NAMES = frozenset({"topic_id", "txn"})  # what a served tenant request may name: granted ids, and null ids
 
 
-@functools.cache
 def tenant_plans(key: int, version: int) -> TenantPlans | None:
+    """The API version's plans, as checked in (forward_plans_gen.py): no schema is loaded to read them."""
+    from .forward_plans import TENANT
+
+    return TENANT.get((key, version))  # type: ignore[return-value]
+
+
+def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     """The plans of an API version the forwarder may serve for a VC, or None: one whose translation (tenant.yaml)
     is a splice both ways with nothing else (no handler, extra paths or filters), whose request names nothing
     but topic ids and ids that may be null, whose answer names nothing but topic ids and messages within the

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..config import ProxyConfig
-from ..core import apiversions
 from ..core.endpoints import BrokerEndpoint, ListenerLayout
 from . import upstream as up
 
@@ -69,10 +68,9 @@ class Discovering(Protocol):
     async def on_brokers(self, seen: list[BrokerEndpoint], full_list: bool) -> None: ...
 
 
-async def discovery_loop(server: Discovering, *, versions: bool = True, announce: bool = True) -> None:
+async def discovery_loop(server: Discovering, *, announce: bool = True) -> None:
     """Ask the cluster for its brokers until cancelled, backing off on failure; the first success makes
-    the server ready (after the version tables are built, unless `versions` is off: a parent of workers
-    answers no client itself) and, with `announce`, logs "proxy ready" (a worker's parent does that)."""
+    the server ready and, with `announce`, logs "proxy ready" (a worker's parent does that)."""
     delay = 0.5
     while True:
         try:
@@ -93,13 +91,6 @@ async def discovery_loop(server: Discovering, *, versions: bool = True, announce
             log.info("upstream cluster id %s, brokers %s", view.cluster_id, sorted(b.node_id for b in view.brokers))
             server.cluster_id = view.cluster_id
         await server.on_brokers(view.brokers, True)
-        if not server.ready.is_set() and versions:
-            # Build the version tables before saying ready: the first build costs seconds of schema
-            # loading, which must not land on a client's first request.
-            if server.config.tenancy.enabled:
-                apiversions.tenant_versions()
-            else:
-                apiversions.proxy_versions()
         if not server.ready.is_set():
             if announce:
                 _log_ready(server)

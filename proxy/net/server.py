@@ -40,21 +40,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def build_tables(tenancy: bool) -> None:
+    """Build what a first connection would otherwise build on the event loop, from the APIs' schemas: the ApiVersions
+    table and the tenancy rules' check. Cached: a function of the code alone (the suite's fork server builds them
+    once for all its proxies). The forwarder's entries are checked in (proxy/core/forward_plans.py)."""
+    if tenancy:
+        from ..tenancy.handlers import registry
+
+        apiversions.tenant_versions()
+        registry()
+    else:
+        apiversions.proxy_versions()
+
+
 async def _prepare(tenancy: bool, done: trio.Event) -> None:
-    """Build what a first connection would otherwise build on the event loop, each from every API's schema (seconds
-    of loading): the tenancy rules' check and the forwarder's entries. In a thread, beside the replay; cached."""
-
-    def build() -> None:
-        if tenancy:
-            from ..tenancy.handlers import registry
-
-            registry()
-        if FORWARDER is not None:
-            from ..core import forward_table
-
-            forward_table.prepare(tenancy)
-
-    await trio.to_thread.run_sync(build)
+    """`build_tables` in a thread, beside the replay, before any port is bound."""
+    await trio.to_thread.run_sync(build_tables, tenancy)
     done.set()
 
 

@@ -18,7 +18,6 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import trio
@@ -116,7 +115,7 @@ class Parent:
                     async with trio.open_nursery() as listeners:
                         self.listeners.nursery = listeners
                         await listeners.start(self.listeners.serve_port, self.config.listeners.bootstrap_port, None)
-                        listeners.start_soon(partial(discovery_loop, self, versions=False))
+                        listeners.start_soon(discovery_loop, self)
                         await trio.sleep_forever()
         except* WorkerFailed as group:
             failed = group.exceptions[0]

@@ -55,8 +55,11 @@ class Registry:
     handlers: dict[str, Handler]
     kinds: dict[str, KindFn]
 
-    def check(self, rules: dict[int, TenantRule]) -> None:
-        """Rules and handlers must match one to one (by name): a typo must fail the load, not be ignored."""
+    def check(self, rules: dict[int, TenantRule], *, splices: bool = True) -> None:
+        """Rules and handlers must match one to one (by name): a typo must fail the load, not be ignored. With
+        `splices`, every spliced version's names must be within a splice's reach: that loads each one's schemas
+        (most of a second), and depends on the code alone, so the suite checks it for the rules as shipped
+        (tests/unit/test_rules.py) and a proxy's start does not."""
         named = {rule.handler for rule in rules.values() if rule.handler}
         missing = sorted(named - set(self.handlers))
         unused = sorted(set(self.handlers) - named)
@@ -69,7 +72,7 @@ class Registry:
             problems.append(f"handlers no rule in tenant.yaml uses: {unused}")
         if unknown_kinds:
             problems.append(f"tenant.yaml names identifier kinds nothing translates: {unknown_kinds}")
-        for key, rule in rules.items():
+        for key, rule in rules.items() if splices else ():
             problems += self._splice_problems(key, rule)
         if problems:
             raise ValueError("; ".join(problems))

@@ -145,19 +145,27 @@ def test_a_connection_it_may_not_serve_has_no_table():
     assert forward_entries(session) == ()
 
 
-def test_prepared_at_start_a_connections_table_loads_no_schema(monkeypatch):
-    # prepare() (run by the server before it listens) builds every entry; a connection's table, plain or a VC's,
-    # then takes them from the cache: no schema is loaded on the event loop at a client's first plain request.
-    from proxy.core import forward_table
-    from proxy.protocol import apis
+def test_a_connections_table_loads_no_schema(monkeypatch):
+    # The entries and a VC's plans are checked in (proxy/core/forward_plans.py): a connection's table, plain or a
+    # VC's, loads no schema, at start or on the event loop at a client's first plain request.
+    from proxy.core import forward_table, grants
 
-    forward_table.prepare(tenancy=True)
     loaded: list[tuple[int, int]] = []
-    real = apis.response_type
-    monkeypatch.setattr(forward_table, "response_type", lambda k, v: loaded.append((k, v)) or real(k, v))
+    for module, name in ((forward_table, "response_type"), (grants, "request_type"), (grants, "response_type")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda k, v, real=real: loaded.append((k, v)) or real(k, v))
     versions = tuple(sorted(apiversions.tenant_versions().items()))
     forward_table.entries_for.cache_clear()
     forward_table.tenant_entries_for.cache_clear()
     assert forward_table.entries_for(tuple(sorted(apiversions.proxy_versions().items())))
     assert forward_table.tenant_entries_for(versions)
     assert loaded == []
+
+
+def test_the_checked_in_entries_are_what_the_schemas_and_rules_give_now():
+    from proxy.core import forward_plans, forward_plans_gen
+
+    assert forward_plans_gen.OUTPUT.read_text() == forward_plans_gen.current(), "run `make messages`"
+    entries, tenant = forward_plans_gen.rows()
+    assert entries == forward_plans.ENTRIES and tenant == forward_plans.TENANT  # read back as derived
+    assert {key for key, _ in tenant} == {0, 1}  # Produce and Fetch by topic id
