@@ -55,10 +55,10 @@ class Registry:
     handlers: dict[str, Handler]
     kinds: dict[str, KindFn]
 
-    def check(self, rules: dict[int, TenantRule], *, splices: bool = True) -> None:
+    def check(self, rules: dict[int, TenantRule], *, schemas: bool = True) -> None:
         """Rules and handlers must match one to one (by name): a typo must fail the load, not be ignored. With
-        `splices`, every spliced version's names must be within a splice's reach: that loads each one's schemas
-        (most of a second), and depends on the code alone, so the suite checks it for the rules as shipped
+        `schemas`, also every spliced version's names must be within a splice's reach: that loads each one's
+        schemas (most of a second) and depends on the code alone, so the suite checks it for the rules as shipped
         (tests/unit/test_rules.py) and a proxy's start does not."""
         named = {rule.handler for rule in rules.values() if rule.handler}
         missing = sorted(named - set(self.handlers))
@@ -72,22 +72,22 @@ class Registry:
             problems.append(f"handlers no rule in tenant.yaml uses: {unused}")
         if unknown_kinds:
             problems.append(f"tenant.yaml names identifier kinds nothing translates: {unknown_kinds}")
-        for key, rule in rules.items() if splices else ():
-            problems += self._splice_problems(key, rule)
+        for key, rule in rules.items():
+            problems += self._splice_problems(key, rule, schemas)
         if problems:
             raise ValueError("; ".join(problems))
 
-    def _splice_problems(self, key: int, rule: TenantRule) -> list[str]:
+    def _splice_problems(self, key: int, rule: TenantRule, schemas: bool) -> list[str]:
         """A spliced body is walked, not decoded: nothing that needs the decoded body may be asked of it
-        (a request hook, extra paths, response filters), and every name of every version must be within a
-        splice's reach (a top-level field or an "array[].field" chain). A rule that asks more fails the load."""
+        (a request hook, extra paths, response filters), and (`schemas`) every name of every version must be
+        within a splice's reach (a top-level field or an "array[].field" chain). A rule that asks more fails."""
         handler = self.handlers.get(rule.handler) if rule.handler else None
         problems = []
         if "request" in rule.splice and (rule.request or (handler is not None and handler.request is not None)):
             problems.append(f"api {key}: a spliced request has a request hook or extra paths, which need a decode")
         if "response" in rule.splice and (rule.response or rule.filters):
             problems.append(f"api {key}: a spliced response has extra paths or filters, which need a decode")
-        for version in _versions(key) if rule.splice else ():
+        for version in _versions(key) if rule.splice and schemas else ():
             try:
                 if "request" in rule.splice:
                     cls = request_type(key, version)

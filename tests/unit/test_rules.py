@@ -53,7 +53,7 @@ def test_handlers_and_rules_match_one_to_one():
     from proxy.tenancy.handlers import HANDLERS, SPECIAL_KINDS, registry
 
     assert registry().handlers is HANDLERS  # the real ones match
-    Registry(HANDLERS, SPECIAL_KINDS).check(tenant_rules(), splices=True)  # and every splice is within reach
+    Registry(HANDLERS, SPECIAL_KINDS).check(tenant_rules(), schemas=True)  # and every splice is within reach
     rules = dict(tenant_rules())
     rules[3] = TenantRule(api="Metadata", action="rewrite", handler="metdata")  # a typo
     with pytest.raises(ValueError, match=r"handlers that do not exist: \['metdata'\].*no rule .* uses: \['metadata'\]"):

@@ -61,5 +61,5 @@ SPECIAL_KINDS = {
 def registry() -> Registry:
     """The handlers and special kinds, checked against tenant.yaml (ValueError if they do not match)."""
     reg = Registry(HANDLERS, SPECIAL_KINDS)
-    reg.check(tenant_rules(), splices=False)
+    reg.check(tenant_rules(), schemas=False)
     return reg
