@@ -28,6 +28,7 @@ from ..protocol.entities import unwrap
 from ..rules import tenant_rules
 from ..tenancy.engine import MESSAGE, message_paths, response_paths, splice_paths
 from ..tenancy.fetch_sessions import FETCH_SESSIONS
+from .forward_plans import TENANT
 
 if TYPE_CHECKING:
     from .stages.context import ConnectionState
@@ -42,8 +43,6 @@ NAMES = frozenset({"topic_id", "txn"})  # what a served tenant request may name:
 
 def tenant_plans(key: int, version: int) -> TenantPlans | None:
     """The API version's plans, as checked in (forward_plans_gen.py): no schema is loaded to read them."""
-    from .forward_plans import TENANT
-
     return TENANT.get((key, version))  # type: ignore[return-value]
 
 
