@@ -12,6 +12,12 @@
 //! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python (`hook`)
 //! like the session rewrites it.
 //!
+//! A large Fetch answer (`STREAM_MIN`) goes on to the client as it arrives instead of once it is whole: the bytes before
+//! its tagged section, and for a tenant before any topic id not seen whole in the grant, are sent as they come, and
+//! between TCP sockets the rest of a partition's record batches moves through a pipe (splice(2)), never copied
+//! through this process. The whole answer is judged as any other once it has come; if Python must rewrite it and the
+//! rewrite differs in what was already sent (or in its size), the connection ends (`stream`, `answers`).
+//!
 //! A virtual cluster's connection has entries with a `Tenant` part (Produce and Fetch by topic id) and a `Grant`:
 //! the topic ids and fetch sessions the session let through unchanged, void once the VC state changes
 //! (`Generation`). Such a request is served only when it validates and names nothing else; such an answer goes
@@ -28,9 +34,18 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{items, malformed, parse, skip, skip_tags, uvarint, validate, Node, Walk};
+use crate::{be_signed, count, items, malformed, parse, skip, skip_tags, uvarint, validate, Fail, Node, Walk};
 
 const READ_CHUNK: usize = 16 * 1024; // room made for a receive (more when a known frame needs it)
+const FETCH: i16 = 1;
+// A Fetch answer this large goes on to the client as it arrives (cut-through), not once it is whole: a consumer asks
+// again only when it has the last answer, so reading a megabyte whole before sending it adds that read to each
+// round trip (docs/performance.md, "The consumer against direct").
+const STREAM_MIN: usize = 64 * 1024;
+const STREAM_STEP: usize = 16 * 1024; // new bytes of such an answer between two looks at what may go on
+// Of its record batches, what has not come yet when the rest of the answer before it has gone on moves from one
+// socket to the other through a pipe (splice(2)), never copied through this process, when this much of it is left.
+const SPLICE_MIN: usize = 16 * 1024;
 const WAKE: u64 = u64::MAX;
 const EVENTS: usize = 256;
 
@@ -42,6 +57,7 @@ struct Entry {
     tags: Option<Node>,      // the answer's regular fields, to find its tagged section (KIP-951)
     tenant: Option<Tenant>,  // a virtual cluster's request: served only when it names nothing but granted ids
     errors: Option<Errors>,  // where the answer's error codes are, for a `Tally` (None: not served while counting)
+    records: Option<Node>,   // an answer with record batches (Fetch): its regular fields, to stream it (`streamable`)
 }
 
 /// Where an answer's error codes are, as the metrics read them (proxy/observability/metrics.py): every one at any
@@ -388,6 +404,65 @@ fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i
     }
 }
 
+/// Where a walk of an answer still arriving ran out.
+enum Short {
+    Bytes(u64), // inside a length-prefixed field (a Fetch's record batches) that ends at this offset
+    Other,      // anywhere else: every byte that has come belongs to the regular fields
+    Bad,        // not the end of what has come: the whole answer is judged when it has come
+}
+
+/// `skip` over the first bytes of an answer: where its regular fields end, or where the walk ran out.
+fn reach(node: &Node, buf: &[u8], off: u64) -> Result<u64, Short> {
+    let short = |fail: Fail| match fail {
+        Fail::Truncated(_) => Short::Other,
+        _ => Short::Bad,
+    };
+    match node {
+        Node::Sized { flexible, prefix } => {
+            let (length, start) = if *flexible {
+                let (length, start) = uvarint(buf, off).map_err(short)?;
+                (length as i64 - 1, start)
+            } else {
+                if off + prefix > buf.len() as u64 {
+                    return Err(Short::Other);
+                }
+                (be_signed(&buf[off as usize..(off + prefix) as usize]), off + prefix)
+            };
+            let end = start + length.max(0) as u64;
+            if end > buf.len() as u64 {
+                return Err(Short::Bytes(end));
+            }
+            Ok(end)
+        }
+        Node::Array { flexible, item } => {
+            let (n, mut off) = count(buf, off, *flexible).map_err(short)?;
+            for _ in 0..n.max(0) {
+                off = reach(item, buf, off)?;
+            }
+            Ok(off)
+        }
+        Node::Struct { flexible, steps } => {
+            let mut off = off;
+            for step in steps {
+                off = reach(step, buf, off)?;
+            }
+            if !flexible {
+                return Ok(off);
+            }
+            skip_tags(buf, off).map_err(short)
+        }
+        Node::NullStruct(inner) => {
+            let Some(&marker) = buf.get(off as usize) else { return Err(Short::Other) };
+            if marker == 0xFF {
+                Ok(off + 1)
+            } else {
+                reach(inner, buf, off + 1)
+            }
+        }
+        other => skip(other, buf, off).map_err(short),
+    }
+}
+
 /// An entry as Python gives it (proxy/core/forward_table.py's `Entry`).
 type EntryTuple<'py> = (
     i16,
@@ -397,6 +472,7 @@ type EntryTuple<'py> = (
     bool,
     Bound<'py, PyAny>,
     Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>)>,
+    Bound<'py, PyAny>,
     Bound<'py, PyAny>,
 );
 
@@ -413,15 +489,17 @@ pub struct ForwardTable {
 #[pymethods]
 impl ForwardTable {
     /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None, tenant plans
-    /// (validate, request names, answer names) or None).
+    /// (validate, request names, answer names, a Fetch's session offset) or None, errors plan or None, records
+    /// plan or None).
     #[new]
     fn new(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut map = HashMap::new();
         for item in entries.try_iter()? {
             let item = item?;
-            let (key, version, acks, request_flexible, response_flexible, plan, tenant, errors): EntryTuple<'_> =
+            let (key, version, acks, request_flexible, response_flexible, plan, tenant, errors, records): EntryTuple<'_> =
                 item.extract()?;
             let tags = if plan.is_none() { None } else { Some(parse(&plan)?) };
+            let records = if records.is_none() { None } else { Some(parse(&records)?) };
             let tenant = match tenant {
                 None => None,
                 Some((v, rq, rs, session)) => Some(Tenant {
@@ -442,7 +520,8 @@ impl ForwardTable {
             } else {
                 Some(Errors::Walk(parse(&errors)?))
             };
-            map.insert(index(key, version), Entry { acks, request_flexible, response_flexible, tags, tenant, errors });
+            let entry = Entry { acks, request_flexible, response_flexible, tags, tenant, errors, records };
+            map.insert(index(key, version), entry);
         }
         Ok(ForwardTable { entries: Arc::new(map) })
     }
@@ -491,6 +570,26 @@ impl ForwardTable {
             return Err(PyValueError::new_err("not in the table"));
         };
         answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner), note).map_err(PyValueError::new_err)
+    }
+
+    /// Of an answer still arriving (`part`: its first bytes, size prefix included) to request `(key, version)`: how
+    /// many bytes the forwarder may send on now, and where the record batches it ends in end when they are not all
+    /// there; None when it sends nothing more until the answer is whole. For the tests.
+    #[pyo3(signature = (key, version, part, grant=None, note=None))]
+    fn streamable(
+        &self,
+        key: i16,
+        version: i16,
+        part: &Bound<'_, PyAny>,
+        grant: Option<&Grant>,
+        note: Note,
+    ) -> PyResult<Option<(usize, Option<usize>)>> {
+        let buffer = PyBuffer::<u8>::get(part)?;
+        let bytes = crate::bytes_of(&buffer)?;
+        let Some(entry) = self.entries.get(&index(key, version)) else {
+            return Err(PyValueError::new_err("not in the table"));
+        };
+        Ok(streamable(entry, key, bytes, grant.map(|g| &*g.inner), note))
     }
 }
 
@@ -592,9 +691,85 @@ struct Conn {
     broker_writable: bool,
     hold: bool, // the next request is not the forwarder's, or a drain: read no further from the client
     client_eof: bool,
+    streamed: usize, // of the answer at the front of `bin`, the bytes already sent on (`STREAM_MIN`); 0: none
+    looked: usize,   // how much of it had come at the last look
+    // Of its record batches, the bytes still to splice from the broker (`bin` holds zeros in their place, so that
+    // offsets stay the answer's), and those in the pipe, not yet sent to the client.
+    splice_left: usize,
+    piped: usize,
+    pipe: Option<Pipe>, // while a large answer's record batches are spliced
+    spliceable: Option<bool>, // both sockets TCP (learnt at the first large answer): only then is it spliced
     requests: u64,
     responses: u64,
     published: Arc<Published>,
+}
+
+/// The pipe a large answer's record batches go through (splice(2)): made for that answer and closed after it, so that
+/// pipes count the answers on their way, not the connections (the kernel limits a user's pipe pages).
+struct Pipe {
+    read: i32,
+    write: i32,
+    room: usize,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Pipe> {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two descriptors into a live array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a plain fcntl call on a descriptor just made.
+        let room = unsafe { libc::fcntl(fds[1], libc::F_GETPIPE_SZ) };
+        Ok(Pipe { read: fds[0], write: fds[1], room: room.max(4096) as usize })
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        // SAFETY: the descriptors are this pipe's own.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
+}
+
+/// Whether `fd` is a TCP socket: splice(2) is used between those alone, as the proxy's are. (Into a Unix socket that
+/// could not take all of a splice, the writer here was never woken again: tests/unit/test_forward_stream.py runs both.)
+fn is_tcp(fd: i32) -> bool {
+    let mut domain: libc::c_int = 0;
+    let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `length` bytes into a live c_int.
+    let found = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut domain as *mut libc::c_int as *mut libc::c_void, &mut length)
+    };
+    found == 0 && (domain == libc::AF_INET || domain == libc::AF_INET6)
+}
+
+/// Moves up to `n` bytes from `from` to `to` without copying them through this process: the bytes moved, 0 at the
+/// end of `from`'s stream.
+fn splice(from: i32, to: i32, n: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: no offsets (both ends are a socket or a pipe); the kernel moves at most `n` bytes.
+        let moved = unsafe {
+            libc::splice(
+                from,
+                std::ptr::null_mut(),
+                to,
+                std::ptr::null_mut(),
+                n,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if moved >= 0 {
+            return Ok(moved as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
 
 fn be_i32(b: &[u8]) -> i32 {
@@ -784,23 +959,56 @@ fn answer_untouched(
     }
     if let Some(tenant) = &entry.tenant {
         let Some(grant) = grant.filter(|g| g.valid()) else { return Ok(false) };
-        if tenant.session.is_some() {
-            // throttle_time_ms, error_code, session_id: the head of every Fetch answer with sessions. Unchanged only
-            // when the session stays as the request left it (none, or one that goes on): else the table learns.
-            let at = body as usize;
-            let (Some(error), Some(session)) = (frame.get(at + 4..at + 6), frame.get(at + 6..at + 10)) else {
-                return Ok(false);
-            };
-            let Some((sent, epoch)) = note else { return Ok(false) };
-            if be_i16(error) != 0 || be_i32(session) != sent || (sent != 0 && epoch <= 0) {
-                return Ok(false);
-            }
+        if tenant.session.is_some() && !session_unchanged(frame, body, note) {
+            return Ok(false);
         }
         let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
         // A walk that fails is the session's to judge (it closes the connection with its own reason).
         return Ok(matches!(granted(&tenant.response, frame, body, &ids, key), Ok((_, true))));
     }
     Ok(true)
+}
+
+/// A Fetch answer's head (throttle_time_ms, error_code, session_id) leaves its session as the request left it (none,
+/// or one that goes on); else the fetch-session table learns from it, in Python.
+fn session_unchanged(frame: &[u8], body: u64, note: Note) -> bool {
+    let at = body as usize;
+    let (Some(error), Some(session)) = (frame.get(at + 4..at + 6), frame.get(at + 6..at + 10)) else {
+        return false;
+    };
+    let Some((sent, epoch)) = note else { return false };
+    be_i16(error) == 0 && be_i32(session) == sent && (sent == 0 || epoch > 0)
+}
+
+/// How much of an answer still arriving (`part`: its first bytes, size prefix included) may go on now, and where the
+/// record batches it has come into end when they are not all there (what may then be spliced through). What may go:
+/// bytes before its tagged section (KIP-951 hints, which Python may rewrite) and, for a tenant, before any id not
+/// seen whole in the grant. None: nothing more for now (an answer Python will rewrite, or a walk that stopped on
+/// something other than the end of what has come); the whole answer is judged when it has come.
+fn streamable(entry: &Entry, key: i16, part: &[u8], grant: Option<&Granted>, note: Note) -> Option<(usize, Option<usize>)> {
+    let plan = entry.records.as_ref()?;
+    let body = response_body(entry, part).ok()?;
+    let (mut safe, bytes) = match reach(plan, part, body) {
+        Ok(tags) => (tags as usize, None), // every regular field has come: the tagged section starts here
+        Err(Short::Bytes(end)) => (part.len(), Some(end as usize)),
+        Err(Short::Other) => (part.len(), None),
+        Err(Short::Bad) => return None,
+    };
+    if let Some(tenant) = &entry.tenant {
+        let grant = grant.filter(|g| g.valid())?;
+        if tenant.session.is_some() && !session_unchanged(part, body, note) {
+            return None;
+        }
+        let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
+        match granted(&tenant.response, part, body, &ids, key) {
+            Ok((_, true)) => {}
+            // Every id read whole is granted; outside record batches, the last 16 bytes may hold one not whole yet.
+            Err(Fail::Truncated(_)) if bytes.is_none() => safe = safe.min(part.len().saturating_sub(16)),
+            Err(Fail::Truncated(_)) => {}
+            _ => return None,
+        }
+    }
+    Some((safe, bytes))
 }
 
 /// Where an answer's body starts: after the size, the correlation id and (response header v1) the tagged fields.
@@ -851,12 +1059,17 @@ impl Conn {
         Ok(progress)
     }
 
-    /// Answers read whole from `bin`, each the next outstanding request's, written to the client.
+    /// Answers read whole from `bin`, each the next outstanding request's, written to the client; a large Fetch
+    /// answer is sent on as it arrives (`stream`).
     fn answers(&mut self) -> Result<bool, End> {
         let mut at = 0;
         let mut progress = false;
-        while Conn::pending_out(&self.cout, self.cout_at) < self.limit {
-            let Some(total) = whole_frame(&self.bin[at..], self.max_frame)? else { break };
+        let mut partial = false;
+        while Conn::pending_out(&self.cout, self.cout_at) < self.limit && self.piped == 0 {
+            let Some(total) = whole_frame(&self.bin[at..], self.max_frame)? else {
+                partial = true;
+                break;
+            };
             let frame = &self.bin[at..at + total];
             let Some(&(expected, idx, note, read, size)) = self.in_flight.front() else {
                 return Err(End::Protocol("response from the broker with no request outstanding".into()));
@@ -882,7 +1095,15 @@ impl Conn {
                 rewritten = Some(result.map_err(|e| failed(e.to_string()))?);
             }
             let out = rewritten.as_deref().unwrap_or(frame);
-            send_or_queue(self.client, out, &mut self.cout, self.cout_at, &mut self.client_writable)
+            let sent = std::mem::take(&mut self.streamed);
+            self.looked = 0;
+            self.pipe = None; // empty: `piped` is 0 here
+            if sent > 0 && rewritten.is_some() && (out.len() != total || out[..sent] != frame[..sent]) {
+                // Its first bytes went on as they came, and the rewrite changed them (a leader hint's host of another
+                // length): the client cannot be given both. It fetches again on a new connection.
+                return Err(failed(format!("{sent} bytes of it were sent on before the rewrite")));
+            }
+            send_or_queue(self.client, &out[sent..], &mut self.cout, self.cout_at, &mut self.client_writable)
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
             if let (Some(tally), Some(errors)) = (&self.tally, &entry.errors) {
                 let codes = answer_errors(entry, errors, out); // the client's: as the Python path counts them
@@ -894,10 +1115,101 @@ impl Conn {
             at += total;
             progress = true;
         }
+        if partial {
+            progress |= self.stream(at)?;
+        }
         if at > 0 {
             self.bin.drain(..at);
         }
         Ok(progress)
+    }
+
+    /// Sends on what may go of a large Fetch answer still arriving at `bin[at..]`, when nothing waits to go to the
+    /// client before it; when the rest of its record batches is large, they are spliced through next (`splice_in`).
+    /// Whether the whole answer goes as it came is decided once it has all come (`answers`).
+    fn stream(&mut self, at: usize) -> Result<bool, End> {
+        let part = &self.bin[at..];
+        if part.len() < 8
+            || part.len() < self.looked + STREAM_STEP
+            || self.cout_at != self.cout.len()
+            || self.splice_left > 0
+            || self.piped > 0
+        {
+            return Ok(false);
+        }
+        let Some(&(expected, idx, note, _, _)) = self.in_flight.front() else { return Ok(false) };
+        // The size was checked by `whole_frame`; a wrong correlation id is refused when the answer is whole.
+        if (idx >> 16) as u16 as i16 != FETCH || 4 + be_i32(part) as usize <= STREAM_MIN || be_i32(&part[4..]) != expected
+        {
+            return Ok(false);
+        }
+        self.looked = part.len();
+        let Some((safe, bytes)) = streamable(&self.table[&idx], FETCH, part, self.grant.as_deref(), note) else {
+            return Ok(false);
+        };
+        let mut progress = false;
+        if safe > self.streamed {
+            send_or_queue(self.client, &part[self.streamed..safe], &mut self.cout, self.cout_at, &mut self.client_writable)
+                .map_err(|e| End::ClientFailed(e.to_string()))?;
+            self.streamed = safe;
+            progress = true;
+        }
+        if let Some(end) = bytes {
+            let left = end - part.len();
+            let spliceable = *self.spliceable.get_or_insert_with(|| is_tcp(self.client) && is_tcp(self.broker));
+            if spliceable && self.streamed == part.len() && self.cout_at == self.cout.len() && left >= SPLICE_MIN {
+                if self.pipe.is_none() {
+                    // Without one (the process' descriptor limit), the answer goes on as it arrives, copied.
+                    self.pipe = Pipe::new().ok();
+                }
+                if self.pipe.is_some() {
+                    self.splice_left = left;
+                    progress = true;
+                }
+            }
+        }
+        Ok(progress)
+    }
+
+    /// Record batches from the broker into the pipe (zeros in `bin` in their place); false when the broker has no
+    /// more for now or the pipe is full.
+    fn splice_in(&mut self) -> Result<bool, End> {
+        let Some(pipe) = &self.pipe else { return Ok(false) };
+        let room = (pipe.room.saturating_sub(self.piped)).min(self.splice_left);
+        if room == 0 {
+            return Ok(false);
+        }
+        match splice(self.broker, pipe.write, room) {
+            Ok(0) => Err(End::BrokerClosed("upstream broker closed the connection".into())),
+            Ok(n) => {
+                self.bin.resize(self.bin.len() + n, 0);
+                self.splice_left -= n;
+                self.piped += n;
+                self.streamed += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.broker_readable = false;
+                Ok(false)
+            }
+            Err(e) => Err(End::BrokerClosed(e.to_string())),
+        }
+    }
+
+    /// The pipe's bytes to the client; false when the client takes no more for now.
+    fn splice_out(&mut self) -> Result<bool, End> {
+        let Some(pipe) = &self.pipe else { return Ok(false) };
+        match splice(pipe.read, self.client, self.piped) {
+            Ok(n) => {
+                self.piped -= n;
+                Ok(n > 0)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.client_writable = false;
+                Ok(false)
+            }
+            Err(e) => Err(End::ClientFailed(e.to_string())),
+        }
     }
 
     /// Moves everything that can move now; Some(end) when the phase is over.
@@ -922,6 +1234,12 @@ impl Conn {
                     Err(e) => return Some(End::ClientFailed(e.to_string())),
                 }
             }
+            if self.client_writable && self.piped > 0 {
+                match self.splice_out() {
+                    Ok(p) => progress |= p,
+                    Err(end) => return Some(end),
+                }
+            }
             match self.requests() {
                 Ok(p) => progress |= p,
                 Err(end) => return Some(end),
@@ -930,7 +1248,12 @@ impl Conn {
                 Ok(p) => progress |= p,
                 Err(end) => return Some(end),
             }
-            if self.broker_readable && Conn::pending_out(&self.cout, self.cout_at) < self.limit {
+            if self.broker_readable && self.splice_left > 0 {
+                match self.splice_in() {
+                    Ok(p) => progress |= p,
+                    Err(end) => return Some(end),
+                }
+            } else if self.broker_readable && Conn::pending_out(&self.cout, self.cout_at) < self.limit {
                 let want = self.wanted(false);
                 match receive(self.broker, &mut self.bin, want) {
                     Ok(0) => return Some(End::BrokerClosed("upstream broker closed the connection".into())),
@@ -971,10 +1294,11 @@ impl Conn {
                 *buf = Vec::new();
             }
         }
-        let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len();
-        if flushed && self.hold {
+        let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len() && self.piped == 0;
+        if flushed && self.hold && self.streamed == 0 {
             // The next request (or a drain) is Python's: everything read before it has been sent on, and the
-            // answers not yet read go back with it (Python's pumps read them, in order, before its answer).
+            // answers not yet read go back with it (Python's pumps read them, in order, before its answer). An
+            // answer partly sent on as it arrived is finished first: Python would send it again whole.
             return Some(End::Yield);
         }
         if !(flushed && self.in_flight.is_empty()) {
@@ -1236,6 +1560,12 @@ impl Forwarder {
             broker_writable: true,
             hold: false,
             client_eof: false,
+            streamed: 0,
+            looked: 0,
+            splice_left: 0,
+            piped: 0,
+            pipe: None,
+            spliceable: None,
             requests: 0,
             responses: 0,
             published: Arc::clone(&published),

@@ -40,9 +40,10 @@ if TYPE_CHECKING:
     from .session import ProxySession
 
 # (api_key, version, acks: a Produce, request header v2, response header v1, plan of the answer's regular
-# fields or None, a tenant's plans or None, where the answer's error codes are or None): what
+# fields when its tagged section may hold endpoints or None, a tenant's plans or None, where the answer's error
+# codes are or None, plan of the answer's regular fields when it carries records or None): what
 # vcproxy_native.ForwardTable reads.
-Entry = tuple[int, int, bool, bool, bool, Any, Any, Any]
+Entry = tuple[int, int, bool, bool, bool, Any, Any, Any, Any]
 
 
 def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
@@ -83,7 +84,7 @@ def tenant_entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tup
         for version in range(low, high + 1):
             entry, tenant = _entry(key, version), tenant_plans(key, version)
             if entry is not None and tenant is not None:
-                out.append((*entry[:6], tenant, entry[7]))
+                out.append((*entry[:6], tenant, *entry[7:]))
     return tuple(out)
 
 
@@ -110,6 +111,10 @@ def derive_entry(key: int, version: int) -> Entry | None:
             return None  # endpoints in a regular field: every answer is rewritten
         _, _, steps = plans.skip_entity(cls)
         tags = ("struct", False, steps)  # the regular fields: the tagged section follows them
+    records = None
+    if spec.records_in_response:  # a large answer goes on as it arrives, its record batches spliced through
+        _, _, steps = plans.skip_entity(response_type(key, version))
+        records = ("struct", False, steps)
     return (
         key,
         version,
@@ -119,6 +124,7 @@ def derive_entry(key: int, version: int) -> Entry | None:
         tags,
         None,
         _errors(key, version),
+        records,
     )
 
 

@@ -415,9 +415,11 @@ def fetch(
     return request_frame(ApiKey.FETCH, 17, correlation, body)
 
 
-def fetched(ids: list[uuid.UUID], session_id: int = 0, error: int = 0, correlation: int = 6) -> bytes:
+def fetched(
+    ids: list[uuid.UUID], session_id: int = 0, error: int = 0, correlation: int = 6, records: bytes = b"\0" * 61
+) -> bytes:
     partition = fs.PartitionData(
-        partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None, records=b"\0" * 61
+        partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None, records=records
     )
     body = fs.FetchResponse(
         throttle_time=datetime.timedelta(0),
@@ -453,6 +455,40 @@ def test_a_fetch_of_the_vcs_own_topic_in_its_own_session_is_served():
     assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 5), grant, (0, 0))  # one opened
     assert TABLE.untouched(ApiKey.FETCH, 17, fetched([ORDERS], 0), grant, (0, -1))
     assert not TABLE.untouched(ApiKey.FETCH, 17, fetched([FOREIGN], 77), grant, (77, 1))
+
+
+def test_what_goes_on_of_a_large_answer_before_it_is_whole_never_reaches_an_id_outside_the_grant():
+    """A large Fetch answer goes on to the client as it arrives (forward.rs `stream`). For a VC, only bytes before any
+    topic id not yet seen whole in the grant, and nothing of an answer whose session changed or whose grant is void:
+    at every point the answer may be cut by its arrival."""
+    s = session(make_image())
+    in_session(s)
+    grant = s.ctx.grant
+    records = bytes(range(1, 251)) * 800  # 200,000 bytes, no topic id's bytes in them
+    mixed = fetched([ORDERS, FOREIGN, ORDERS], 77, records=records)
+    foreign = mixed.index(FOREIGN.bytes)
+    cuts = {*range(8, len(mixed), 997), *range(foreign - 40, foreign + 40), len(mixed) - 1}
+    reached = 0
+    for cut in sorted(cuts):
+        may = TABLE.streamable(ApiKey.FETCH, 17, mixed[:cut], grant, (77, 1))
+        if may is not None:
+            assert may[0] <= foreign, cut
+            reached = max(reached, may[0])
+    assert reached > len(records)  # the first topic's records went on as they came
+    assert not TABLE.untouched(ApiKey.FETCH, 17, mixed, grant, (77, 1))  # and the whole answer is Python's
+
+    own = fetched([ORDERS], 77, records=records)
+    cut = len(own) // 2
+    end = own.index(records) + len(records)
+    assert TABLE.streamable(ApiKey.FETCH, 17, own[:cut], grant, (77, 1)) == (cut, end)  # the rest: spliced
+    for note in ((78, 1), (77, 0), (0, -1)):  # a session that does not go on as the request left it
+        assert TABLE.streamable(ApiKey.FETCH, 17, own[:cut], grant, note) is None
+    changed = fetched([ORDERS], 5, records=records)
+    assert TABLE.streamable(ApiKey.FETCH, 17, changed[:cut], grant, (0, 0)) is None  # a session opened: the table's
+    assert TABLE.streamable(ApiKey.FETCH, 17, own[:cut], None, (77, 1)) is None
+    s.tenancy.image.apply(*link_record("team-a", "refunds", f"{uuid.uuid4()}.refunds"))  # any change voids the grant
+    assert not grant.valid()
+    assert TABLE.streamable(ApiKey.FETCH, 17, own[:cut], grant, (77, 1)) is None
 
 
 @pytest.mark.parametrize(

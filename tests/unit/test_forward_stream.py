@@ -1,0 +1,314 @@
+"""A large Fetch answer through the forwarder (native/src/forward.rs): sent on as it arrives, its record batches
+spliced from one socket to the other, and still byte for byte what the broker sent, or what Python's rewrite of
+its leader hints makes of it, or the connection ends."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import socket
+import uuid
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import response as fetch12
+from kio.schema.fetch.v17 import request as fq
+from kio.schema.fetch.v17 import response as fs
+
+from proxy.core import apiversions
+from proxy.core.forward_table import entries_for
+from proxy.net.forwarder import Forwarder, ForwarderLimits, Outcome
+from proxy.protocol import native
+from proxy.protocol.apikey import ApiKey
+
+from .wire import request_frame, response_frame
+
+if native.module() is None:
+    if os.environ.get("CI") == "true":  # CI builds it: missing there is a failure, not a skip
+        raise ImportError("vcproxy_native is not built")
+    pytest.skip("vcproxy_native is not built (make .venv/.installed-test builds it)", allow_module_level=True)
+
+FORWARDER = Forwarder(native.module())
+TABLE = native.module().ForwardTable(entries_for(tuple(sorted(apiversions.proxy_versions().items()))))
+LIMITS = ForwarderLimits(max_in_flight=100, max_frame_bytes=8 << 20, buffer_bytes=1 << 20, idle_timeout=600.0)
+
+
+def fetch(correlation: int, version: int = 17) -> bytes:
+    body = fq.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            fq.FetchTopic(
+                topic_id=uuid.UUID(int=7),
+                partitions=(fq.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    return request_frame(ApiKey.FETCH, version, correlation, body)
+
+
+def fetched(correlation: int, records: list[list[bytes | None]], hosts: tuple[str, ...] = ()) -> bytes:
+    """A Fetch v17 answer: one topic per list, one partition per item of it; leader hints for `hosts`."""
+    topics = tuple(
+        fs.FetchableTopicResponse(
+            topic_id=uuid.UUID(int=t + 1),
+            partitions=tuple(
+                fs.PartitionData(
+                    partition_index=p,
+                    error_code=ErrorCode.none,
+                    high_watermark=10,
+                    aborted_transactions=None,
+                    records=r,
+                )
+                for p, r in enumerate(parts)
+            ),
+        )
+        for t, parts in enumerate(records)
+    )
+    endpoints = tuple(fs.NodeEndpoint(node_id=i + 1, host=h, port=9092) for i, h in enumerate(hosts))
+    body = fs.FetchResponse(
+        throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=0, responses=topics,
+        node_endpoints=endpoints,
+    )  # fmt: skip
+    return response_frame(ApiKey.FETCH, 17, correlation, body)
+
+
+def _tcp_pair() -> tuple[trio.socket.SocketType, trio.socket.SocketType]:
+    """Two connected loopback TCP sockets, as the proxy's are (splice(2) moves pages between TCP sockets)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        near = socket.create_connection(listener.getsockname())
+        far, _ = listener.accept()
+    for sock in (near, far):
+        sock.setblocking(False)
+    return trio.socket.from_stdlib_socket(near), trio.socket.from_stdlib_socket(far)
+
+
+class Pair:
+    """The proxy's two sockets (as trio streams) and the peers' ends: the client's and the broker's."""
+
+    def __init__(self, kind: str = "tcp") -> None:
+        make = _tcp_pair if kind == "tcp" else trio.socket.socketpair  # Unix sockets: copied, not spliced
+        a, self.client = make()
+        b, self.broker = make()
+        self.proxy_client, self.proxy_broker = trio.SocketStream(a), trio.SocketStream(b)
+
+    async def run(self, hook=None, started=lambda phase: None) -> Outcome:
+        with trio.fail_after(30):  # a hang fails the test, not the suite
+            return await FORWARDER.serve(
+                self.proxy_client, self.proxy_broker, TABLE, hook or (lambda *_: b""), LIMITS, started
+            )
+
+    @staticmethod
+    async def send(sock: trio.socket.SocketType, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[await sock.send(view) :]
+
+    @staticmethod
+    async def read(sock: trio.socket.SocketType, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = await sock.recv(n - len(out))
+            assert chunk, "end of stream"
+            out += chunk
+        return bytes(out)
+
+
+def _blob(rng: random.Random, size: int) -> bytes:
+    return rng.randbytes(size)
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+async def test_a_large_answer_reaches_the_client_before_the_broker_has_sent_all_of_it(kind):
+    """Cut-through: the client reads most of the answer while the broker still holds its last bytes."""
+    rng = random.Random(1)
+    answer = fetched(1, [[_blob(rng, 600_000)]])
+    pair = Pair(kind)
+    await pair.send(pair.client, fetch(1))
+
+    async def peers() -> None:
+        assert await pair.read(pair.broker, len(fetch(1))) == fetch(1)
+        await pair.send(pair.broker, answer[:-100])
+        with trio.fail_after(10):  # stored whole first, none of it would come before the rest is sent
+            head = await pair.read(pair.client, len(answer) - 200)
+        await pair.send(pair.broker, answer[-100:])
+        assert head + await pair.read(pair.client, 200) == answer
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run()
+    assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 1, 1)
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+@pytest.mark.parametrize("seed", range(6))
+async def test_answers_in_any_pieces_pass_byte_for_byte_and_in_order(seed, kind):
+    """Several topics and partitions, record batches of any size (none, small, large), answers back to back, the
+    broker's bytes in pieces of any size: the client gets exactly what the broker sent."""
+    rng = random.Random(seed)
+    answers = []
+    for c in range(1, 6):
+        topics = [
+            [rng.choice([None, b"", _blob(rng, rng.randint(1, 300)), _blob(rng, rng.randint(20_000, 400_000))])
+             for _ in range(rng.randint(1, 3))]
+            for _ in range(rng.randint(1, 3))
+        ]  # fmt: skip
+        answers.append(fetched(c, topics))
+    requests = b"".join(fetch(c) for c in range(1, 6))
+    wire = b"".join(answers)
+    pair = Pair(kind)
+    await pair.send(pair.client, requests)
+
+    async def broker() -> None:
+        assert await pair.read(pair.broker, len(requests)) == requests
+        at = 0
+        while at < len(wire):
+            step = rng.choice([1, 7, 100, 4096, 65_536, 300_000])
+            await pair.send(pair.broker, wire[at : at + step])
+            at += step
+            await trio.sleep(0)  # let the forwarder's thread see the pieces apart, as often as it will
+
+    async def client() -> None:
+        assert await pair.read(pair.client, len(wire)) == wire
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broker)
+        nursery.start_soon(client)
+        outcome = await pair.run()
+    assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 5, 5)
+
+
+async def test_an_older_fetch_answer_streams_too():
+    """Fetch v12 (flexible, topics by name, no leader hints): the same."""
+    rng = random.Random(3)
+    partition = fetch12.PartitionData(
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=1,
+        aborted_transactions=None,
+        records=_blob(rng, 300_000),
+    )
+    body = fetch12.FetchResponse(
+        throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=0,
+        responses=(fetch12.FetchableTopicResponse(topic="orders", partitions=(partition,)),),
+    )  # fmt: skip
+    answer = response_frame(ApiKey.FETCH, 12, 9, body)
+    pair = Pair()
+    await pair.send(pair.client, fetch(9, version=12))
+
+    async def peers() -> None:
+        await pair.read(pair.broker, len(fetch(9, version=12)))
+        await pair.send(pair.broker, answer[:-10])
+        with trio.fail_after(10):
+            head = await pair.read(pair.client, len(answer) - 20)
+        await pair.send(pair.broker, answer[-10:])
+        assert head + await pair.read(pair.client, 20) == answer
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run()
+    assert (outcome.kind, outcome.responses) == ("client-closed", 1)
+
+
+async def test_leader_hints_rewritten_to_the_same_length_end_the_answer_that_went_on_as_it_came():
+    """The hints are the answer's tagged section, held back until the answer is whole; Python's rewrite gets the
+    whole answer and its tail goes on."""
+    rng = random.Random(4)
+    answer = fetched(2, [[_blob(rng, 500_000)]], hosts=("kafka-1.internal",))
+    expected = answer.replace(b"kafka-1.internal", b"proxy-1.example!")
+    seen = []
+
+    def hook(api_key: int, version: int, frame: bytes, note: object) -> bytes:
+        seen.append((api_key, version, len(frame)))
+        return frame.replace(b"kafka-1.internal", b"proxy-1.example!")
+
+    pair = Pair()
+    await pair.send(pair.client, fetch(2))
+
+    async def peers() -> None:
+        await pair.read(pair.broker, len(fetch(2)))
+        await pair.send(pair.broker, answer)
+        assert await pair.read(pair.client, len(expected)) == expected
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run(hook=hook)
+    assert seen == [(ApiKey.FETCH, 17, len(answer))]
+    assert (outcome.kind, outcome.responses) == ("client-closed", 1)
+
+
+async def test_a_rewrite_of_another_length_after_the_answer_went_on_ends_the_connection():
+    """The size the answer started with has gone: the client cannot be given the rewrite, so the connection ends
+    (the client fetches again on a new one) rather than a frame that lies about its size."""
+    rng = random.Random(5)
+    answer = fetched(3, [[_blob(rng, 500_000)]], hosts=("kafka-1.internal",))
+    pair = Pair()
+    await pair.send(pair.client, fetch(3))
+
+    async def broker() -> None:
+        await pair.read(pair.broker, len(fetch(3)))
+        await pair.send(pair.broker, answer)
+
+    async def client() -> None:
+        while await pair.client.recv(1 << 16):
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broker)
+        nursery.start_soon(client)
+        outcome = await pair.run(hook=lambda _k, _v, frame, _n: frame.replace(b"kafka-1.internal", b"p"))
+        nursery.cancel_scope.cancel()
+    assert outcome.kind == "protocol"
+    assert outcome.reason.startswith("cannot rewrite response to api 1 v17: ")
+    assert outcome.reason.endswith("bytes of it were sent on before the rewrite")
+
+
+async def test_a_drain_waits_for_the_answer_going_on_and_hands_back_after_it():
+    """Python would send a half-sent answer again whole: the hand-back comes once it has gone on."""
+    rng = random.Random(6)
+    answer = fetched(4, [[_blob(rng, 400_000)]])
+    phases = []
+    pair = Pair()
+    await pair.send(pair.client, fetch(4))
+
+    async def peers() -> None:
+        await pair.read(pair.broker, len(fetch(4)))
+        await pair.send(pair.broker, answer[:-50])
+        head = await pair.read(pair.client, 300_000)  # it is going on
+        phases[0].hold()
+        await pair.send(pair.broker, answer[-50:])
+        assert head + await pair.read(pair.client, len(answer) - len(head)) == answer
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run(started=phases.append)
+    assert (outcome.kind, outcome.responses, outcome.in_flight, outcome.broker_leftover) == ("yield", 1, (), b"")
+
+
+async def test_the_broker_closing_in_the_middle_of_an_answer_ends_the_connection():
+    rng = random.Random(7)
+    answer = fetched(5, [[_blob(rng, 400_000)]])
+    pair = Pair()
+    await pair.send(pair.client, fetch(5))
+
+    async def peers() -> None:
+        await pair.read(pair.broker, len(fetch(5)))
+        await pair.send(pair.broker, answer[:200_000])
+        await pair.read(pair.client, 150_000)
+        pair.broker.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run()
+    assert outcome.kind == "broker-closed"
