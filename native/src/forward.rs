@@ -699,6 +699,7 @@ struct Conn {
     piped: usize,
     pipe: Option<Pipe>, // while a large answer's record batches are spliced
     spliceable: Option<bool>, // both sockets TCP (learnt at the first large answer): only then is it spliced
+    pipe_bytes: Option<usize>,
     requests: u64,
     responses: u64,
     published: Arc<Published>,
@@ -713,14 +714,20 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn new() -> io::Result<Pipe> {
+    /// `size`: asked of the kernel (a test's small pipe); None: the kernel's default (64 KiB).
+    fn new(size: Option<usize>) -> io::Result<Pipe> {
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into a live array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a plain fcntl call on a descriptor just made.
-        let room = unsafe { libc::fcntl(fds[1], libc::F_GETPIPE_SZ) };
+        // SAFETY: plain fcntl calls on a descriptor just made; a size refused leaves the default.
+        let room = unsafe {
+            if let Some(size) = size {
+                libc::fcntl(fds[1], libc::F_SETPIPE_SZ, size as libc::c_int);
+            }
+            libc::fcntl(fds[1], libc::F_GETPIPE_SZ)
+        };
         Ok(Pipe { read: fds[0], write: fds[1], room: room.max(4096) as usize })
     }
 }
@@ -1160,7 +1167,7 @@ impl Conn {
             if spliceable && self.streamed == part.len() && self.cout_at == self.cout.len() && left >= SPLICE_MIN {
                 if self.pipe.is_none() {
                     // Without one (the process' descriptor limit), the answer goes on as it arrives, copied.
-                    self.pipe = Pipe::new().ok();
+                    self.pipe = Pipe::new(self.pipe_bytes).ok();
                 }
                 if self.pipe.is_some() {
                     self.splice_left = left;
@@ -1189,7 +1196,12 @@ impl Conn {
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.broker_readable = false;
+                // Nothing to read, or a pipe whose slots are full (a slot per piece the socket held, whatever its
+                // size): only an empty pipe tells them apart. Taken for the first, the second would wait for a
+                // readiness the broker's socket had already given (edge-triggered), with the rest of the answer in it.
+                if self.piped == 0 {
+                    self.broker_readable = false;
+                }
                 Ok(false)
             }
             Err(e) => Err(End::BrokerClosed(e.to_string())),
@@ -1470,6 +1482,7 @@ fn run(shared: Arc<Shared>) {
 pub struct Forwarder {
     shared: Arc<Shared>,
     next: AtomicU64,
+    pipe_bytes: Option<usize>, // each large answer's pipe: None, the kernel's default size (tests ask for less)
 }
 
 fn os_error(what: &str) -> PyErr {
@@ -1479,7 +1492,8 @@ fn os_error(what: &str) -> PyErr {
 #[pymethods]
 impl Forwarder {
     #[new]
-    fn new() -> PyResult<Self> {
+    #[pyo3(signature = (pipe_bytes=None))]
+    fn new(pipe_bytes: Option<usize>) -> PyResult<Self> {
         // SAFETY: plain system calls; each result is checked.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
@@ -1508,7 +1522,7 @@ impl Forwarder {
             .name("vcproxy-forward".into())
             .spawn(move || run(thread_shared))
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
-        Ok(Forwarder { shared, next: AtomicU64::new(1) })
+        Ok(Forwarder { shared, next: AtomicU64::new(1), pipe_bytes })
     }
 
     /// Hands a connection to the forwarder until its id is among `finished()`. The sockets are Python's, already
@@ -1566,6 +1580,7 @@ impl Forwarder {
             piped: 0,
             pipe: None,
             spliceable: None,
+            pipe_bytes: self.pipe_bytes,
             requests: 0,
             responses: 0,
             published: Arc::clone(&published),

@@ -58,8 +58,9 @@ class ForwarderLimits:
 class Forwarder:
     """One per process, made on first use (a worker process makes its own, after it starts)."""
 
-    def __init__(self, module: Any):
+    def __init__(self, module: Any, pipe_bytes: int | None = None):
         self._module = module
+        self._pipe_bytes = pipe_bytes  # a large answer's pipe (splice): None, the kernel's default; tests ask for less
         self._native: Any = None
         self._pid = 0
         self._tables: dict[tuple[Any, ...], Any] = {}
@@ -74,7 +75,7 @@ class Forwarder:
     def _forwarder(self) -> Any:
         # Its thread is this process' own: a child forked after it started makes its own.
         if self._native is None or self._pid != os.getpid():
-            self._native, self._pid = self._module.Forwarder(), os.getpid()
+            self._native, self._pid = self._module.Forwarder(self._pipe_bytes), os.getpid()
             self._waiters.clear()
         token = trio.lowlevel.current_trio_token()
         if self._token is not token:  # one reader of the ends per Trio run (a test suite runs many)

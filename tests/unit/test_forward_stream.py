@@ -312,3 +312,31 @@ async def test_the_broker_closing_in_the_middle_of_an_answer_ends_the_connection
         nursery.start_soon(peers)
         outcome = await pair.run()
     assert outcome.kind == "broker-closed"
+
+
+async def test_a_pipe_full_of_pieces_before_it_is_full_of_bytes_still_takes_all_the_broker_sent():
+    """A pipe holds a number of pieces, whatever their size: here one. The client reads only once the broker has sent
+    every answer, and its socket is small, so the pipe waits full of a piece smaller than a page while the broker's
+    socket, which will not signal again, holds the rest: the forwarder must still move every byte."""
+    small = Forwarder(native.module(), pipe_bytes=4096)
+    rng = random.Random(8)
+    answers = [fetched(c, [[_blob(rng, 90_000)], [_blob(rng, 70_000)]]) for c in range(6, 9)]
+    requests = b"".join(fetch(c) for c in range(6, 9))
+    pair = Pair()
+    pair.client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    pair.proxy_client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    await pair.send(pair.client, requests)
+
+    async def peers() -> None:
+        await pair.read(pair.broker, len(requests))
+        await pair.send(pair.broker, b"".join(answers))
+        assert await pair.read(pair.client, sum(map(len, answers))) == b"".join(answers)
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        with trio.fail_after(30):
+            outcome = await small.serve(
+                pair.proxy_client, pair.proxy_broker, TABLE, lambda *_: b"", LIMITS, lambda phase: None
+            )
+    assert (outcome.kind, outcome.responses) == ("client-closed", 3)
