@@ -787,10 +787,10 @@ fn be_i16(b: &[u8]) -> i16 {
     i16::from_be_bytes([b[0], b[1]])
 }
 
-/// Reads into `buf`'s spare room (at least `want` bytes of it): the bytes read, 0 at end of stream.
-fn receive(fd: i32, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
+/// Reads into `buf`'s spare room (at least `want` bytes of it, at most `most`): the bytes read, 0 at end of stream.
+fn receive(fd: i32, buf: &mut Vec<u8>, want: usize, most: usize) -> io::Result<usize> {
     buf.reserve(want);
-    let room = buf.capacity() - buf.len();
+    let room = (buf.capacity() - buf.len()).min(most);
     // SAFETY: the kernel writes at most `room` bytes into the Vec's spare capacity, and only `n` of them
     // are then counted as initialised.
     let n = unsafe { libc::recv(fd, buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, room, 0) };
@@ -1267,7 +1267,10 @@ impl Conn {
                 }
             } else if self.broker_readable && Conn::pending_out(&self.cout, self.cout_at) < self.limit {
                 let want = self.wanted(false);
-                match receive(self.broker, &mut self.bin, want) {
+                // While an answer goes on as it arrives, a little at a time: the look after each receive finds the
+                // next partition's record batches before they are read, so that they are spliced, not copied.
+                let most = if self.streamed > 0 { READ_CHUNK } else { usize::MAX };
+                match receive(self.broker, &mut self.bin, want, most) {
                     Ok(0) => return Some(End::BrokerClosed("upstream broker closed the connection".into())),
                     Ok(_) => progress = true,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.broker_readable = false,
@@ -1282,7 +1285,7 @@ impl Conn {
                 && self.cin.len() < self.limit.max(self.frame_size(true))
             {
                 let want = self.wanted(true);
-                match receive(self.client, &mut self.cin, want) {
+                match receive(self.client, &mut self.cin, want, usize::MAX) {
                     Ok(0) => {
                         self.client_eof = true;
                         progress = true;
