@@ -1162,7 +1162,8 @@ impl Conn {
             progress = true;
         }
         if let Some(end) = bytes {
-            let left = end - part.len();
+            // Never past the answer's own end: batches that claim more are malformed, found so once it is whole.
+            let left = end.min(4 + be_i32(part) as usize) - part.len();
             let spliceable = *self.spliceable.get_or_insert_with(|| is_tcp(self.client) && is_tcp(self.broker));
             if spliceable && self.streamed == part.len() && self.cout_at == self.cout.len() && left >= SPLICE_MIN {
                 if self.pipe.is_none() {

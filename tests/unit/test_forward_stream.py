@@ -340,3 +340,32 @@ async def test_a_pipe_full_of_pieces_before_it_is_full_of_bytes_still_takes_all_
                 pair.proxy_client, pair.proxy_broker, TABLE, lambda *_: b"", LIMITS, lambda phase: None
             )
     assert (outcome.kind, outcome.responses) == ("client-closed", 3)
+
+
+async def test_record_batches_that_claim_more_than_their_answer_never_take_the_next_answers_bytes():
+    """An answer cut short (its record batches run past its own size) is malformed: the connection ends, and the
+    client gets nothing of the answer after it."""
+    rng = random.Random(9)
+    whole = fetched(10, [[_blob(rng, 300_000)]])
+    cut = 200_000
+    short = (cut - 4).to_bytes(4, "big") + whole[4:cut]
+    after = fetched(11, [[_blob(rng, 100_000)]])
+    pair = Pair()
+    await pair.send(pair.client, fetch(10) + fetch(11))
+    received = bytearray()
+
+    async def peers() -> None:
+        await pair.read(pair.broker, 2 * len(fetch(10)))
+        await pair.send(pair.broker, short + after)
+
+    async def client() -> None:
+        while chunk := await pair.client.recv(1 << 16):
+            received.extend(chunk)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        nursery.start_soon(client)
+        outcome = await pair.run()
+        nursery.cancel_scope.cancel()
+    assert outcome.kind == "protocol" and outcome.reason.startswith("cannot rewrite response to api 1 v17: ")
+    assert len(received) <= len(short) and bytes(received) == short[: len(received)]
