@@ -61,13 +61,17 @@ TESTS: dict[str, float] = {
     "TestShareGroupOffsetsAdmin": DEFAULT_LIMIT,
 }
 
-# The tests that keep the machine busy for their whole run (the ones with a longer limit): run one process at a time.
-HEAVY = frozenset(test for test, limit in TESTS.items() if limit > DEFAULT_LIMIT)
-# Run through the virtual cluster only in `make test` (every way in `make compat`): TestTxnEtl through the plain proxy
-# took 101-115 s of the heavy lane's 300 in four whole runs, the suite was over its 20 minutes on a slow day, and what
-# it sends through the plain proxy (transactions, groups, produce and fetch at volume) the VC way sends too, through
-# more of the proxy, and a plain-proxy transactional test stands in for it (tests/integration/test_forwarder.py).
-VC_ONLY = frozenset({"TestTxnEtl"})
+# The tests that keep the machine busy for their whole run (thousands of records, dozens of clients, each ETL test's
+# subtests at once): run one process at a time. TestClient_Produce (10 s a way in the last runs) is not among them.
+HEAVY = frozenset({"TestGroupETL", "TestTxnEtl", "TestShareGroupETL"})
+# Run through the virtual cluster only in `make test` (every way in `make compat`): the ETL tests, the heavy lane's
+# critical path (through the plain proxy TestTxnEtl took 101-115 s, TestGroupETL 30 s and TestShareGroupETL 21 s
+# of a lane of 245 s, with the suite over its 20 minutes on a slow day). What they send through the plain proxy
+# (transactions, groups through rebalances, share groups, produce and fetch at volume) the VC way sends too, through
+# more of the proxy; through the plain proxy, tests stand in for each: a consume-transform-produce test with an
+# aborted transaction (test_forwarder.py), a consumer group through a rebalance and a share group, each held to the
+# direct run (test_equivalence.py), and franz-go's own TestGroupSimple, TestShareGroup, TestShareGroupAckOnClose.
+VC_ONLY = frozenset({"TestGroupETL", "TestTxnEtl", "TestShareGroupETL"})
 
 # Races franz-go's own tests know of, between the test and the broker, each by the line the test prints when it
 # meets one: a way whose failure shows one runs once more, alone (the table says so). Any other failure through a
