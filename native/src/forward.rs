@@ -677,7 +677,7 @@ struct Conn {
     max_frame: usize,
     limit: usize, // bytes read ahead, or waiting to be sent, before reading stops
     cin: Vec<u8>,
-    bin: Vec<u8>,
+    bin: Inbound,
     cout: Vec<u8>,
     bout: Vec<u8>,
     cout_at: usize,
@@ -775,6 +775,134 @@ fn splice(from: i32, to: i32, n: usize) -> io::Result<usize> {
         let err = io::Error::last_os_error();
         if err.kind() != io::ErrorKind::Interrupted {
             return Err(err);
+        }
+    }
+}
+
+/// The broker's bytes (`Conn::bin`): a Vec, but while a large answer's record batches are spliced, an anonymous mapping
+/// of that answer's size holding it alone. The kernel gives a mapping's pages zeroed and makes each only when it is
+/// touched, so the place of the spliced bytes (offsets stay the answer's) costs neither a memset nor memory: zeroing
+/// it in a Vec was an eighth of the consume path's CPU (docs/performance.md).
+struct Inbound {
+    vec: Vec<u8>,
+    map: Option<Mapping>,
+}
+
+struct Mapping {
+    ptr: *mut u8,
+    size: usize, // the answer's, size prefix included
+    len: usize,  // of it, what has come (or been spliced through)
+}
+
+// SAFETY: the mapping is owned by one `Inbound`, which is moved to the forwarder's thread whole and used there alone.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new(size: usize) -> Option<Mapping> {
+        // SAFETY: a new private anonymous mapping; checked for failure before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (ptr != libc::MAP_FAILED).then(|| Mapping { ptr: ptr as *mut u8, size, len: 0 })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is this one's own, of `size` bytes, and no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.size) };
+    }
+}
+
+impl std::ops::Deref for Inbound {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.map {
+            // SAFETY: `len` bytes of a live mapping, every one of them zeroed by the kernel or written since.
+            Some(m) => unsafe { std::slice::from_raw_parts(m.ptr, m.len) },
+            None => &self.vec,
+        }
+    }
+}
+
+impl Inbound {
+    fn new() -> Self {
+        Inbound { vec: Vec::new(), map: None }
+    }
+
+    /// Whether a receive may read now: a mapping takes its answer's bytes and nothing after them.
+    fn has_room(&self) -> bool {
+        self.map.as_ref().is_none_or(|m| m.len < m.size)
+    }
+
+    fn receive(&mut self, fd: i32, want: usize, most: usize) -> io::Result<usize> {
+        let Some(m) = &mut self.map else { return receive(fd, &mut self.vec, want, most) };
+        let room = (m.size - m.len).min(most);
+        // SAFETY: the kernel writes at most `room` bytes inside the mapping, after the `len` counted.
+        let n = unsafe { libc::recv(fd, m.ptr.add(m.len) as *mut libc::c_void, room, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        m.len += n as usize;
+        Ok(n as usize)
+    }
+
+    /// `n` bytes of the answer went by the pipe: their place, zeros (untouched, in a mapping).
+    fn skip_spliced(&mut self, n: usize) {
+        match &mut self.map {
+            Some(m) => m.len = (m.len + n).min(m.size), // a splice never runs past the answer's end (`stream`)
+            None => self.vec.resize(self.vec.len() + n, 0),
+        }
+    }
+
+    /// The answer at the front (all that is held, `size` bytes when whole) is to be spliced: into a mapping, unless one
+    /// cannot be made (then the Vec, zeroed where spliced).
+    fn map_answer(&mut self, size: usize) {
+        if self.map.is_some() || self.vec.len() >= size {
+            return;
+        }
+        if let Some(mut m) = Mapping::new(size) {
+            // SAFETY: the mapping has room for `size` bytes, more than the Vec holds.
+            unsafe { std::ptr::copy_nonoverlapping(self.vec.as_ptr(), m.ptr, self.vec.len()) };
+            m.len = self.vec.len();
+            self.map = Some(m);
+            self.vec = Vec::new();
+        }
+    }
+
+    fn drain_front(&mut self, at: usize) {
+        match &self.map {
+            Some(_) => {
+                let rest = self[at..].to_vec();
+                self.map = None;
+                self.vec = rest;
+            }
+            None => {
+                self.vec.drain(..at);
+            }
+        }
+    }
+
+    /// A Vec grown past `limit` by a larger frame is let go once it is empty (the Python path's buffers are kept up to
+    /// receive_buffer_bytes, as are these).
+    fn let_go(&mut self, limit: usize) {
+        if self.map.is_none() && self.vec.is_empty() && self.vec.capacity() > limit {
+            self.vec = Vec::new();
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        match &self.map {
+            Some(_) => self.to_vec(),
+            None => self.vec,
         }
     }
 }
@@ -1126,7 +1254,12 @@ impl Conn {
             progress |= self.stream(at)?;
         }
         if at > 0 {
-            self.bin.drain(..at);
+            self.bin.drain_front(at);
+        }
+        if self.splice_left > 0 {
+            // The answer that streams is at the front now; its size was checked by `whole_frame`.
+            let size = self.frame_size(false);
+            self.bin.map_answer(size);
         }
         Ok(progress)
     }
@@ -1190,7 +1323,7 @@ impl Conn {
         match splice(self.broker, pipe.write, room) {
             Ok(0) => Err(End::BrokerClosed("upstream broker closed the connection".into())),
             Ok(n) => {
-                self.bin.resize(self.bin.len() + n, 0);
+                self.bin.skip_spliced(n);
                 self.splice_left -= n;
                 self.piped += n;
                 self.streamed += n;
@@ -1266,12 +1399,15 @@ impl Conn {
                     Ok(p) => progress |= p,
                     Err(end) => return Some(end),
                 }
-            } else if self.broker_readable && Conn::pending_out(&self.cout, self.cout_at) < self.limit {
+            } else if self.broker_readable
+                && self.bin.has_room()
+                && Conn::pending_out(&self.cout, self.cout_at) < self.limit
+            {
                 let want = self.wanted(false);
                 // While an answer goes on as it arrives, a little at a time: the look after each receive finds the
                 // next partition's record batches before they are read, so that they are spliced, not copied.
                 let most = if self.streamed > 0 { READ_CHUNK } else { usize::MAX };
-                match receive(self.broker, &mut self.bin, want, most) {
+                match self.bin.receive(self.broker, want, most) {
                     Ok(0) => return Some(End::BrokerClosed("upstream broker closed the connection".into())),
                     Ok(_) => progress = true,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.broker_readable = false,
@@ -1303,13 +1439,14 @@ impl Conn {
             self.published.last_active_ns.store(shared.now_ns(), Ordering::Relaxed);
         }
         self.published.in_flight.store(self.in_flight.len(), Ordering::Relaxed);
-        for buf in [&mut self.cin, &mut self.bin, &mut self.cout, &mut self.bout] {
+        for buf in [&mut self.cin, &mut self.cout, &mut self.bout] {
             // Grown with traffic up to receive_buffer_bytes and kept, as the Python path's buffers are; a larger
             // frame's room is let go once it has gone.
             if buf.is_empty() && buf.capacity() > self.limit {
                 *buf = Vec::new();
             }
         }
+        self.bin.let_go(self.limit);
         let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len() && self.piped == 0;
         if flushed && self.hold && self.streamed == 0 {
             // The next request (or a drain) is Python's: everything read before it has been sent on, and the
@@ -1334,7 +1471,7 @@ impl Conn {
 
     /// The whole frame at the front of `cin` (or `bin`), when its size is known and sane: read room for it.
     fn frame_size(&self, client: bool) -> usize {
-        let buf = if client { &self.cin } else { &self.bin };
+        let buf: &[u8] = if client { &self.cin } else { &self.bin };
         if buf.len() < 4 {
             return 0;
         }
@@ -1369,7 +1506,7 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
     let yielded = matches!(end, End::Yield);
     let outcome = Outcome {
         leftover: if yielded { cin } else { Vec::new() },
-        broker_leftover: if yielded { bin } else { Vec::new() },
+        broker_leftover: if yielded { bin.into_vec() } else { Vec::new() },
         in_flight: if yielded {
             let now = epoch.elapsed().as_nanos() as u64;
             let outstanding = |&(c, idx, note, read, size): &Sent| -> Outstanding {
@@ -1564,7 +1701,7 @@ impl Forwarder {
             max_frame: max_frame_bytes,
             limit: buffer_bytes.max(READ_CHUNK),
             cin: initial.to_vec(), // the client's bytes the Python path received and did not take
-            bin: Vec::new(),
+            bin: Inbound::new(),
             cout: Vec::new(),
             bout: Vec::new(),
             cout_at: 0,

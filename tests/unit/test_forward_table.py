@@ -145,6 +145,16 @@ def test_a_connection_it_may_not_serve_has_no_table():
     assert forward_entries(session) == ()
 
 
+def test_what_a_vc_proxy_advertises_loads_no_schema(monkeypatch):
+    # A tenancy proxy's start: the versions it advertises are checked in (proxy/core/forward_plans.py).
+    loaded: list[tuple[int, int]] = []
+    real = apiversions.response_type
+    monkeypatch.setattr(apiversions, "response_type", lambda k, v: loaded.append((k, v)) or real(k, v))
+    apiversions.tenant_versions.cache_clear()
+    assert apiversions.tenant_versions()[1] and loaded == []  # Fetch, among others
+    assert apiversions.derive_tenant_versions() and loaded  # what the checked-in table is compared with
+
+
 def test_a_connections_table_loads_no_schema(monkeypatch):
     # The entries and a VC's plans are checked in (proxy/core/forward_plans.py): a connection's table, plain or a
     # VC's, loads no schema, at start or on the event loop at a client's first plain request.
@@ -168,4 +178,5 @@ def test_the_checked_in_entries_are_what_the_schemas_and_rules_give_now():
     assert forward_plans_gen.OUTPUT.read_text() == forward_plans_gen.current(), "run `make messages`"
     entries, tenant = forward_plans_gen.rows()
     assert entries == forward_plans.ENTRIES and tenant == forward_plans.TENANT  # read back as derived
+    assert apiversions.tenant_versions() == apiversions.derive_tenant_versions() == forward_plans.TENANT_VERSIONS
     assert {key for key, _ in tenant} == {0, 1}  # Produce and Fetch by topic id
