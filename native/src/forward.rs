@@ -1403,10 +1403,12 @@ impl Conn {
                 && self.bin.has_room()
                 && Conn::pending_out(&self.cout, self.cout_at) < self.limit
             {
-                let want = self.wanted(false);
-                // While an answer goes on as it arrives, a little at a time: the look after each receive finds the
-                // next partition's record batches before they are read, so that they are spliced, not copied.
-                let most = if self.streamed > 0 { READ_CHUNK } else { usize::MAX };
+                // A Fetch answer (and one that goes on as it arrives), a little at a time: the look after each
+                // receive finds the next partition's record batches before they are read, so that they are spliced,
+                // not copied (and their place in `bin` is never touched).
+                let fetch = self.in_flight.front().is_some_and(|sent| (sent.1 >> 16) as u16 as i16 == FETCH);
+                let (want, most) =
+                    if self.streamed > 0 || fetch { (READ_CHUNK, READ_CHUNK) } else { (self.wanted(false), usize::MAX) };
                 match self.bin.receive(self.broker, want, most) {
                     Ok(0) => return Some(End::BrokerClosed("upstream broker closed the connection".into())),
                     Ok(_) => progress = true,
