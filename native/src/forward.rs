@@ -846,13 +846,10 @@ impl Inbound {
     fn receive(&mut self, fd: i32, want: usize, most: usize) -> io::Result<usize> {
         let Some(m) = &mut self.map else { return receive(fd, &mut self.vec, want, most) };
         let room = (m.size - m.len).min(most);
-        // SAFETY: the kernel writes at most `room` bytes inside the mapping, after the `len` counted.
-        let n = unsafe { libc::recv(fd, m.ptr.add(m.len) as *mut libc::c_void, room, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        m.len += n as usize;
-        Ok(n as usize)
+        // SAFETY: `room` bytes of the mapping lie after the `len` counted.
+        let n = unsafe { recv_into(fd, m.ptr.add(m.len), room)? };
+        m.len += n;
+        Ok(n)
     }
 
     /// `n` bytes of the answer went by the pipe: their place, zeros (untouched, in a mapping).
@@ -919,13 +916,21 @@ fn be_i16(b: &[u8]) -> i16 {
 fn receive(fd: i32, buf: &mut Vec<u8>, want: usize, most: usize) -> io::Result<usize> {
     buf.reserve(want);
     let room = (buf.capacity() - buf.len()).min(most);
-    // SAFETY: the kernel writes at most `room` bytes into the Vec's spare capacity, and only `n` of them
-    // are then counted as initialised.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, room, 0) };
+    // SAFETY: the Vec's spare capacity holds `room` bytes; only the `n` the kernel wrote are counted as initialised.
+    let n = unsafe { recv_into(fd, buf.as_mut_ptr().add(buf.len()), room)? };
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// One recv(2) of at most `room` bytes to `at`: the bytes read, 0 at end of stream.
+///
+/// # Safety
+/// `at` must be valid for writes of `room` bytes.
+unsafe fn recv_into(fd: i32, at: *mut u8, room: usize) -> io::Result<usize> {
+    let n = unsafe { libc::recv(fd, at as *mut libc::c_void, room, 0) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    unsafe { buf.set_len(buf.len() + n as usize) };
     Ok(n as usize)
 }
 
