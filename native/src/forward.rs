@@ -34,7 +34,9 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{be_signed, count, items, malformed, parse, skip, skip_tags, uvarint, validate, Fail, Node, Walk};
+use crate::{
+    be_signed, count, items, malformed, parse, put_string, skip, skip_tags, uvarint, validate, Fail, Node, Walk, MAX_STRING,
+};
 
 const READ_CHUNK: usize = 16 * 1024; // room made for a receive (more when a known frame needs it)
 const FETCH: i16 = 1;
@@ -249,10 +251,41 @@ struct Granted {
     vc_cell: Option<Arc<AtomicU64>>, // the connection's virtual cluster's (records of that VC alone)
     vc_at: u64,
     ids: Mutex<HashSet<(i16, u128)>>,
+    names: Mutex<Names>,
     // The fetch sessions the VC owns on this connection's broker, while the ownership table has not let one go
     // since (`sessions_cell`: bumped when an id is dropped, evicted or given to another VC): (generation, ids).
     sessions_cell: Arc<AtomicU64>,
     sessions: Mutex<(u64, HashSet<i32>)>,
+}
+
+/// A topic name and the one it stands for, per API: the client's name -> the broker's (its requests), and back (its
+/// answers). Each link the session let through by name, where the VC's link and its reverse agree (grants.py).
+type Renames = HashMap<Box<[u8]>, Box<[u8]>>;
+
+#[derive(Default)]
+struct Names {
+    forth: HashMap<i16, Renames>,
+    back: HashMap<i16, Renames>,
+}
+
+/// A name to put in place of the bytes at [start, end) of a frame (its length prefix and itself), and whether it is a
+/// compact string.
+type Edit<'m> = (u64, u64, &'m [u8], bool);
+
+/// The frame with its names replaced (`edits`, in order) and its size prefix set to the new size.
+fn renamed(frame: &[u8], edits: &[Edit<'_>]) -> Vec<u8> {
+    let grown: usize = edits.iter().map(|(_, _, to, _)| to.len() + 3).sum();
+    let mut out = Vec::with_capacity(frame.len() + grown);
+    let mut at = 0usize;
+    for &(start, end, to, flexible) in edits {
+        out.extend_from_slice(&frame[at..start as usize]);
+        put_string(&mut out, to, flexible);
+        at = end as usize;
+    }
+    out.extend_from_slice(&frame[at..]);
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    out
 }
 
 impl Granted {
@@ -292,6 +325,7 @@ impl Grant {
                 vc_cell,
                 vc_at,
                 ids: Mutex::new(HashSet::new()),
+                names: Mutex::new(Names::default()),
                 sessions_cell,
                 sessions: Mutex::new((now, HashSet::new())),
             }),
@@ -327,14 +361,41 @@ impl Grant {
         held.extend(ids.into_iter().map(|id| (api_key, id)));
     }
 
+    /// Topic names that `api_key`'s requests may name, as (the client's name, the broker's), UTF-8: renamed one way
+    /// in its requests and back in its answers.
+    fn add_names(&self, api_key: i16, names: Vec<(Vec<u8>, Vec<u8>)>) -> PyResult<()> {
+        if names.iter().any(|(a, b)| a.len() as u64 > MAX_STRING || b.len() as u64 > MAX_STRING) {
+            return Err(PyValueError::new_err("a name longer than a string may be"));
+        }
+        let mut held = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
+        let held = &mut *held;
+        let (forth, back) = (held.forth.entry(api_key).or_default(), held.back.entry(api_key).or_default());
+        for (name, physical) in names {
+            forth.insert(name.clone().into(), physical.clone().into());
+            back.insert(physical.into(), name.into());
+        }
+        Ok(())
+    }
+
     fn __len__(&self) -> usize {
-        self.inner.ids.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let names = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
+        let renamed: usize = names.forth.values().map(HashMap::len).sum();
+        self.inner.ids.lock().unwrap_or_else(|e| e.into_inner()).len() + renamed
     }
 }
 
-/// Whether every name the plan captures at `off` is one the grant lets through: a null string, or a topic id it
-/// holds for `key`. A body it cannot walk is not (Python reads it).
-fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i16) -> Walk<(u64, bool)> {
+/// Whether every name the plan captures at `off` is one the grant lets through: a null string, a topic id it holds
+/// for `key`, or a topic name it renames (`names`: appended to `edits`). A body it cannot walk is not (Python reads
+/// it).
+fn granted<'m>(
+    node: &Node,
+    buf: &[u8],
+    off: u64,
+    ids: &HashSet<(i16, u128)>,
+    key: i16,
+    names: Option<&'m Renames>,
+    edits: &mut Vec<Edit<'m>>,
+) -> Walk<(u64, bool)> {
     match node {
         Node::PString { flexible, .. } => {
             // Only a null name passes (just its length then); the walk stops at any other.
@@ -367,6 +428,31 @@ fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i
             };
             Ok((end, std::str::from_utf8(raw).is_ok()))
         }
+        Node::PRename { flexible } => {
+            let (length, at) = if *flexible {
+                let (length, after) = uvarint(buf, off)?;
+                (length as i64 - 1, after)
+            } else {
+                let Some(raw) = buf.get(off as usize..off as usize + 2) else {
+                    return malformed("int16 past end of buffer");
+                };
+                (i64::from(be_i16(raw)), off + 2)
+            };
+            if length < 0 {
+                return Ok((at, false)); // a null name: the session's to answer
+            }
+            let end = at + length as u64;
+            let Some(raw) = buf.get(at as usize..end as usize) else {
+                return malformed("string past end of buffer");
+            };
+            match names.and_then(|m| m.get(raw)) {
+                Some(to) => {
+                    edits.push((off, end, to, *flexible));
+                    Ok((end, true))
+                }
+                None => Ok((end, false)),
+            }
+        }
         Node::PUuid { .. } => {
             let end = off + 16;
             let Some(raw) = buf.get(off as usize..end as usize) else {
@@ -378,7 +464,7 @@ fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i
         Node::PArray { flexible, item } => {
             let (n, mut off) = items(buf, off, *flexible)?;
             for _ in 0..n {
-                let (o, ok) = granted(item, buf, off, ids, key)?;
+                let (o, ok) = granted(item, buf, off, ids, key, names, edits)?;
                 if !ok {
                     return Ok((o, false));
                 }
@@ -389,7 +475,7 @@ fn granted(node: &Node, buf: &[u8], off: u64, ids: &HashSet<(i16, u128)>, key: i
         Node::PStruct { flexible, steps } => {
             let mut off = off;
             for step in steps {
-                let (o, ok) = granted(step, buf, off, ids, key)?;
+                let (o, ok) = granted(step, buf, off, ids, key, names, edits)?;
                 if !ok {
                     return Ok((o, false));
                 }
@@ -539,7 +625,22 @@ impl ForwardTable {
         let bytes = crate::bytes_of(&buffer)?;
         let grant = grant.map(|g| &*g.inner);
         let plain = plain_request(bytes, &self.entries, grant, counting);
-        Ok(plain.map(|(correlation, _, answered, _)| (correlation, answered)))
+        Ok(plain.map(|(correlation, _, answered, _, _)| (correlation, answered)))
+    }
+
+    /// The bytes the forwarder sends the broker for this request frame (a tenant's names renamed), or None when it
+    /// leaves the request to Python. For the tests that hold it to the session.
+    #[pyo3(signature = (frame, grant=None))]
+    fn sent<'py>(
+        &self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyAny>,
+        grant: Option<&Grant>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let buffer = PyBuffer::<u8>::get(frame)?;
+        let bytes = crate::bytes_of(&buffer)?;
+        let plain = plain_request(bytes, &self.entries, grant.map(|g| &*g.inner), false);
+        Ok(plain.map(|(.., out)| PyBytes::new(py, out.as_deref().unwrap_or(bytes))))
     }
 
     /// The distinct non-zero error codes a `Tally` counts for this answer (size prefix included) to request
@@ -569,7 +670,32 @@ impl ForwardTable {
         let Some(entry) = self.entries.get(&index(key, version)) else {
             return Err(PyValueError::new_err("not in the table"));
         };
-        answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner), note).map_err(PyValueError::new_err)
+        let answer = answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner), note).map_err(PyValueError::new_err)?;
+        Ok(matches!(answer, Answer::AsIs))
+    }
+
+    /// The bytes the forwarder writes to the client for this answer to request `(key, version)` (a tenant's names
+    /// renamed back), or None when Python rewrites it. For the tests that hold it to the session.
+    #[pyo3(signature = (key, version, frame, grant=None, note=None))]
+    fn answered<'py>(
+        &self,
+        py: Python<'py>,
+        key: i16,
+        version: i16,
+        frame: &Bound<'py, PyAny>,
+        grant: Option<&Grant>,
+        note: Note,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let buffer = PyBuffer::<u8>::get(frame)?;
+        let bytes = crate::bytes_of(&buffer)?;
+        let Some(entry) = self.entries.get(&index(key, version)) else {
+            return Err(PyValueError::new_err("not in the table"));
+        };
+        Ok(match answer_untouched(entry, key, bytes, grant.map(|g| &*g.inner), note).map_err(PyValueError::new_err)? {
+            Answer::AsIs => Some(PyBytes::new(py, bytes)),
+            Answer::Renamed(out) => Some(PyBytes::new(py, &out)),
+            Answer::Python => None,
+        })
     }
 
     /// Of an answer still arriving (`part`: its first bytes, size prefix included) to request `(key, version)`: how
@@ -1001,14 +1127,12 @@ fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: 
     Ok(())
 }
 
-/// A request the forwarder serves: (correlation id, table index, whether an answer comes, a Fetch's session). None:
-/// not its own.
-fn plain_request(
-    frame: &[u8],
-    table: &HashMap<u32, Entry>,
-    grant: Option<&Granted>,
-    counting: bool,
-) -> Option<(i32, u32, bool, Note)> {
+/// A request the forwarder serves: (correlation id, table index, whether an answer comes, a Fetch's session, the frame
+/// to send in its place when it names topics by name).
+type Served = (i32, u32, bool, Note, Option<Vec<u8>>);
+
+/// The request's `Served`, or None: not the forwarder's.
+fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Granted>, counting: bool) -> Option<Served> {
     if frame.len() < 12 {
         return None;
     }
@@ -1030,6 +1154,7 @@ fn plain_request(
         off = skip_tags(frame, off as u64).ok()? as usize;
     }
     let mut note = None;
+    let mut renamed_frame = None;
     if let Some(tenant) = &entry.tenant {
         // The tenancy stage's reading: a body the strict walker accepts, naming only what the grant holds, with no
         // tagged field of its own (a Fetch's cluster id or replica state is the session's to read).
@@ -1041,17 +1166,22 @@ fn plain_request(
         }
         {
             let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
+            let names = grant.names.lock().unwrap_or_else(|e| e.into_inner());
             let Node::PStruct { steps, .. } = &tenant.request else { return None };
+            let mut edits = Vec::new();
             let mut at = body;
             for step in steps {
-                let (o, ok) = granted(step, frame, at, &ids, key).ok()?;
+                let (o, ok) = granted(step, frame, at, &ids, key, names.forth.get(&key), &mut edits).ok()?;
                 if !ok {
                     return None;
                 }
                 at = o;
             }
-            if *frame.get(at as usize)? != 0 {
+            if entry.request_flexible && *frame.get(at as usize)? != 0 {
                 return None;
+            }
+            if !edits.is_empty() {
+                renamed_frame = Some(renamed(frame, &edits));
             }
         }
         if let Some(at) = tenant.session {
@@ -1075,38 +1205,46 @@ fn plain_request(
         }
         answered = be_i16(frame.get(off..off + 2)?) != 0;
     }
-    Some((correlation, idx, answered, note))
+    Some((correlation, idx, answered, note, renamed_frame))
 }
 
-/// Whether an answer goes back as the broker sent it: no tagged field where endpoints may be (KIP-951 leader
-/// hints), and for a tenant, no message and no topic id the grant does not hold (or a grant made void since).
-/// False: Python rewrites it as the session does. Err: a header or body the forwarder cannot walk.
-fn answer_untouched(
-    entry: &Entry,
-    key: i16,
-    frame: &[u8],
-    grant: Option<&Granted>,
-    note: Note,
-) -> Result<bool, String> {
+/// How an answer goes back to the client.
+enum Answer {
+    AsIs,
+    Renamed(Vec<u8>), // a tenant's, its topic names put back as the client named them
+    Python,           // rewritten by the session (`hook`)
+}
+
+/// How an answer goes back: as the broker sent it when there is no tagged field where endpoints may be (KIP-951
+/// leader hints) and, for a tenant, no message and no topic id or name the grant does not hold (or a grant made void
+/// since); with its topic names renamed back when those are all it names; else Python rewrites it as the session
+/// does. Err: a header or body the forwarder cannot walk.
+fn answer_untouched(entry: &Entry, key: i16, frame: &[u8], grant: Option<&Granted>, note: Note) -> Result<Answer, String> {
     let body = response_body(entry, frame)?;
     if let Some(node) = &entry.tags {
         let tags = skip(node, frame, body).map_err(|_| "malformed response body".to_string())?;
         match frame.get(tags as usize) {
             None => return Err("truncated response body".into()),
             Some(0) => {}
-            Some(_) => return Ok(false),
+            Some(_) => return Ok(Answer::Python),
         }
     }
     if let Some(tenant) = &entry.tenant {
-        let Some(grant) = grant.filter(|g| g.valid()) else { return Ok(false) };
+        let Some(grant) = grant.filter(|g| g.valid()) else { return Ok(Answer::Python) };
         if tenant.session.is_some() && !session_unchanged(frame, body, note) {
-            return Ok(false);
+            return Ok(Answer::Python);
         }
         let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let names = grant.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut edits = Vec::new();
         // A walk that fails is the session's to judge (it closes the connection with its own reason).
-        return Ok(matches!(granted(&tenant.response, frame, body, &ids, key), Ok((_, true))));
+        return Ok(match granted(&tenant.response, frame, body, &ids, key, names.back.get(&key), &mut edits) {
+            Ok((_, true)) if edits.is_empty() => Answer::AsIs,
+            Ok((_, true)) => Answer::Renamed(renamed(frame, &edits)),
+            _ => Answer::Python,
+        });
     }
-    Ok(true)
+    Ok(Answer::AsIs)
 }
 
 /// A Fetch answer's head (throttle_time_ms, error_code, session_id) leaves its session as the request left it (none,
@@ -1140,7 +1278,8 @@ fn streamable(entry: &Entry, key: i16, part: &[u8], grant: Option<&Granted>, not
             return None;
         }
         let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
-        match granted(&tenant.response, part, body, &ids, key) {
+        // Only a Fetch streams, and the forwarder serves a tenant's Fetch by topic id alone: no name is renamed here.
+        match granted(&tenant.response, part, body, &ids, key, None, &mut Vec::new()) {
             Ok((_, true)) => {}
             // Every id read whole is granted; outside record batches, the last 16 bytes may hold one not whole yet.
             Err(Fail::Truncated(_)) if bytes.is_none() => safe = safe.min(part.len().saturating_sub(16)),
@@ -1176,9 +1315,10 @@ impl Conn {
             let frame = &self.cin[at..at + total];
             match plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some()) {
                 None => self.hold = true,
-                Some((correlation, idx, answered, note)) => {
+                Some((correlation, idx, answered, note, renamed)) => {
                     let read = if self.tally.is_some() { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
-                    send_or_queue(self.broker, frame, &mut self.bout, self.bout_at, &mut self.broker_writable)
+                    let out = renamed.as_deref().unwrap_or(frame);
+                    send_or_queue(self.broker, out, &mut self.bout, self.bout_at, &mut self.broker_writable)
                         .map_err(|e| End::BrokerClosed(e.to_string()))?;
                     if answered {
                         self.in_flight.push_back((correlation, idx, note, read, total as u64));
@@ -1226,14 +1366,17 @@ impl Conn {
             let entry = &self.table[&idx];
             let (key, version) = ((idx >> 16) as u16 as i16, idx as u16 as i16);
             let failed = |why: String| End::Protocol(format!("cannot rewrite response to api {key} v{version}: {why}"));
-            let mut rewritten: Option<Vec<u8>> = None;
-            if !answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)? {
-                let hook = &self.hook;
-                let result = Python::attach(|py| -> PyResult<Vec<u8>> {
-                    hook.call1(py, (key, version, PyBytes::new(py, frame), note))?.extract(py)
-                });
-                rewritten = Some(result.map_err(|e| failed(e.to_string()))?);
-            }
+            let rewritten = match answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)? {
+                Answer::AsIs => None,
+                Answer::Renamed(out) => Some(out),
+                Answer::Python => {
+                    let hook = &self.hook;
+                    let result = Python::attach(|py| -> PyResult<Vec<u8>> {
+                        hook.call1(py, (key, version, PyBytes::new(py, frame), note))?.extract(py)
+                    });
+                    Some(result.map_err(|e| failed(e.to_string()))?)
+                }
+            };
             let out = rewritten.as_deref().unwrap_or(frame);
             let sent = std::mem::take(&mut self.streamed);
             self.looked = 0;

@@ -30,6 +30,7 @@ enum Node {
     VNullStruct(Box<Node>),
     PString { flexible: bool, kind: Py<PyAny> },
     PUtf8 { flexible: bool }, // the forwarder's check of a string a decode would read (forward.rs `granted`)
+    PRename { flexible: bool }, // a topic name the forwarder renames by its grant (forward.rs `granted`)
     PUuid { kind: Py<PyAny> },
     PArray { flexible: bool, item: Box<Node> },
     PStruct { flexible: bool, steps: Vec<Node> },
@@ -78,6 +79,7 @@ fn parse(node: &Bound<'_, PyAny>) -> PyResult<Node> {
         "vnstruct" => Node::VNullStruct(sub(1)?),
         "string" => Node::PString { flexible: b(1)?, kind: t.get_item(2)?.unbind() },
         "utf8" => Node::PUtf8 { flexible: b(1)? },
+        "rename" => Node::PRename { flexible: b(1)? },
         "uuid" => Node::PUuid { kind: t.get_item(1)?.unbind() },
         "parray" => Node::PArray { flexible: b(1)?, item: sub(2)? },
         "pstruct" => Node::PStruct { flexible: b(1)?, steps: steps(2)? },
@@ -362,6 +364,22 @@ struct Splice<'a, 'py> {
     malformed: &'a Bound<'py, PyType>,
 }
 
+/// A string field as Kafka encodes it: a compact length (flexible versions) or an int16 one, then its bytes. `raw`
+/// is at most MAX_STRING bytes (the caller checks).
+fn put_string(out: &mut Vec<u8>, raw: &[u8], flexible: bool) {
+    if flexible {
+        let mut v = raw.len() as u64 + 1;
+        while v >= 0x80 {
+            out.push((v & 0x7F) as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    } else {
+        out.extend_from_slice(&(raw.len() as i16).to_be_bytes());
+    }
+    out.extend_from_slice(raw);
+}
+
 impl Splice<'_, '_> {
     fn string(&self, off: u64, flexible: bool, kind: &Py<PyAny>) -> Walk<u64> {
         let buf = self.buf;
@@ -397,17 +415,7 @@ impl Splice<'_, '_> {
                 return Err(Fail::Py(PyErr::from_type(self.malformed.clone(), msg)));
             }
             let mut out = Vec::with_capacity(raw.len() + 5);
-            if flexible {
-                let mut v = raw.len() as u64 + 1;
-                while v >= 0x80 {
-                    out.push((v & 0x7F) as u8 | 0x80);
-                    v >>= 7;
-                }
-                out.push(v as u8);
-            } else {
-                out.extend_from_slice(&(raw.len() as i16).to_be_bytes());
-            }
-            out.extend_from_slice(raw);
+            put_string(&mut out, raw, flexible);
             self.edit(start, end, &out)?;
         }
         Ok(end)

@@ -14,8 +14,9 @@ version, from the same facts the stages decide from, so the two paths give one r
   answer to its tagged section with the walker's plan, as the endpoint stage does, and gives an answer that
   has one back to the stage's own rewrite.
 
-A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce and Fetch by topic id, served
-on a grant of the ids and fetch sessions the session let through (proxy/core/grants.py). Not while a quota applies
+A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce by topic id or by name (its
+names renamed) and Fetch by topic id, served on a grant of the ids, names and fetch sessions the session let through
+(proxy/core/grants.py). Not while a quota applies
 to the connection.
 
 tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame

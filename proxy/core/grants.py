@@ -1,11 +1,14 @@
 """What the forwarder may serve for a virtual cluster's connection (sans-I/O): the API versions, and the grant.
 
 An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing
-else, and its request names nothing but topic ids and ids that may be null (Produce v13+), or when the catalogue
-says where its fetch session is (Fetch v15+). Such a request goes to the broker as the client sent it exactly when
-every topic id in it is one the VC owns and the caller may use for the API (the VC's ACLs), its transactional id
-is null, and its fetch session is none or the VC's. The tenancy stage says which ids and sessions those are as it
-lets them through (`grant_for(ctx)`): a grant is of one state of the connection's virtual cluster, void once it
+else, and its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12) and ids that may be
+null, or when the catalogue says where its fetch session is (Fetch v15+). Such a request goes to the broker exactly
+when every topic id in it is one the VC owns and every topic name one of its links, each one the caller may use for
+the API (the VC's ACLs), its transactional id is null, and its fetch session is none or the VC's: as the client sent
+it, its topic names each replaced by the physical name the link gives, as the session replaces them; its answer's
+names go back the same way. The tenancy stage says which ids, names and sessions those are as it lets them through
+(`grant_for(ctx)`; a name only where its link is the only name of its topic, so the answer's name is the one the
+client used): a grant is of one state of the connection's virtual cluster, void once it
 changes (`VirtualCluster.changes`: its links, ACLs, settings, the ids of its topics) or the whole state does
 (`TenancyImage.changes`: bindings, credentials, quotas, VCs made or deleted), so a right revoked or a topic unlinked
 takes effect at the next request, and another VC's records leave it standing; its sessions are void once the
@@ -38,7 +41,9 @@ if TYPE_CHECKING:
 # Fetch, where its session id is in the body (else None).
 TenantPlans = tuple[Any, Any, Any, int | None]
 
-NAMES = frozenset({"topic_id", "txn"})  # what a served tenant request may name: granted ids, and null ids
+# What a served tenant request may name: granted topic ids, granted topic names (renamed), and null ids.
+NAMES = frozenset({"topic_id", "topic", "txn"})
+TOPICS = frozenset({"topic_id", "topic"})
 
 
 def tenant_plans(key: int, version: int) -> TenantPlans | None:
@@ -71,20 +76,46 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     request, response = request_type(key, version), response_type(key, version)
     names = splice_paths(request)
     kinds = {kind for _, kind in names}
-    # At least one topic id: a request that names none would be served on a grant it has nothing to do with
-    # (InitProducerId without a transactional id is IDEMPOTENT_WRITE's to decide).
-    if "topic_id" not in kinds or kinds - NAMES or not message_paths(response)[1]:
+    # At least one topic, by id or by name: a request that names none would be served on a grant it has nothing to
+    # do with (InitProducerId without a transactional id is IDEMPOTENT_WRITE's to decide). Another id only where it
+    # may be null (Produce's transactional id): one that never is would hand every request back.
+    if not kinds & TOPICS or kinds - NAMES or not message_paths(response)[1]:
+        return None
+    if not all(_nullable(request, path) for path, kind in names if kind not in TOPICS):
         return None
     answer = response_paths(response)
-    if {kind for _, kind in answer} - {"topic_id", MESSAGE}:
+    if {kind for _, kind in answer} - {*TOPICS, MESSAGE}:
         return None
-    read = plans.splice_entity(request, names)
+    if session is not None and "topic" in kinds | {kind for _, kind in answer}:
+        return None  # a Fetch answer streams as it comes: the forwarder renames none of it
+    read = _renames(plans.splice_entity(request, names))
     if session is not None:  # decoded by the session: every string must be one kio decodes (UTF-8)
         strings = string_paths(request)
         if strings is None:
             return None
         read = _utf8(plans.splice_entity(request, names | {(path, UTF8) for path in strings}))
-    return plans.check_entity(request)[0], read, plans.splice_entity(response, answer), session
+    return plans.check_entity(request)[0], read, _renames(plans.splice_entity(response, answer)), session
+
+
+def _nullable(cls: type, path: str) -> bool:
+    """Whether the field at a splice path ("array[].field" chains) may be null in this version."""
+    head, _, rest = path.partition("[].")
+    f = next(f for f in dataclasses.fields(cls) if f.name == head)
+    if not rest:
+        return unwrap(f.type)[1]
+    inner, _ = unwrap(typing.get_args(unwrap(f.type)[0])[0])
+    return _nullable(inner, rest)
+
+
+def _renames(node: Any) -> Any:
+    """The plan with each topic name turned into the forwarder's rename (by the grant: `Grant.add_names`)."""
+    if node[0] == "string" and node[2] == "topic":
+        return ("rename", node[1])
+    if node[0] == "pstruct":
+        return (node[0], node[1], tuple(_renames(step) for step in node[2]))
+    if node[0] == "parray":
+        return (node[0], node[1], _renames(node[2]))
+    return node
 
 
 UTF8 = "utf8"  # a string the forwarder checks is UTF-8 (a decode would refuse it otherwise)
@@ -127,6 +158,21 @@ def _utf8(node: Any) -> Any:
     if node[0] == "parray":
         return (node[0], node[1], _utf8(node[2]))
     return node
+
+
+def renames(vc: Any, tx: Any) -> list[tuple[bytes, bytes]] | None:
+    """The names a request by name was let through with, as (the client's, the broker's), for `Grant.add_names`; None
+    when one is not a plain link of the VC both ways (unknown, planned, or one of several names of its topic: the
+    answer's name then depends on the request, which only the session remembers)."""
+    if tx.unknown_topics or tx.planned:
+        return None
+    out = []
+    for physical, name in tx.topics.items():
+        links = vc.physical_links.get(physical)
+        if vc.physical_topic(name) != physical or links is None or len(links) != 1:
+            return None
+        out.append((name.encode(), physical.encode()))
+    return out
 
 
 def grant_for(ctx: ConnectionState) -> Any:

@@ -10,6 +10,7 @@ import re
 import subprocess
 import time
 import uuid
+from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -295,4 +296,78 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
     # The consumer's: a Fetch in the session it opened, one after the other while records come.
     fetches = [int(n) for n, _kind in SERVED.findall(log[produced_log:])]
     assert sum(fetches) >= 10, log[-3000:]
+    assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
+
+
+def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_revoked(kafka_cluster, tmp_path):
+    """librdkafka's Produce names topics by name (v10): the forwarder renames each to its physical name, on the grant
+    of the names the session let through, and the answer's back. carol's records land intact and in order under her
+    own name for the topic, the forwarder having served most of them; once alice denies her WRITE, her very next
+    record is refused, although her connection was on the forwarder."""
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        logging={"level": "DEBUG"},
+        metrics={"enabled": True, "port": free_port()},
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512"]},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        tenancy={
+            "enabled": True,
+            "state_topic": f"__vcproxy_state_fwn_{uuid.uuid4().hex[:6]}",
+            "virtual_clusters": [
+                {"name": "team-a", "principals": ["User:alice", "User:carol"], "admins": ["User:alice"]}
+            ],
+        },
+    )
+    proxy = ProxyProcess(config, tmp_path, name="renamed-vc").start(timeout=120)
+    try:
+        alice = scram_conf(proxy, "alice", USERS["alice"])
+        carol = scram_conf(proxy, "carol", USERS["carol"])
+        topic = f"fwn-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(alice)
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+        sent = [f"r-{i}".encode() for i in range(300)]
+        failures: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err.name())
+
+        producer = Producer({**carol, "linger.ms": 0, "acks": "all"})
+        for value in sent:  # one Produce request each
+            producer.produce(topic, value, on_delivery=delivered)
+            producer.flush(30)
+        assert not failures, failures
+        forwarded = _forwarded(proxy, "Produce")
+        assert forwarded >= 200, forwarded  # the first few are the session's, until it has granted the name
+        deny = AclBinding(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+            AclOperation.WRITE, AclPermissionType.DENY,
+        )  # fmt: skip
+        read = AclBinding(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+            AclOperation.READ, AclPermissionType.ALLOW,
+        )  # fmt: skip
+        for done in admin.create_acls([deny, read]).values():
+            done.result(timeout=60)
+        producer.produce(topic, b"after the deny", on_delivery=delivered)
+        producer.flush(30)
+        assert failures == ["TOPIC_AUTHORIZATION_FAILED"], failures
+        del producer
+
+        consumer = Consumer({**carol, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                assert msg.topic() == topic
+                got.append(msg.value())
+        consumer.close()
+        assert got == sent
+    finally:
+        proxy.stop()
+    log = proxy.log_path.read_text()
+    assert sum(int(n) for n, _kind in SERVED.findall(log)) >= 200, log[-3000:]
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
 import os
 import random
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -173,8 +175,9 @@ def granted(s: ProxySession) -> bytes:
 
 
 def test_only_produce_and_fetch_by_topic_id_are_a_tenants_to_forward():
+    """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id with its session in the body (v15+)."""
     served = {(key, version) for key, version, *_ in ENTRIES}
-    assert served == {(ApiKey.PRODUCE, 13)} | {(ApiKey.FETCH, v) for v in range(15, 19)}
+    assert served == {(ApiKey.PRODUCE, v) for v in range(3, 14)} | {(ApiKey.FETCH, v) for v in range(15, 19)}
 
 
 def test_the_vcs_own_topic_is_granted_and_served_as_the_client_sent_it():
@@ -646,3 +649,233 @@ async def test_a_vcs_fetch_session_is_learned_on_the_trio_thread_and_then_forwar
     assert told and all(on_trio for _, on_trio in told), told
     assert [m[0] for m, _ in told] == ["record", "drop", "record"]
     assert peer.connection.forwarded >= 4
+
+
+# -- Produce by name (v3-v12: librdkafka's, older clients'): each name a link of the VC, renamed as the session does --
+
+NAMED = (7, 10, 12)  # int16 strings; compact strings (librdkafka's v10); the newest by name
+
+
+def _produce_schema(version: int) -> tuple[Any, Any]:
+    return (
+        importlib.import_module(f"kio.schema.produce.v{version}.request"),
+        importlib.import_module(f"kio.schema.produce.v{version}.response"),
+    )
+
+
+def produce_named(names: list[str], version: int = 10, txn: str | None = None, acks: int = -1) -> bytes:
+    req, _ = _produce_schema(version)
+    topics = tuple(
+        req.TopicProduceData(name=n, partition_data=(req.PartitionProduceData(index=0, records=b"\x00" * 70),))
+        for n in names
+    )
+    timeout = datetime.timedelta(seconds=30)
+    body = req.ProduceRequest(transactional_id=txn, acks=acks, timeout=timeout, topic_data=topics)
+    return request_frame(ApiKey.PRODUCE, version, 5, body)
+
+
+def answer_named(names: list[str], version: int = 10, message: str | None = None) -> bytes:
+    _, res = _produce_schema(version)
+    fields = {f.name for f in dataclasses.fields(res.PartitionProduceResponse)}
+    optional = {"log_append_time": None, "log_start_offset": 0, "record_errors": (), "error_message": message}
+    partition = res.PartitionProduceResponse(
+        index=0,
+        error_code=ErrorCode.none if message is None else ErrorCode.invalid_record,
+        base_offset=0,
+        **{k: v for k, v in optional.items() if k in fields},
+    )
+    topics = tuple(res.TopicProduceResponse(name=n, partition_responses=(partition,)) for n in names)
+    body = res.ProduceResponse(responses=topics, throttle_time=datetime.timedelta(0))
+    return response_frame(ApiKey.PRODUCE, version, 5, body)
+
+
+def granted_named(s: ProxySession, version: int = 10) -> bytes:
+    """A session that let a Produce to its own `orders` through by name, and so granted the name; what it sent."""
+    frame = produce_named(["orders"], version)
+    out = sent(s, frame)
+    assert out is not None and out != frame
+    s.on_response(memoryview(bytearray(answer_named([_physical(s.tenancy.image, "team-a", "orders")], version))))
+    return out
+
+
+def session_answer(s: ProxySession, request: bytes, reply: bytes) -> bytes:
+    """The session's rewrite of `reply` to `request`, which it lets through first."""
+    assert sent(s, request) is not None
+    return b"".join(bytes(p) for p in s.on_response(memoryview(bytearray(reply))).pieces)
+
+
+@pytest.mark.parametrize("version", NAMED)
+def test_the_vcs_link_is_granted_by_name_and_renamed_as_the_session_renames_it(version):
+    image = make_image()
+    s = session(image)
+    expected = granted_named(s, version)
+    assert len(s.ctx.grant) == 1
+    assert forward_entries(s) == ENTRIES
+    frame = produce_named(["orders"], version)
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.classify(produce_named(["orders"], version, acks=0), s.ctx.grant) == (5, False)
+    assert TABLE.sent(frame) is None  # no grant, nothing served
+    physical = _physical(image, "team-a", "orders")
+    reply = answer_named([physical], version)
+    back = TABLE.answered(ApiKey.PRODUCE, version, reply, s.ctx.grant)
+    assert back == session_answer(session(image), frame, reply)
+    assert physical.encode() not in back and b"orders" in back
+
+
+def test_a_name_of_any_length_is_renamed_with_its_length_prefix():
+    """A compact string's length grows a byte past 127 (a 100-character link, 137 with its prefix)."""
+    image = make_image()
+    link = "l" * 100
+    image.apply(*link_record("team-a", link, f"{uuid.uuid4()}.{link}"))
+    s = session(image)
+    frame = produce_named([link, "orders", link])
+    expected = sent(s, frame)
+    assert expected is not None and len(expected) == len(frame) + 3 * 37 + 2
+    assert TABLE.sent(frame, s.ctx.grant) == expected
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        pytest.param(["x"], id="another VC's link"),
+        pytest.param(["orders", "x"], id="its own and another VC's"),
+        pytest.param(["nope"], id="a name no link has"),
+        pytest.param(["payments"], id="its own link, not granted yet"),
+    ],
+)
+def test_a_name_the_grant_does_not_hold_is_the_sessions(names):
+    s = session(make_image())
+    granted_named(s)
+    assert TABLE.sent(produce_named(names), s.ctx.grant) is None
+
+
+def test_a_null_name_is_the_sessions():
+    s = session(make_image())
+    granted_named(s)
+    frame = produce_named(["payments", "orders"])
+    null = frame.replace(b"\x09payments", b"\x00")  # compact strings: length + 1, 0 for null
+    null = (len(null) - 4).to_bytes(4, "big") + null[4:]
+    assert TABLE.sent(frame.replace(b"payments", b"orders00"), s.ctx.grant) is None  # a name no link has
+    assert TABLE.sent(null, s.ctx.grant) is None
+
+
+def test_a_transactional_id_is_the_sessions_by_name_too():
+    s = session(make_image())
+    granted_named(s)
+    assert TABLE.sent(produce_named(["orders"], txn="t-1"), s.ctx.grant) is None
+
+
+def test_a_name_is_granted_for_produce_alone_and_never_another_vcs():
+    image = make_image()
+    s = session(image)
+    granted_named(s)
+    assert TABLE.sent(produce_named(["x"]), s.ctx.grant) is None
+    other = session(image, principal="User:bob")  # team-b: its own link x, never carol's orders
+    assert sent(other, produce_named(["x"])) is not None
+    assert TABLE.sent(produce_named(["orders"]), other.ctx.grant) is None
+
+
+def test_a_link_that_shares_its_topic_with_another_name_is_not_granted():
+    """The answer names the topic once: which name the client used only the session remembers."""
+    image = make_image()
+    image.apply(*link_record("team-a", "orders-too", _physical(image, "team-a", "orders")))
+    s = session(image)
+    frame = produce_named(["orders"])
+    assert sent(s, frame) is not None
+    assert s.ctx.grant is None or len(s.ctx.grant) == 0
+    assert TABLE.sent(frame, s.ctx.grant) is None
+
+
+def test_a_name_the_caller_may_not_write_is_not_granted_nor_is_the_rest_of_its_request():
+    image = make_image()
+    image.apply(*acl_record("team-a", _acl("orders", Operation.WRITE), True))
+    s = session(image, allow_if_no_acl=False)
+    both = produce_named(["orders", "payments"])
+    assert sent(s, both) is not None
+    assert s.ctx.grant is None or len(s.ctx.grant) == 0
+    granted_named(s)
+    assert TABLE.sent(produce_named(["orders"]), s.ctx.grant) is not None
+    assert TABLE.sent(both, s.ctx.grant) is None
+
+
+def test_a_right_revoked_voids_the_name_grant_at_once():
+    image = make_image()
+    write = _acl("orders", Operation.WRITE)
+    image.apply(*acl_record("team-a", write, True))
+    s = session(image, allow_if_no_acl=False)
+    granted_named(s)
+    grant = s.ctx.grant
+    frame = produce_named(["orders"])
+    assert TABLE.sent(frame, grant) is not None
+    image.apply(*acl_record("team-a", write, False))
+    assert TABLE.sent(frame, grant) is None
+    assert TABLE.answered(ApiKey.PRODUCE, 10, answer_named([_physical(image, "team-a", "orders")]), grant) is None
+
+
+def test_a_name_relinked_to_another_topic_is_the_sessions():
+    image = make_image()
+    s = session(image)
+    granted_named(s)
+    grant = s.ctx.grant
+    image.apply(*link_record("team-a", "orders", f"{uuid.uuid4()}.orders"))
+    assert TABLE.sent(produce_named(["orders"]), grant) is None
+
+
+def test_an_answer_by_name_with_a_message_or_a_name_not_granted_goes_to_the_session():
+    image = make_image()
+    s = session(image)
+    granted_named(s)
+    grant, physical = s.ctx.grant, _physical(image, "team-a", "orders")
+    assert TABLE.answered(ApiKey.PRODUCE, 10, answer_named([physical]), grant) is not None
+    assert TABLE.answered(ApiKey.PRODUCE, 10, answer_named([physical], message="bad record"), grant) is None
+    assert TABLE.answered(ApiKey.PRODUCE, 10, answer_named([_physical(image, "team-b", "x")]), grant) is None
+    assert TABLE.answered(ApiKey.PRODUCE, 10, answer_named(["orders"]), grant) is None  # the client's name, unmapped
+    assert TABLE.answered(ApiKey.PRODUCE, 10, answer_named([physical]), None) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.lists(st.sampled_from(["orders", "payments", "x", "nope", ""]), max_size=3),
+    version=st.sampled_from(range(3, 13)),
+    txn=st.sampled_from([None, "", "t"]),
+    acks=st.sampled_from([-1, 0, 1]),
+    seed=st.integers(0, 1 << 30),
+    cut=st.integers(0, 2),
+)
+def test_wherever_the_forwarder_renames_a_request_the_session_sends_the_same_bytes(
+    names, version, txn, acks, seed, cut
+):
+    image = make_image()
+    s = session(image)
+    granted_named(s, version)
+    s.ctx.grant.add_names(ApiKey.PRODUCE, [(b"payments", _physical(image, "team-a", "payments").encode())])
+    frame = mutated(produce_named(names, version, txn=txn, acks=acks), random.Random(seed), cut)
+    mine = TABLE.sent(frame, s.ctx.grant)
+    if mine is None:
+        return
+    before = len(s.in_flight)
+    assert sent(s, frame) == mine
+    assert TABLE.classify(frame, s.ctx.grant) == (5, len(s.in_flight) > before)
+
+
+@pytest.mark.parametrize("version", NAMED)
+def test_every_answer_by_name_it_renames_is_the_sessions_rewrite(version):
+    rng = random.Random(1134 + version)
+    image = make_image()
+    physical = {n: _physical(image, vc, n) for vc, n in (("team-a", "orders"), ("team-a", "payments"), ("team-b", "x"))}
+    _, res = _produce_schema(version)
+    passed = held = 0
+    for _ in range(200):
+        s = session(image)
+        granted_named(s, version)
+        reply = response_frame(ApiKey.PRODUCE, version, 5, fuzz_session._body(res.ProduceResponse, rng))
+        if rng.random() < 0.7:
+            picked = rng.sample(["orders", "orders", "x"], rng.randrange(1, 3))
+            reply = answer_named([physical[n] for n in picked], version)
+        mine = TABLE.answered(ApiKey.PRODUCE, version, reply, s.ctx.grant)
+        if mine is None:
+            held += 1
+            continue
+        passed += 1
+        assert session_answer(s, produce_named(["orders"], version), reply) == mine
+    assert passed > 30 and held > 30

@@ -84,22 +84,28 @@ class TenancyStage:
         return None
 
     def _grant(self, ex: Exchange, call: Any, out: list[Any]) -> None:
-        """A request let through as the client sent it: the topic ids it named may go unasked through the forwarder
-        until the state changes, for this API, and so may its fetch session (proxy/core/grants.py). Only where every
-        id was one the VC owns and the caller may use, and nothing else was refused or changed."""
+        """A request let through as the client sent it, or with its topic names renamed as links: the topic ids and
+        names it named may go unasked through the forwarder until the state changes, for this API, and so may its
+        fetch session (proxy/core/grants.py). Only where every id was one the VC owns and every name one of its
+        links, each the caller may use, and nothing else was refused or changed."""
         plans = grants.tenant_plans(ex.api_key, ex.api_version)
         if plans is None or (ex.access is not None and ex.access.any_denied) or call.tx.fake_ids or call.tx.probed:
             return
         frame = ex.frame
         assert frame is not None
-        same = len(out) == 1 and out[0] is frame
-        # Decoded and encoded again (a Fetch): unchanged only if the bytes are the same.
-        if not same and (sum(map(len, out)) != len(frame) or b"".join(out) != frame):
-            return
+        names = None
+        if call.tx.topics:  # by name: each renamed as a link of the VC, and nothing else changed (the plans' walk)
+            names = grants.renames(call.tx.vc, call.tx)
+            if names is None:
+                return
+        elif not (len(out) == 1 and out[0] is frame) and (sum(map(len, out)) != len(frame) or b"".join(out) != frame):
+            return  # decoded and encoded again (a Fetch): granted only if the bytes are the same
         grant = grants.grant_for(self.ctx)
         if grant is None:
             return
         grant.add(ex.api_key, call.tx.kept_ids)
+        if names:
+            grant.add_names(ex.api_key, names)
         session = call.state.get("fetch_session")
         if session is not None:  # the ownership table said the VC owns it on this broker
             self._grant_owned(grant, session[0])
