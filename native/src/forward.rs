@@ -384,6 +384,18 @@ impl Grant {
     }
 }
 
+/// A string's length (-1: null) and where its bytes start: a compact length (flexible versions) or an int16 one.
+fn string_length(buf: &[u8], off: u64, flexible: bool) -> Walk<(i64, u64)> {
+    if flexible {
+        let (length, after) = uvarint(buf, off)?;
+        return Ok((length as i64 - 1, after));
+    }
+    let Some(raw) = buf.get(off as usize..off as usize + 2) else {
+        return malformed("int16 past end of buffer");
+    };
+    Ok((i64::from(be_i16(raw)), off + 2))
+}
+
 /// Whether every name the plan captures at `off` is one the grant lets through: a null string, a topic id it holds
 /// for `key`, or a topic name it renames (`names`: appended to `edits`). A body it cannot walk is not (Python reads
 /// it).
@@ -410,15 +422,7 @@ fn granted<'m>(
         }
         Node::PUtf8 { flexible } => {
             // A string of a request the session decodes: kio refuses one that is not UTF-8, so it passes only if it is.
-            let (length, start) = if *flexible {
-                let (length, after) = uvarint(buf, off)?;
-                (length as i64 - 1, after)
-            } else {
-                let Some(raw) = buf.get(off as usize..off as usize + 2) else {
-                    return malformed("int16 past end of buffer");
-                };
-                (i64::from(be_i16(raw)), off + 2)
-            };
+            let (length, start) = string_length(buf, off, *flexible)?;
             if length < 0 {
                 return Ok((start, true));
             }
@@ -429,15 +433,7 @@ fn granted<'m>(
             Ok((end, std::str::from_utf8(raw).is_ok()))
         }
         Node::PRename { flexible } => {
-            let (length, at) = if *flexible {
-                let (length, after) = uvarint(buf, off)?;
-                (length as i64 - 1, after)
-            } else {
-                let Some(raw) = buf.get(off as usize..off as usize + 2) else {
-                    return malformed("int16 past end of buffer");
-                };
-                (i64::from(be_i16(raw)), off + 2)
-            };
+            let (length, at) = string_length(buf, off, *flexible)?;
             if length < 0 {
                 return Ok((at, false)); // a null name: the session's to answer
             }
