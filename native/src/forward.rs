@@ -258,14 +258,21 @@ struct Granted {
     sessions: Mutex<(u64, HashSet<i32>)>,
 }
 
-/// A topic name and the one it stands for, per API: the client's name -> the broker's (its requests), and back (its
-/// answers). Each link the session let through by name, where the VC's link and its reverse agree (grants.py).
+/// A name and the one it stands for: the client's -> the broker's (requests), or back (answers).
 type Renames = HashMap<Box<[u8]>, Box<[u8]>>;
 
+/// What the forwarder renames, by kind (grants.py `RENAMED`): topic names, which are never null (a null one is the
+/// session's), and transactional ids, whose null passes as it is.
+const KINDS: usize = 2;
+const TXN: usize = 1;
+type Kinds = [Renames; KINDS];
+
+/// The names the session let through renamed, per API: each link of the VC where the link and its reverse agree, and
+/// each transactional id the caller may use (grants.py).
 #[derive(Default)]
 struct Names {
-    forth: HashMap<i16, Renames>,
-    back: HashMap<i16, Renames>,
+    forth: HashMap<i16, Kinds>,
+    back: HashMap<i16, Kinds>,
 }
 
 /// A name to put in place of the bytes at [start, end) of a frame (its length prefix and itself), and whether it is a
@@ -361,15 +368,19 @@ impl Grant {
         held.extend(ids.into_iter().map(|id| (api_key, id)));
     }
 
-    /// Topic names that `api_key`'s requests may name, as (the client's name, the broker's), UTF-8: renamed one way
-    /// in its requests and back in its answers.
-    fn add_names(&self, api_key: i16, names: Vec<(Vec<u8>, Vec<u8>)>) -> PyResult<()> {
+    /// Names of `kind` (grants.py `RENAMED`) that `api_key`'s requests may name, as (the client's name, the
+    /// broker's), UTF-8: renamed one way in its requests and back in its answers.
+    fn add_names(&self, api_key: i16, kind: usize, names: Vec<(Vec<u8>, Vec<u8>)>) -> PyResult<()> {
+        if kind >= KINDS {
+            return Err(PyValueError::new_err(format!("no names of kind {kind}")));
+        }
         if names.iter().any(|(a, b)| a.len() as u64 > MAX_STRING || b.len() as u64 > MAX_STRING) {
             return Err(PyValueError::new_err("a name longer than a string may be"));
         }
         let mut held = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
         let held = &mut *held;
-        let (forth, back) = (held.forth.entry(api_key).or_default(), held.back.entry(api_key).or_default());
+        let forth = &mut held.forth.entry(api_key).or_default()[kind];
+        let back = &mut held.back.entry(api_key).or_default()[kind];
         for (name, physical) in names {
             forth.insert(name.clone().into(), physical.clone().into());
             back.insert(physical.into(), name.into());
@@ -379,7 +390,7 @@ impl Grant {
 
     fn __len__(&self) -> usize {
         let names = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
-        let renamed: usize = names.forth.values().map(HashMap::len).sum();
+        let renamed: usize = names.forth.values().flatten().map(HashMap::len).sum();
         self.inner.ids.lock().unwrap_or_else(|e| e.into_inner()).len() + renamed
     }
 }
@@ -397,15 +408,14 @@ fn string_length(buf: &[u8], off: u64, flexible: bool) -> Walk<(i64, u64)> {
 }
 
 /// Whether every name the plan captures at `off` is one the grant lets through: a null string, a topic id it holds
-/// for `key`, or a topic name it renames (`names`: appended to `edits`). A body it cannot walk is not (Python reads
-/// it).
+/// for `key`, or a name it renames (`names`: appended to `edits`). A body it cannot walk is not (Python reads it).
 fn granted<'m>(
     node: &Node,
     buf: &[u8],
     off: u64,
     ids: &HashSet<(i16, u128)>,
     key: i16,
-    names: Option<&'m Renames>,
+    names: Option<&'m Kinds>,
     edits: &mut Vec<Edit<'m>>,
 ) -> Walk<(u64, bool)> {
     match node {
@@ -432,16 +442,16 @@ fn granted<'m>(
             };
             Ok((end, std::str::from_utf8(raw).is_ok()))
         }
-        Node::PRename { flexible } => {
+        Node::PRename { flexible, kind } => {
             let (length, at) = string_length(buf, off, *flexible)?;
             if length < 0 {
-                return Ok((at, false)); // a null name: the session's to answer
+                return Ok((at, *kind == TXN)); // no transactional id passes; a null topic name is the session's
             }
             let end = at + length as u64;
             let Some(raw) = buf.get(at as usize..end as usize) else {
                 return malformed("string past end of buffer");
             };
-            match names.and_then(|m| m.get(raw)) {
+            match names.and_then(|m| m.get(*kind)).and_then(|m| m.get(raw)) {
                 Some(to) => {
                     edits.push((off, end, to, *flexible));
                     Ok((end, true))

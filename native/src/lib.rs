@@ -30,7 +30,7 @@ enum Node {
     VNullStruct(Box<Node>),
     PString { flexible: bool, kind: Py<PyAny> },
     PUtf8 { flexible: bool }, // the forwarder's check of a string a decode would read (forward.rs `granted`)
-    PRename { flexible: bool }, // a topic name the forwarder renames by its grant (forward.rs `granted`)
+    PRename { flexible: bool, kind: usize }, // a name the forwarder renames by its grant (forward.rs `granted`)
     PUuid { kind: Py<PyAny> },
     PArray { flexible: bool, item: Box<Node> },
     PStruct { flexible: bool, steps: Vec<Node> },
@@ -79,7 +79,7 @@ fn parse(node: &Bound<'_, PyAny>) -> PyResult<Node> {
         "vnstruct" => Node::VNullStruct(sub(1)?),
         "string" => Node::PString { flexible: b(1)?, kind: t.get_item(2)?.unbind() },
         "utf8" => Node::PUtf8 { flexible: b(1)? },
-        "rename" => Node::PRename { flexible: b(1)? },
+        "rename" => Node::PRename { flexible: b(1)?, kind: t.get_item(2)?.extract()? },
         "uuid" => Node::PUuid { kind: t.get_item(1)?.unbind() },
         "parray" => Node::PArray { flexible: b(1)?, item: sub(2)? },
         "pstruct" => Node::PStruct { flexible: b(1)?, steps: steps(2)? },

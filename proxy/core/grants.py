@@ -1,18 +1,18 @@
 """What the forwarder may serve for a virtual cluster's connection (sans-I/O): the API versions, and the grant.
 
 An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing
-else, and its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12) and ids that may be
-null, or when the catalogue says where its fetch session is (Fetch v15+). Such a request goes to the broker exactly
-when every topic id in it is one the VC owns and every topic name one of its links, each one the caller may use for
-the API (the VC's ACLs), its transactional id is null, and its fetch session is none or the VC's: as the client sent
-it, its topic names each replaced by the physical name the link gives, as the session replaces them; its answer's
-names go back the same way. The tenancy stage says which ids, names and sessions those are as it lets them through
-(`grant_for(ctx)`; a name only where its link is the only name of its topic, so the answer's name is the one the
-client used): a grant is of one state of the connection's virtual cluster, void once it
-changes (`VirtualCluster.changes`: its links, ACLs, settings, the ids of its topics) or the whole state does
-(`TenancyImage.changes`: bindings, credentials, quotas, VCs made or deleted), so a right revoked or a topic unlinked
-takes effect at the next request, and another VC's records leave it standing; its sessions are void once the
-fetch-session table lets any id go (`FETCH_SESSIONS.changes`).
+else, and its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12) and ids that may
+be null, or when the catalogue says where its fetch session is (Fetch v15+). Such a request goes to the broker
+exactly when every topic id in it is one the VC owns and every topic name one of its links, each one the caller may
+use for the API (the VC's ACLs), its transactional id is null or one the caller may use, and its fetch session is
+none or the VC's: as the client sent it, its topic names each replaced by the physical name the link gives and its
+transactional id by the VC's, as the session replaces them; its answer's names go back the same way. The tenancy
+stage says which ids, names and sessions those are as it lets them through (`grant_for(ctx)`; a name only where
+its link is the only name of its topic, so the answer's name is the one the client used): a grant is of one state
+of the connection's virtual cluster, void once it changes (`VirtualCluster.changes`: its links, ACLs, settings, the
+ids of its topics) or the whole state does (`TenancyImage.changes`: bindings, credentials, quotas, VCs made or
+deleted), so a right revoked or a topic unlinked takes effect at the next request, and another VC's records leave
+it standing; its sessions are void once the fetch-session table lets any id go (`FETCH_SESSIONS.changes`).
 The forwarder (native/src/forward.rs) reads a request with the plans made here, as the tenancy stage reads it: a
 body the strict walker accepts, each name null or granted, no tagged field of its own; an answer with a message,
 an id the grant does not hold or a session that changed goes back to the session's rewrite.
@@ -107,10 +107,15 @@ def _nullable(cls: type, path: str) -> bool:
     return _nullable(inner, rest)
 
 
+# The names the forwarder renames by a grant (`Grant.add_names`), each with its map's index in vcproxy_native: a topic
+# name (never null) and a transactional id (null: none, passed as it is).
+RENAMED = {"topic": 0, "txn": 1}
+
+
 def _renames(node: Any) -> Any:
-    """The plan with each topic name turned into the forwarder's rename (by the grant: `Grant.add_names`)."""
-    if node[0] == "string" and node[2] == "topic":
-        return ("rename", node[1])
+    """The plan with each topic name and transactional id turned into the forwarder's rename (by the grant)."""
+    if node[0] == "string" and node[2] in RENAMED:
+        return ("rename", node[1], RENAMED[node[2]])
     if node[0] == "pstruct":
         return (node[0], node[1], tuple(_renames(step) for step in node[2]))
     if node[0] == "parray":
@@ -160,19 +165,20 @@ def _utf8(node: Any) -> Any:
     return node
 
 
-def renames(vc: Any, tx: Any) -> list[tuple[bytes, bytes]] | None:
-    """The names a request by name was let through with, as (the client's, the broker's), for `Grant.add_names`; None
-    when one is not a plain link of the VC both ways (unknown, planned, or one of several names of its topic: the
-    answer's name then depends on the request, which only the session remembers)."""
-    if tx.unknown_topics or tx.planned:
+def renames(vc: Any, tx: Any) -> dict[int, list[tuple[bytes, bytes]]] | None:
+    """The names a request by name was let through with, as (the client's, the broker's) per `RENAMED` index, for
+    `Grant.add_names`; None when a topic name is not a plain link of the VC both ways (unknown, planned, or one of
+    several names of its topic: the answer's name then depends on the request, which only the session remembers)."""
+    if tx.unknown_topics or tx.planned or tx.refused:
         return None
-    out = []
+    topics = []
     for physical, name in tx.topics.items():
         links = vc.physical_links.get(physical)
         if vc.physical_topic(name) != physical or links is None or len(links) != 1:
             return None
-        out.append((name.encode(), physical.encode()))
-    return out
+        topics.append((name.encode(), physical.encode()))
+    txns = [(name.encode(), physical.encode()) for physical, name in tx.txn_ids.items()]
+    return {RENAMED["topic"]: topics, RENAMED["txn"]: txns}
 
 
 def grant_for(ctx: ConnectionState) -> Any:

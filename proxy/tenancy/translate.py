@@ -55,6 +55,9 @@ class Translation:
     # Topic ids (as integers) sent as themselves because the VC owns them and the caller may use them: what the
     # tenancy stage grants the forwarder (proxy/core/forward_table.py).
     kept_ids: list[int] = field(default_factory=list)
+    # Transactional ids sent as the VC's own (the caller may use them): physical -> the client's, what the tenancy
+    # stage grants the forwarder with a Produce's topic names (proxy/core/grants.py).
+    txn_ids: dict[str, str] = field(default_factory=dict)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -67,7 +70,11 @@ class Translation:
         if kind in ("group", "txn"):
             if self.access is not None and not self.access.permits(kind, value):
                 return self._refused_id(value)
-            return self.vc.physical_group(value) if kind == "group" else self.vc.physical_txn(value)
+            if kind == "group":
+                return self.vc.physical_group(value)
+            physical = self.vc.physical_txn(value)
+            self.txn_ids[physical] = value
+            return physical
         if kind == "topic_id":
             return self.topic_id(value)
         raise ValueError(f"unknown identifier kind {kind!r}")

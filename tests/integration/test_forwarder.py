@@ -301,9 +301,10 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
 
 def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_revoked(kafka_cluster, tmp_path):
     """librdkafka's Produce names topics by name (v10): the forwarder renames each to its physical name, on the grant
-    of the names the session let through, and the answer's back. carol's records land intact and in order under her
-    own name for the topic, the forwarder having served most of them; once alice denies her WRITE, her very next
-    record is refused, although her connection was on the forwarder."""
+    of the names the session let through, and the answer's back; a transactional producer's id too. carol's records
+    land intact and in order under her own name for the topic, the forwarder having served most of them, and only
+    her committed transaction's are read; once alice denies her WRITE, her very next record is refused, although her
+    connection was on the forwarder."""
     config = proxy_config(
         kafka_cluster.bootstrap,
         free_port_block(),
@@ -340,6 +341,20 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         assert not failures, failures
         forwarded = _forwarded(proxy, "Produce")
         assert forwarded >= 200, forwarded  # the first few are the session's, until it has granted the name
+        # Transactional: its id renamed too. One transaction committed, one aborted, each a Produce per record.
+        committed, aborted = [f"c-{i}".encode() for i in range(60)], [f"a-{i}".encode() for i in range(60)]
+        txn = Producer({**carol, "transactional.id": f"tx-{topic}", "linger.ms": 0})
+        txn.init_transactions(60)
+        for values, end in ((committed, txn.commit_transaction), (aborted, txn.abort_transaction)):
+            txn.begin_transaction()
+            for value in values:
+                txn.produce(topic, value, on_delivery=delivered)
+                txn.flush(30)
+            end(60)
+        assert not failures, failures
+        in_txns = _forwarded(proxy, "Produce") - forwarded
+        assert in_txns >= 60, in_txns
+        del txn
         deny = AclBinding(
             ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
             AclOperation.WRITE, AclPermissionType.DENY,
@@ -359,13 +374,13 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         consumer.assign([TopicPartition(topic, 0, 0)])
         got: list[bytes] = []
         deadline = time.monotonic() + 60
-        while len(got) < len(sent) and time.monotonic() < deadline:
+        while len(got) < len(sent) + len(committed) and time.monotonic() < deadline:
             msg = consumer.poll(1.0)
             if msg is not None and msg.error() is None:
                 assert msg.topic() == topic
                 got.append(msg.value())
         consumer.close()
-        assert got == sent
+        assert got == sent + committed  # read_committed: the aborted transaction's records are skipped
     finally:
         proxy.stop()
     log = proxy.log_path.read_text()

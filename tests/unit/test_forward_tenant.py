@@ -30,7 +30,7 @@ from kio.schema.produce.v13 import response as rs
 from benchmarks import fuzz_session
 from proxy.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, acl_record
 from proxy.auth.users import scram_record
-from proxy.core import apiversions
+from proxy.core import apiversions, grants
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.exchange import Action
 from proxy.core.forward_table import forward_entries, tenant_entries_for
@@ -765,6 +765,76 @@ def test_a_transactional_id_is_the_sessions_by_name_too():
     assert TABLE.sent(produce_named(["orders"], txn="t-1"), s.ctx.grant) is None
 
 
+TOPIC, TXN = grants.RENAMED["topic"], grants.RENAMED["txn"]
+
+
+def granted_txn(s: ProxySession, version: int = 10, txn: str = "t") -> bytes:
+    """A session that let a transactional Produce to its own `orders` through by name; what it sent."""
+    frame = produce_named(["orders"], version, txn=txn)
+    out = sent(s, frame)
+    assert out is not None and s.ctx.vc.physical_txn(txn).encode() in out
+    s.on_response(memoryview(bytearray(answer_named([_physical(s.tenancy.image, "team-a", "orders")], version))))
+    return out
+
+
+@pytest.mark.parametrize("version", [7, 10, 12])
+def test_a_transactional_id_the_session_let_through_is_granted_and_renamed(version):
+    image = make_image()
+    s = session(image)
+    expected = granted_txn(s, version)
+    frame = produce_named(["orders"], version, txn="t")
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.sent(produce_named(["orders"], version, txn="u"), s.ctx.grant) is None  # another id: not yet
+    assert TABLE.sent(produce_named(["orders"], version), s.ctx.grant) is not None  # none at all: as before
+
+
+def test_a_transactional_id_by_topic_id_is_granted_and_renamed_too():
+    image = make_image()
+    s = session(image)
+    first = sent(s, produce([ORDERS], txn="t"))
+    assert first is not None and s.ctx.vc.physical_txn("t").encode() in first
+    s.on_response(memoryview(bytearray(answer([ORDERS]))))
+    assert TABLE.sent(produce([ORDERS], txn="t"), s.ctx.grant) == first
+
+
+def test_a_transactional_id_granted_on_one_vcs_connection_is_not_on_another():
+    image = make_image()
+    carol = session(image)
+    granted_txn(carol)
+    bob = session(image, principal="User:bob")
+    assert sent(bob, produce_named(["x"], txn="t")) is not None
+    frame = produce_named(["x"], txn="t")
+    mine = TABLE.sent(frame, bob.ctx.grant)
+    assert mine is not None and image.vcs["team-b"].physical_txn("t").encode() in mine
+    assert image.vcs["team-a"].physical_txn("t").encode() not in mine
+
+
+def test_a_transactional_id_the_caller_may_not_use_is_never_granted():
+    image = make_image()
+    image.apply(*acl_record("team-a", _acl("orders", Operation.WRITE), True))  # the topic, not the id
+    s = session(image, allow_if_no_acl=False)
+    granted_named(s)
+    frame = produce_named(["orders"], txn="t")
+    assert sent(s, frame) is None  # refused: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert TABLE.sent(frame, s.ctx.grant) is None
+
+
+def test_a_transactional_id_right_revoked_voids_its_grant():
+    image = make_image()
+    use = AclBinding(
+        ResourceType.TRANSACTIONAL_ID, "t", PatternType.LITERAL, "User:carol", "*", Operation.WRITE, Permission.ALLOW
+    )
+    image.apply(*acl_record("team-a", _acl("orders", Operation.WRITE), True))
+    image.apply(*acl_record("team-a", use, True))
+    s = session(image, allow_if_no_acl=False)
+    granted_txn(s)
+    grant, frame = s.ctx.grant, produce_named(["orders"], txn="t")
+    assert TABLE.sent(frame, grant) is not None
+    image.apply(*acl_record("team-a", use, False))
+    assert TABLE.sent(frame, grant) is None
+    assert sent(s, frame) is None  # the session refuses it now
+
+
 def test_a_name_is_granted_for_produce_alone_and_never_another_vcs():
     image = make_image()
     s = session(image)
@@ -837,7 +907,7 @@ def test_an_answer_by_name_with_a_message_or_a_name_not_granted_goes_to_the_sess
 @given(
     names=st.lists(st.sampled_from(["orders", "payments", "x", "nope", ""]), max_size=3),
     version=st.sampled_from(range(3, 13)),
-    txn=st.sampled_from([None, "", "t"]),
+    txn=st.sampled_from([None, "", "t", "u"]),
     acks=st.sampled_from([-1, 0, 1]),
     seed=st.integers(0, 1 << 30),
     cut=st.integers(0, 2),
@@ -848,7 +918,8 @@ def test_wherever_the_forwarder_renames_a_request_the_session_sends_the_same_byt
     image = make_image()
     s = session(image)
     granted_named(s, version)
-    s.ctx.grant.add_names(ApiKey.PRODUCE, [(b"payments", _physical(image, "team-a", "payments").encode())])
+    s.ctx.grant.add_names(ApiKey.PRODUCE, TOPIC, [(b"payments", _physical(image, "team-a", "payments").encode())])
+    granted_txn(s, version)
     frame = mutated(produce_named(names, version, txn=txn, acks=acks), random.Random(seed), cut)
     mine = TABLE.sent(frame, s.ctx.grant)
     if mine is None:

@@ -94,7 +94,7 @@ class TenancyStage:
         frame = ex.frame
         assert frame is not None
         names = None
-        if call.tx.topics:  # by name: each renamed as a link of the VC, and nothing else changed (the plans' walk)
+        if call.tx.topics or call.tx.txn_ids:  # names renamed as the VC's, nothing else changed (the plans' walk)
             names = grants.renames(call.tx.vc, call.tx)
             if names is None:
                 return
@@ -104,8 +104,9 @@ class TenancyStage:
         if grant is None:
             return
         grant.add(ex.api_key, call.tx.kept_ids)
-        if names:
-            grant.add_names(ex.api_key, names)
+        for kind, pairs in (names or {}).items():
+            if pairs:
+                grant.add_names(ex.api_key, kind, pairs)
         session = call.state.get("fetch_session")
         if session is not None:  # the ownership table said the VC owns it on this broker
             self._grant_owned(grant, session[0])
