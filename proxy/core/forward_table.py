@@ -16,8 +16,8 @@ version, from the same facts the stages decide from, so the two paths give one r
 
 A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce by topic id or by name (its
 names renamed) and Fetch by topic id, served on a grant of the ids, names and fetch sessions the session let through
-(proxy/core/grants.py). Not while a quota applies
-to the connection.
+(proxy/core/grants.py). Not while the connection is muted by a quota, nor an API a quota that applies to it meters
+(with a request-rate limit, none).
 
 tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame
 unchanged and leaves an untagged answer as it came.
@@ -32,6 +32,7 @@ from ..catalogue import catalogue
 from ..protocol import plans, walker
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
+from ..quotas.model import FETCH, MUTATION, PRODUCE
 from ..rules import api_rules
 from . import forward_plans
 from .endpoints import rules_for
@@ -58,11 +59,13 @@ def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
     versions = tuple(sorted(ctx.versions.items()))
     if session.tenancy is None:
         return entries_for(versions)
-    # A VC's connection: bound, with a grant of the state as it is now, and no quota to meter.
+    # A VC's connection: bound, with a grant of the state as it is now, and not muted; only the APIs no quota that
+    # applies to it meters (a producer's byte rate leaves its Fetch to the forwarder, a request rate nothing).
     quota = session.quota
-    if ctx.engine is None or ctx.grant is None or not ctx.grant.valid() or quota is None or not quota.unmetered():
+    metered = quota.metered() if quota is not None else None
+    if ctx.engine is None or ctx.grant is None or not ctx.grant.valid() or metered is None:
         return ()
-    return tenant_entries_for(versions)
+    return tenant_entries_for(versions, metered)
 
 
 @functools.lru_cache(maxsize=64)
@@ -78,15 +81,37 @@ def entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[Entr
 
 
 @functools.lru_cache(maxsize=64)
-def tenant_entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[Entry, ...]:
-    """A VC connection's entries for one negotiated version table: those of `tenant_plans`."""
+def tenant_entries_for(
+    versions: tuple[tuple[int, tuple[int, int]], ...], metered: frozenset[str] = frozenset()
+) -> tuple[Entry, ...]:
+    """A VC connection's entries for one negotiated version table: those of `tenant_plans`, but for the APIs the quota
+    keys in `metered` measure (the quota stage's, in Python)."""
     out: list[Entry] = []
     for key, (low, high) in versions:
+        if _metered(key, metered):
+            continue
         for version in range(low, high + 1):
             entry, tenant = _entry(key, version), tenant_plans(key, version)
             if entry is not None and tenant is not None:
                 out.append((*entry[:6], tenant, *entry[7:]))
     return tuple(out)
+
+
+METERING = frozenset({PRODUCE, FETCH, MUTATION})  # the keys `_metered` knows the APIs of
+
+
+def _metered(key: int, metered: frozenset[str]) -> bool:
+    """Whether one of the quota keys measures this API (proxy/core/stages/quotas.py: what it charges, and when)."""
+    if not metered:
+        return False
+    if metered - METERING:
+        return True  # a key this does not know: it may meter anything
+    spec = catalogue()[key]
+    return (
+        (PRODUCE in metered and spec.produce_bytes)
+        or (FETCH in metered and spec.fetch_bytes)
+        or (MUTATION in metered and spec.mutation_items is not None)
+    )
 
 
 def _entry(key: int, version: int) -> Entry | None:

@@ -313,12 +313,36 @@ def test_a_record_voids_the_grant_exactly_when_it_is_about_the_vc_or_everyone(re
         assert sent(s, frame) == frame and s.ctx.grant is grant  # as the session decides now, too
 
 
-def test_a_connection_with_a_quota_is_not_forwarded():
+@pytest.mark.parametrize(
+    ("entity", "key", "served"),
+    [
+        pytest.param((("virtual-cluster", "team-a"),), "producer_byte_rate", {ApiKey.FETCH}, id="the VC's produce cap"),
+        pytest.param((("user", "carol"),), "producer_byte_rate", {ApiKey.FETCH}, id="carol's produce rate"),
+        pytest.param((("user", None),), "consumer_byte_rate", {ApiKey.PRODUCE}, id="every user's fetch rate"),
+        pytest.param((("virtual-cluster", "team-a"),), "request_rate", set(), id="the VC's request rate"),
+        pytest.param((("user", "carol"),), "controller_mutation_rate", {ApiKey.PRODUCE, ApiKey.FETCH}, id="mutations"),
+        pytest.param((("user", "bob"),), "request_rate", {ApiKey.PRODUCE, ApiKey.FETCH}, id="another user's"),
+    ],
+)
+def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served):
+    """The quota stage meters what a quota that applies to the connection measures (a Produce's size, a Fetch answer's,
+    every request for a request rate): the forwarder serves none of that, so no byte escapes a meter."""
     image = make_image()
-    image.apply(*quota_record((("virtual-cluster", "team-a"),), "producer_byte_rate", 1024.0))
     s = session(image)
     granted(s)
+    image.apply(*quota_record(entity, key, 1e9))  # never reached: nothing muted
+    sent(s, produce([ORDERS]))  # granted again, in the state with the quota
     assert s.ctx.grant is not None and s.ctx.grant.valid()
+    assert {key for key, *_ in forward_entries(s)} == served
+
+
+def test_a_muted_connection_is_not_forwarded():
+    image = make_image()
+    image.apply(*quota_record((("user", "carol"),), "producer_byte_rate", 1.0))
+    s = session(image)
+    granted(s)
+    sent(s, produce([ORDERS]))  # over 1 byte/s: muted
+    assert s.quota.metered() is None
     assert forward_entries(s) == ()
 
 

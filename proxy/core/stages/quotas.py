@@ -48,6 +48,7 @@ from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
 _NO_LIMITS = Resolved({}, {})
+_NONE: frozenset[str] = frozenset()
 log = logging.getLogger(__name__)
 
 
@@ -92,6 +93,7 @@ class QuotaStage:
         self.image = image
         self.mute_until = 0.0  # the connection is muted until then (the meters' clock)
         self._limits = _NO_LIMITS
+        self._keys: frozenset[str] | None = _NONE  # the keys of `_limits` (`metered`)
         self._resolved_for: tuple[int, Any] | None = None  # (book version, vc) the limits were resolved for
 
     # -- requests ---------------------------------------------------------------------------------
@@ -106,9 +108,14 @@ class QuotaStage:
             return self._quota_rpc(ex)
         return None
 
-    def unmetered(self) -> bool:
-        """No limit applies to the connection now and it is not muted: its requests need no meter (the forwarder)."""
-        return not self._current().applies and self.mute_until <= self.image().quotas.meters.clock()
+    def metered(self) -> frozenset[str] | None:
+        """The quota keys that apply to the connection now (PRODUCE, FETCH, MUTATION): the forwarder may serve an API
+        that none of them meters. None when every request is metered (a request-rate limit) or the connection is
+        muted: the forwarder serves none of them then."""
+        if self.mute_until != 0.0 and self.mute_until > self.image().quotas.meters.clock():
+            return None
+        limits = self._current()
+        return self._keys if limits.applies else _NONE
 
     def _current(self) -> Resolved:
         vc = self.ctx.vc
@@ -117,7 +124,9 @@ class QuotaStage:
         book = self.image().quotas
         if self._resolved_for is None or self._resolved_for[0] != book.version or self._resolved_for[1] is not vc:
             self._resolved_for = (book.version, vc)
-            self._limits = book.resolve(vc.name, self.ctx.principal, self.ctx.client_id)
+            self._limits = limits = book.resolve(vc.name, self.ctx.principal, self.ctx.client_id)
+            keys = frozenset(limits.limits) | frozenset(limits.caps)
+            self._keys = None if REQUEST in keys else keys
         return self._limits
 
     def _on_request(self, ex: Exchange, limits: Resolved) -> None:
