@@ -265,6 +265,9 @@ type Renames = HashMap<Box<[u8]>, Box<[u8]>>;
 /// session's), and transactional ids, whose null passes as it is.
 const KINDS: usize = 2;
 const TXN: usize = 1;
+/// At most this many names of a kind per API in one grant: a client may name as many transactional ids as it likes,
+/// and past this many the rest go by the session (the grant's memory stays bounded).
+const MOST_NAMES: usize = 4096;
 type Kinds = [Renames; KINDS];
 
 /// The names the session let through renamed, per API: each link of the VC where the link and its reverse agree, and
@@ -382,6 +385,9 @@ impl Grant {
         let forth = &mut held.forth.entry(api_key).or_default()[kind];
         let back = &mut held.back.entry(api_key).or_default()[kind];
         for (name, physical) in names {
+            if forth.len() >= MOST_NAMES {
+                break;
+            }
             forth.insert(name.clone().into(), physical.clone().into());
             back.insert(physical.into(), name.into());
         }

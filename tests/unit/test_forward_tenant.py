@@ -975,3 +975,15 @@ def test_every_answer_by_name_it_renames_is_the_sessions_rewrite(version):
         passed += 1
         assert session_answer(s, produce_named(["orders"], version), reply) == mine
     assert passed > 30 and held > 30
+
+
+def test_a_grant_holds_a_bounded_number_of_names():
+    """A client may name as many transactional ids as it likes: past 4,096 per kind, the rest stay the session's."""
+    s = session(make_image())
+    granted_named(s)
+    grant = s.ctx.grant
+    before = len(grant)
+    grant.add_names(ApiKey.PRODUCE, TXN, [(f"t{i}".encode(), f"p.t{i}".encode()) for i in range(5000)])
+    assert len(grant) == before + 4096
+    assert TABLE.sent(produce_named(["orders"], txn="t4095"), grant) is not None
+    assert TABLE.sent(produce_named(["orders"], txn="t4096"), grant) is None
