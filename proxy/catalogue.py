@@ -61,9 +61,9 @@ class ApiSpec:
     sasl: bool  # part of the SASL exchange
     telemetry: bool  # a KIP-714 client-telemetry API
     answered_by: str | None  # the stage that answers it itself, where one does: see ANSWERED_BY
-    # A KIP-227 fetch session: (the first version whose session id sits at a fixed place in the body and whose
-    # replica id is a tagged field, that place), where the forwarder reads a VC's request (proxy/core/grants.py).
-    fetch_session: tuple[int, int] | None
+    # A KIP-227 fetch session: the first version the forwarder reads for a VC (its topics by id), whose session id
+    # and replica id (a regular field before v15) sit where the schema says (proxy/core/grants.py).
+    fetch_session: int | None
 
     @property
     def name(self) -> str:
@@ -197,7 +197,7 @@ _SPLICED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.S
 _RECORDS_IN_RESPONSE = frozenset({ApiKey.FETCH, ApiKey.SHARE_FETCH})
 _SASL = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # Fetch v15+: max_wait_ms, min_bytes, max_bytes, isolation_level, then session_id and session_epoch.
-_FETCH_SESSION = {ApiKey.FETCH: (15, 13)}
+_FETCH_SESSION = {ApiKey.FETCH: 13}
 _TELEMETRY = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY})
 
 # The stage that answers an API itself (for whom: its module says): ApiVersions, the SASL exchange, the

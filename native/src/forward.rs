@@ -210,6 +210,8 @@ struct Tenant {
     // A Fetch (KIP-227 sessions): where in the body its session id (then epoch) is. Its session must be none or one
     // the grant holds, and an answer that opens, closes or loses a session is Python's (the ownership table).
     session: Option<u64>,
+    // A Fetch before v15: where its replica id is. Only a consumer's (negative) is served: a follower's is refused.
+    replica: Option<u64>,
 }
 
 /// A Fetch's session as its request named it: (session id, epoch).
@@ -569,7 +571,7 @@ type EntryTuple<'py> = (
     bool,
     bool,
     Bound<'py, PyAny>,
-    Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>)>,
+    Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>, Option<u64>)>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
 );
@@ -587,8 +589,8 @@ pub struct ForwardTable {
 #[pymethods]
 impl ForwardTable {
     /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None, tenant plans
-    /// (validate, request names, answer names, a Fetch's session offset) or None, errors plan or None, records
-    /// plan or None).
+    /// (validate, request names, answer names, a Fetch's session offset, its replica id's offset) or None, errors
+    /// plan or None, records plan or None).
     #[new]
     fn new(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut map = HashMap::new();
@@ -600,11 +602,12 @@ impl ForwardTable {
             let records = if records.is_none() { None } else { Some(parse(&records)?) };
             let tenant = match tenant {
                 None => None,
-                Some((v, rq, rs, session)) => Some(Tenant {
+                Some((v, rq, rs, session, replica)) => Some(Tenant {
                     validate: parse(&v)?,
                     request: parse(&rq)?,
                     response: parse(&rs)?,
                     session,
+                    replica,
                 }),
             };
             // ("top", offset | None), or the walk of every error code, or None (none known).
@@ -1194,6 +1197,12 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
             }
             if !edits.is_empty() {
                 renamed_frame = Some(renamed(frame, &edits));
+            }
+        }
+        if let Some(at) = tenant.replica {
+            let at = off + at as usize;
+            if be_i32(frame.get(at..at + 4)?) >= 0 {
+                return None; // a follower's fetch: the session refuses it (brokers only)
             }
         }
         if let Some(at) = tenant.session {

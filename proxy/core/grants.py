@@ -2,7 +2,7 @@
 
 An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing
 else, and its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12) and ids that may
-be null, or when the catalogue says where its fetch session is (Fetch v15+). Such a request goes to the broker
+be null, or from the version the catalogue says for its fetch session (Fetch v13+). Such a request goes to the broker
 exactly when every topic id in it is one the VC owns and every topic name one of its links, each one the caller may
 use for the API (the VC's ACLs), its transactional id is null or one the caller may use, and its fetch session is
 none or the VC's: as the client sent it, its topic names each replaced by the physical name the link gives and its
@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 
 # A tenant's plans: the request body's strict plan (walker.validate), the request's names and the answer's names
 # and messages (the tenancy splice's walks), for vcproxy_native to read as the tenancy stage reads them; and for a
-# Fetch, where its session id is in the body (else None).
-TenantPlans = tuple[Any, Any, Any, int | None]
+# Fetch, where its session id is in the body and where its replica id is while a regular field (v13-v14; else None),
+# which only a consumer's (negative) lets the forwarder serve it.
+TenantPlans = tuple[Any, Any, Any, int | None, int | None]
 
 # What a served tenant request may name: granted topic ids, granted topic names (renamed), and null ids.
 NAMES = frozenset({"topic_id", "topic", "txn"})
@@ -61,14 +62,22 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     if rule is None or spec is None or rule.action != "rewrite" or rule.request or rule.response or rule.filters:
         return None
     # Fetch's request is decoded by its handler (proxy/tenancy/handlers/fetch.py: the replica id, the cluster id, the
-    # fetch session's owner); the forwarder reads it instead where the catalogue says how (`fetch_session`): a
-    # request with any tagged field of its own is handed back, its session must be none or one the ownership table
-    # gave the VC (`Grant.add_session`), and an answer that opens, closes or loses a session is the session's.
-    session = None
+    # fetch session's owner); the forwarder reads it instead from the version the catalogue says (`fetch_session`): a
+    # request with any tagged field of its own is handed back, its replica id (a regular field before v15) must be a
+    # consumer's, its session none or one the ownership table gave the VC (`Grant.add_session`), and an answer that
+    # opens, closes or loses a session is the session's.
+    session = replica = None
     if spec.fetch_session is not None:
-        if version < spec.fetch_session[0]:
+        if version < spec.fetch_session:
             return None
-        session = spec.fetch_session[1]
+        request = request_type(key, version)
+        session = plans.field_offset(request, "session_id")
+        if session is None:
+            return None
+        if "replica_id" in {f.name for f in plans.regular_fields(request)}:
+            replica = plans.field_offset(request, "replica_id")
+            if replica is None:
+                return None
     elif set(rule.splice) != {"request", "response"} or rule.handler:
         return None
     if spec.acl_listing is not None or spec.authorized_operations is not None or spec.mutation_items is not None:
@@ -94,7 +103,7 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
         if strings is None:
             return None
         read = _utf8(plans.splice_entity(request, names | {(path, UTF8) for path in strings}))
-    return plans.check_entity(request)[0], read, _renames(plans.splice_entity(response, answer)), session
+    return plans.check_entity(request)[0], read, _renames(plans.splice_entity(response, answer)), session, replica
 
 
 def _nullable(cls: type, path: str) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Callable
 
 from .entities import unwrap
 
@@ -213,10 +214,22 @@ def _check_path(cls: type, path: str) -> None:
 def top_error_offset(cls: type) -> int | None:
     """Where the top-level error code sits in a body of type `cls`, if only fixed-width fields precede
     it (Fetch, ShareFetch: after the throttle time); else None."""
+    return fixed_offset(cls, lambda f: f.metadata.get("kafka_type") == "error_code")
+
+
+def field_offset(cls: type, name: str) -> int | None:
+    """Where the regular field `name` sits in a body of type `cls`, if only fixed-width fields precede it; else
+    None (and None when it has no such field)."""
+    return fixed_offset(cls, lambda f: f.name == name)
+
+
+def fixed_offset(cls: type, found: Callable[[dataclasses.Field], bool]) -> int | None:
+    """Where the first regular field `found` accepts sits in a body of type `cls`, if only fixed-width fields
+    precede it; else None."""
     offset = 0
     for f in regular_fields(cls):
         kafka_type = f.metadata.get("kafka_type")
-        if kafka_type == "error_code":
+        if found(f):
             return offset
         if kafka_type not in FIXED:
             return None

@@ -5,6 +5,7 @@ requests. Both with metrics on: /metrics counts every request the forwarder serv
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import subprocess
@@ -22,15 +23,20 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v13.request import FetchPartition, FetchRequest, FetchTopic
 
 from benchmarks.bench_peers import parse_consumer
 from proxy.auth.credentials import make_entry
+from proxy.protocol import codec
 from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
+from .hardening_attacks import login
 from .ports import free_port, free_port_block
 from .tenants import login_files, scram_conf
 from .test_observability import metrics_port, scrape, total
+from .test_tenant_hardening import ready_topic
 
 SERVED = re.compile(r"the forwarder served (\d+) requests \((\w[\w-]*)\)")
 
@@ -303,14 +309,14 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
     """librdkafka's Produce names topics by name (v10): the forwarder renames each to its physical name, on the grant
     of the names the session let through, and the answer's back; a transactional producer's id too. carol's records
     land intact and in order under her own name for the topic, the forwarder having served most of them, and only
-    her committed transaction's are read; once alice denies her WRITE, her very next record is refused, although her
-    connection was on the forwarder."""
+    her committed transaction's are read; a consumer's Fetch v13 (Java's 3.1-3.4) in its own session is served too;
+    once alice denies her WRITE, her very next record is refused, although her connection was on the forwarder."""
     config = proxy_config(
         kafka_cluster.bootstrap,
         free_port_block(),
         logging={"level": "DEBUG"},
         metrics={"enabled": True, "port": free_port()},
-        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512"]},
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512", "PLAIN"]},
         credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
         tenancy={
             "enabled": True,
@@ -381,8 +387,41 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
                 got.append(msg.value())
         consumer.close()
         assert got == sent + committed  # read_committed: the aborted transaction's records are skipped
+
+        # Fetch v13, as Java consumers 3.1-3.4 send it (its replica id a regular field): a consumer's, in its own
+        # fetch session, goes by the forwarder too; a follower's is refused.
+        with login(proxy.bootstrap, "carol", USERS["carol"]) as raw:
+            entry, leader = ready_topic(raw, topic)
+        before = _forwarded(proxy, "Fetch")
+        with login(leader, "carol", USERS["carol"]) as raw:
+            _, opened = raw.request(1, 13, 10, _fetch13(0, 0, entry.topic_id))
+            assert opened.error_code == 0 and opened.session_id != 0
+            assert bytes(opened.responses[0].partitions[0].records or b"").count(b"r-") >= 1
+            for epoch in range(1, 21):
+                _, incremental = raw.request(1, 13, 10 + epoch, _fetch13(opened.session_id, epoch))
+                assert incremental.error_code == 0 and incremental.session_id == opened.session_id
+            _, follower = raw.request(1, 13, 40, _fetch13(0, -1, entry.topic_id, replica=1))
+            assert follower.error_code == ErrorCode.cluster_authorization_failed
+        assert _forwarded(proxy, "Fetch") - before >= 15
     finally:
         proxy.stop()
     log = proxy.log_path.read_text()
     assert sum(int(n) for n, _kind in SERVED.findall(log)) >= 200, log[-3000:]
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
+
+
+def _fetch13(session_id: int, epoch: int, topic_id: uuid.UUID | None = None, replica: int = -1) -> Any:
+    partitions = (
+        codec._empty(FetchPartition, partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1),
+    )
+    topics = () if topic_id is None else (codec._empty(FetchTopic, topic_id=topic_id, partitions=partitions),)
+    return codec._empty(
+        FetchRequest,
+        replica_id=replica,
+        max_wait=datetime.timedelta(milliseconds=10),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=topics,
+    )

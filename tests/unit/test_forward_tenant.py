@@ -22,6 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v13 import request as fq13
+from kio.schema.fetch.v13 import response as fs13
 from kio.schema.fetch.v17 import request as fq
 from kio.schema.fetch.v17 import response as fs
 from kio.schema.produce.v13 import request as rq
@@ -175,9 +177,10 @@ def granted(s: ProxySession) -> bytes:
 
 
 def test_only_produce_and_fetch_by_topic_id_are_a_tenants_to_forward():
-    """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id with its session in the body (v15+)."""
+    """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+: a consumer's, read from its replica id
+    before v15)."""
     served = {(key, version) for key, version, *_ in ENTRIES}
-    assert served == {(ApiKey.PRODUCE, v) for v in range(3, 14)} | {(ApiKey.FETCH, v) for v in range(15, 19)}
+    assert served == {(ApiKey.PRODUCE, v) for v in range(3, 14)} | {(ApiKey.FETCH, v) for v in range(13, 19)}
 
 
 def test_the_vcs_own_topic_is_granted_and_served_as_the_client_sent_it():
@@ -987,3 +990,95 @@ def test_a_grant_holds_a_bounded_number_of_names():
     assert len(grant) == before + 4096
     assert TABLE.sent(produce_named(["orders"], txn="t4095"), grant) is not None
     assert TABLE.sent(produce_named(["orders"], txn="t4096"), grant) is None
+
+
+# -- Fetch v13-v14 (Java consumers 3.1-3.4): by topic id, its replica id still a regular field -------------------------
+
+
+def fetch13(
+    ids: list[uuid.UUID], session_id: int = 0, epoch: int = -1, replica: int = -1, correlation: int = 6
+) -> bytes:
+    topics = tuple(
+        fq13.FetchTopic(
+            topic_id=i,
+            partitions=(fq13.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
+        )
+        for i in ids
+    )
+    body = fq13.FetchRequest(
+        replica_id=replica,
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=topics,
+        forgotten_topics_data=(),
+    )
+    return request_frame(ApiKey.FETCH, 13, correlation, body)
+
+
+def fetched13(ids: list[uuid.UUID], session_id: int = 0, correlation: int = 6) -> bytes:
+    partition = fs13.PartitionData(
+        partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None, records=b"\0" * 61
+    )
+    body = fs13.FetchResponse(
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=session_id,
+        responses=tuple(fs13.FetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids),
+    )
+    return response_frame(ApiKey.FETCH, 13, correlation, body)
+
+
+def in_session13(s: ProxySession, session_id: int = 77) -> None:
+    frame = fetch13([ORDERS], epoch=0)
+    assert sent(s, frame) == frame
+    s.on_response(memoryview(bytearray(fetched13([ORDERS], session_id))))
+    assert FETCH_SESSIONS.owns(s.vc.id, s.ctx.broker, session_id)
+
+
+def test_a_consumers_fetch_v13_in_its_own_session_is_served():
+    s = session(make_image())
+    in_session13(s)
+    grant = s.ctx.grant
+    assert TABLE.classify(fetch13([ORDERS], 77, 1), grant) == (6, True)
+    assert TABLE.classify(fetch13([ORDERS]), grant) == (6, True)  # no session
+    assert TABLE.untouched(ApiKey.FETCH, 13, fetched13([ORDERS], 77), grant, (77, 1))
+    assert not TABLE.untouched(ApiKey.FETCH, 13, fetched13([FOREIGN], 77), grant, (77, 1))
+    assert TABLE.classify(fetch13([FOREIGN], 77, 1), grant) is None
+    assert TABLE.classify(fetch13([ORDERS], 99, 1), grant) is None  # a session not granted
+
+
+@pytest.mark.parametrize("replica", [0, 1, 1 << 30])
+def test_a_followers_fetch_v13_is_never_served(replica):
+    """A broker's replica id reads as a follower (beyond the high watermark, other replicas' state): the session
+    refuses it, and the forwarder never serves it, whatever the grant."""
+    s = session(make_image())
+    in_session13(s)
+    frame = fetch13([ORDERS], 77, 1, replica=replica)
+    assert TABLE.classify(frame, s.ctx.grant) is None
+    assert sent(s, frame) is None  # CLUSTER_AUTHORIZATION_FAILED, answered by the proxy
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ids=st.lists(st.sampled_from([ORDERS, PAYMENTS, FOREIGN]), max_size=2),
+    session_id=st.sampled_from([0, 77, 99]),
+    epoch=st.sampled_from([-1, 0, 1, 5]),
+    replica=st.sampled_from([-1, -2, 0, 3]),
+    seed=st.integers(0, 1 << 30),
+    cut=st.integers(0, 3),
+)
+def test_wherever_the_forwarder_serves_a_fetch_v13_the_session_sends_it_unchanged(
+    ids, session_id, epoch, replica, seed, cut
+):
+    image = make_image()
+    s = session(image)
+    in_session13(s)
+    FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 99)
+    frame = mutated(fetch13(ids, session_id, epoch, replica, correlation=9), random.Random(seed), cut)
+    mine = TABLE.classify(frame, s.ctx.grant)
+    if mine is None:
+        return
+    assert sent(s, frame) == frame
+    assert mine == (int.from_bytes(frame[8:12], "big", signed=True), True)
