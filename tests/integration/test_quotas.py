@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 import uuid
@@ -267,7 +268,10 @@ def java_produce(proxy: ProxyProcess, login: Path, topic: str, records: int) -> 
     windows = [float(m.group(2)) for m in re.finditer(r"^(\d+) records sent, ([0-9.]+) records/sec", done.stdout, re.M)]
     steady = windows[1:-1]  # the last line is the whole run's summary
     assert len(steady) >= 3, out[-3000:]  # QUOTA * 36 s of records: about 7 windows of 5 s
-    return sum(steady) / len(steady) * VALUE, java_metric(out, "producer-metrics:produce-throttle-time-max")
+    # The median window: a producer the loaded machine stalls for a few seconds lets the bucket fill meanwhile (up to
+    # 11 s of the quota, as a broker's allows) and catches up in the next window, as the quota permits. The mean of 5
+    # windows then read 2.23 MB/s once (v96); a proxy that did not hold the quota would show in every window.
+    return statistics.median(steady) * VALUE, java_metric(out, "producer-metrics:produce-throttle-time-max")
 
 
 def java_consume(proxy: ProxyProcess, login: Path, topic: str, records: int) -> tuple[float, float]:

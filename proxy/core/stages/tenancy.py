@@ -84,10 +84,10 @@ class TenancyStage:
         return None
 
     def _grant(self, ex: Exchange, call: Any, out: list[Any]) -> None:
-        """A request let through as the client sent it, or with its topic names renamed as links: the topic ids and
-        names it named may go unasked through the forwarder until the state changes, for this API, and so may its
-        fetch session (proxy/core/grants.py). Only where every id was one the VC owns and every name one of its
-        links, each the caller may use, and nothing else was refused or changed."""
+        """A request let through as the client sent it, or with its topic names and transactional id renamed as the
+        VC's: the topic ids and names it named may go unasked through the forwarder until the state changes, for this
+        API, and so may its transactional id and fetch session (proxy/core/grants.py). Only where every id was one the
+        VC owns and every name one of its links, each the caller may use, and nothing else was refused or changed."""
         plans = grants.tenant_plans(ex.api_key, ex.api_version)
         if plans is None or (ex.access is not None and ex.access.any_denied) or call.tx.fake_ids or call.tx.probed:
             return
