@@ -5,7 +5,7 @@ requests. Both with metrics on: /metrics counts every request the forwarder serv
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import json
 import re
 import subprocess
@@ -24,11 +24,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v13.request import FetchPartition, FetchRequest, FetchTopic
 
 from benchmarks.bench_peers import parse_consumer
 from proxy.auth.credentials import make_entry
-from proxy.protocol import codec
 from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
@@ -36,6 +34,7 @@ from .hardening_attacks import login
 from .ports import free_port, free_port_block
 from .tenants import login_files, scram_conf
 from .test_observability import metrics_port, scrape, total
+from .test_tenant_hardening import fetch as fetch13
 from .test_tenant_hardening import ready_topic
 
 SERVED = re.compile(r"the forwarder served (\d+) requests \((\w[\w-]*)\)")
@@ -182,6 +181,26 @@ def test_transactions_through_a_plain_proxy_commit_abort_and_carry_offsets(kafka
 USERS = {"alice": "alice-secret", "carol": "carol-secret"}
 
 
+def _team_a(kafka_cluster: Any, *mechanisms: str) -> dict:
+    """A proxy with one VC, team-a (alice its admin, carol a member), over SASL SCRAM (and `mechanisms`), with DEBUG
+    logs (the forwarder's counts) and metrics (what it served, per API)."""
+    return proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        logging={"level": "DEBUG"},
+        metrics={"enabled": True, "port": free_port()},
+        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512", *mechanisms]},
+        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
+        tenancy={
+            "enabled": True,
+            "state_topic": f"__vcproxy_state_fw_{uuid.uuid4().hex[:6]}",
+            "virtual_clusters": [
+                {"name": "team-a", "principals": ["User:alice", "User:carol"], "admins": ["User:alice"]}
+            ],
+        },
+    )
+
+
 def _end_offset(conf: dict, topic: str) -> int:
     consumer = Consumer({**conf, "group.id": f"w-{uuid.uuid4().hex[:6]}"})
     try:
@@ -201,22 +220,7 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
     already in flight, although its connection was on the forwarder when the right went. Then carol reads every
     record that landed with Kafka's own consumer, whose fetches (by topic id, in a fetch session) the forwarder
     serves too."""
-    config = proxy_config(
-        kafka_cluster.bootstrap,
-        free_port_block(),
-        logging={"level": "DEBUG"},
-        metrics={"enabled": True, "port": free_port()},
-        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512"]},
-        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_fw_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [
-                {"name": "team-a", "principals": ["User:alice", "User:carol"], "admins": ["User:alice"]}
-            ],
-        },
-    )
-    proxy = ProxyProcess(config, tmp_path, name="forwarded-vc").start(timeout=120)
+    proxy = ProxyProcess(_team_a(kafka_cluster), tmp_path, name="forwarded-vc").start(timeout=120)
     records = 3000
     try:
         alice = scram_conf(proxy, "alice", USERS["alice"])
@@ -311,22 +315,7 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
     land intact and in order under her own name for the topic, the forwarder having served most of them, and only
     her committed transaction's are read; a consumer's Fetch v13 (Java's 3.1-3.4) in its own session is served too;
     once alice denies her WRITE, her very next record is refused, although her connection was on the forwarder."""
-    config = proxy_config(
-        kafka_cluster.bootstrap,
-        free_port_block(),
-        logging={"level": "DEBUG"},
-        metrics={"enabled": True, "port": free_port()},
-        listeners={"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["SCRAM-SHA-512", "PLAIN"]},
-        credentials={"users": {user: make_entry(password, 4096) for user, password in USERS.items()}},
-        tenancy={
-            "enabled": True,
-            "state_topic": f"__vcproxy_state_fwn_{uuid.uuid4().hex[:6]}",
-            "virtual_clusters": [
-                {"name": "team-a", "principals": ["User:alice", "User:carol"], "admins": ["User:alice"]}
-            ],
-        },
-    )
-    proxy = ProxyProcess(config, tmp_path, name="renamed-vc").start(timeout=120)
+    proxy = ProxyProcess(_team_a(kafka_cluster, "PLAIN"), tmp_path, name="renamed-vc").start(timeout=120)
     try:
         alice = scram_conf(proxy, "alice", USERS["alice"])
         carol = scram_conf(proxy, "carol", USERS["carol"])
@@ -394,13 +383,13 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
             entry, leader = ready_topic(raw, topic)
         before = _forwarded(proxy, "Fetch")
         with login(leader, "carol", USERS["carol"]) as raw:
-            _, opened = raw.request(1, 13, 10, _fetch13(0, 0, entry.topic_id))
+            _, opened = raw.request(1, 13, 10, fetch13(0, 0, entry.topic_id))
             assert opened.error_code == 0 and opened.session_id != 0
             assert bytes(opened.responses[0].partitions[0].records or b"").count(b"r-") >= 1
             for epoch in range(1, 21):
-                _, incremental = raw.request(1, 13, 10 + epoch, _fetch13(opened.session_id, epoch))
+                _, incremental = raw.request(1, 13, 10 + epoch, fetch13(opened.session_id, epoch))
                 assert incremental.error_code == 0 and incremental.session_id == opened.session_id
-            _, follower = raw.request(1, 13, 40, _fetch13(0, -1, entry.topic_id, replica=1))
+            _, follower = raw.request(1, 13, 40, dataclasses.replace(fetch13(0, -1, entry.topic_id), replica_id=1))
             assert follower.error_code == ErrorCode.cluster_authorization_failed
         assert _forwarded(proxy, "Fetch") - before >= 15
     finally:
@@ -408,20 +397,3 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
     log = proxy.log_path.read_text()
     assert sum(int(n) for n, _kind in SERVED.findall(log)) >= 200, log[-3000:]
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
-
-
-def _fetch13(session_id: int, epoch: int, topic_id: uuid.UUID | None = None, replica: int = -1) -> Any:
-    partitions = (
-        codec._empty(FetchPartition, partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1),
-    )
-    topics = () if topic_id is None else (codec._empty(FetchTopic, topic_id=topic_id, partitions=partitions),)
-    return codec._empty(
-        FetchRequest,
-        replica_id=replica,
-        max_wait=datetime.timedelta(milliseconds=10),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        session_id=session_id,
-        session_epoch=epoch,
-        topics=topics,
-    )

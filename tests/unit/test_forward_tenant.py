@@ -22,8 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v13 import request as fq13
-from kio.schema.fetch.v13 import response as fs13
 from kio.schema.fetch.v17 import request as fq
 from kio.schema.fetch.v17 import response as fs
 from kio.schema.produce.v13 import request as rq
@@ -108,6 +106,14 @@ def session(image: TenancyImage, allow_if_no_acl: bool = True, principal: str = 
         principal=principal,
         allow_if_no_acl=lambda vc: allow_if_no_acl,
         broker=next(_BROKERS),
+    )
+
+
+def _schema(api: str, version: int) -> tuple[Any, Any]:
+    """kio's request and response modules of one API version (`api`: its package, e.g. "produce")."""
+    return (
+        importlib.import_module(f"kio.schema.{api}.v{version}.request"),
+        importlib.import_module(f"kio.schema.{api}.v{version}.response"),
     )
 
 
@@ -423,17 +429,24 @@ def _acl(topic: str, op: Operation) -> AclBinding:
 
 
 def fetch(
-    ids: list[uuid.UUID], session_id: int = 0, epoch: int = -1, correlation: int = 6, forget: tuple = (), **extra
+    ids: list[uuid.UUID],
+    session_id: int = 0,
+    epoch: int = -1,
+    correlation: int = 6,
+    forget: tuple = (),
+    version: int = 17,
+    **extra,
 ) -> bytes:
+    req, _ = _schema("fetch", version)
     topics = tuple(
-        fq.FetchTopic(
+        req.FetchTopic(
             topic_id=i,
-            partitions=(fq.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
+            partitions=(req.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
         )
         for i in ids
     )
-    forgotten = tuple(fq.ForgottenTopic(topic_id=i, partitions=(0,)) for i in forget)
-    body = fq.FetchRequest(
+    forgotten = tuple(req.ForgottenTopic(topic_id=i, partitions=(0,)) for i in forget)
+    body = req.FetchRequest(
         max_wait=datetime.timedelta(milliseconds=500),
         min_bytes=1,
         session_id=session_id,
@@ -442,22 +455,28 @@ def fetch(
         forgotten_topics_data=forgotten,
         **extra,
     )
-    return request_frame(ApiKey.FETCH, 17, correlation, body)
+    return request_frame(ApiKey.FETCH, version, correlation, body)
 
 
 def fetched(
-    ids: list[uuid.UUID], session_id: int = 0, error: int = 0, correlation: int = 6, records: bytes = b"\0" * 61
+    ids: list[uuid.UUID],
+    session_id: int = 0,
+    error: int = 0,
+    correlation: int = 6,
+    records: bytes = b"\0" * 61,
+    version: int = 17,
 ) -> bytes:
-    partition = fs.PartitionData(
+    _, res = _schema("fetch", version)
+    partition = res.PartitionData(
         partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None, records=records
     )
-    body = fs.FetchResponse(
+    body = res.FetchResponse(
         throttle_time=datetime.timedelta(0),
         error_code=ErrorCode(error),
         session_id=session_id,
-        responses=tuple(fs.FetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids),
+        responses=tuple(res.FetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids),
     )
-    return response_frame(ApiKey.FETCH, 17, correlation, body)
+    return response_frame(ApiKey.FETCH, version, correlation, body)
 
 
 def in_session(s: ProxySession, session_id: int = 77) -> None:
@@ -683,15 +702,8 @@ async def test_a_vcs_fetch_session_is_learned_on_the_trio_thread_and_then_forwar
 NAMED = (7, 10, 12)  # int16 strings; compact strings (librdkafka's v10); the newest by name
 
 
-def _produce_schema(version: int) -> tuple[Any, Any]:
-    return (
-        importlib.import_module(f"kio.schema.produce.v{version}.request"),
-        importlib.import_module(f"kio.schema.produce.v{version}.response"),
-    )
-
-
 def produce_named(names: list[str], version: int = 10, txn: str | None = None, acks: int = -1) -> bytes:
-    req, _ = _produce_schema(version)
+    req, _ = _schema("produce", version)
     topics = tuple(
         req.TopicProduceData(name=n, partition_data=(req.PartitionProduceData(index=0, records=b"\x00" * 70),))
         for n in names
@@ -702,7 +714,7 @@ def produce_named(names: list[str], version: int = 10, txn: str | None = None, a
 
 
 def answer_named(names: list[str], version: int = 10, message: str | None = None) -> bytes:
-    _, res = _produce_schema(version)
+    _, res = _schema("produce", version)
     fields = {f.name for f in dataclasses.fields(res.PartitionProduceResponse)}
     optional = {"log_append_time": None, "log_start_offset": 0, "record_errors": (), "error_message": message}
     partition = res.PartitionProduceResponse(
@@ -962,7 +974,7 @@ def test_every_answer_by_name_it_renames_is_the_sessions_rewrite(version):
     rng = random.Random(1134 + version)
     image = make_image()
     physical = {n: _physical(image, vc, n) for vc, n in (("team-a", "orders"), ("team-a", "payments"), ("team-b", "x"))}
-    _, res = _produce_schema(version)
+    _, res = _schema("produce", version)
     passed = held = 0
     for _ in range(200):
         s = session(image)
@@ -998,36 +1010,11 @@ def test_a_grant_holds_a_bounded_number_of_names():
 def fetch13(
     ids: list[uuid.UUID], session_id: int = 0, epoch: int = -1, replica: int = -1, correlation: int = 6
 ) -> bytes:
-    topics = tuple(
-        fq13.FetchTopic(
-            topic_id=i,
-            partitions=(fq13.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
-        )
-        for i in ids
-    )
-    body = fq13.FetchRequest(
-        replica_id=replica,
-        max_wait=datetime.timedelta(milliseconds=500),
-        min_bytes=1,
-        session_id=session_id,
-        session_epoch=epoch,
-        topics=topics,
-        forgotten_topics_data=(),
-    )
-    return request_frame(ApiKey.FETCH, 13, correlation, body)
+    return fetch(ids, session_id, epoch, correlation, version=13, replica_id=replica)
 
 
 def fetched13(ids: list[uuid.UUID], session_id: int = 0, correlation: int = 6) -> bytes:
-    partition = fs13.PartitionData(
-        partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None, records=b"\0" * 61
-    )
-    body = fs13.FetchResponse(
-        throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
-        session_id=session_id,
-        responses=tuple(fs13.FetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids),
-    )
-    return response_frame(ApiKey.FETCH, 13, correlation, body)
+    return fetched(ids, session_id, correlation=correlation, version=13)
 
 
 def in_session13(s: ProxySession, session_id: int = 77) -> None:
