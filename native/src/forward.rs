@@ -453,7 +453,7 @@ fn granted<'m>(
         Node::PRename { flexible, kind } => {
             let (length, at) = string_length(buf, off, *flexible)?;
             if length < 0 {
-                return Ok((at, *kind == TXN)); // no transactional id passes; a null topic name is the session's
+                return Ok((at, *kind == TXN)); // a null transactional id (none) passes; a null topic name is the session's
             }
             let end = at + length as u64;
             let Some(raw) = buf.get(at as usize..end as usize) else {
