@@ -201,6 +201,21 @@ def _team_a(kafka_cluster: Any, *mechanisms: str) -> dict:
     )
 
 
+def _deny_carol_write(admin: AdminClient, topic: str) -> None:
+    """alice denies carol WRITE on `topic`. With an ACL on the topic, what none allows is refused
+    (allow_everyone_if_no_acl covers none): carol keeps READ, for the consumers after."""
+    deny = AclBinding(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+        AclOperation.WRITE, AclPermissionType.DENY,
+    )  # fmt: skip
+    read = AclBinding(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+        AclOperation.READ, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for done in admin.create_acls([deny, read]).values():
+        done.result(timeout=60)
+
+
 def _end_offset(conf: dict, topic: str) -> int:
     consumer = Consumer({**conf, "group.id": f"w-{uuid.uuid4().hex[:6]}"})
     try:
@@ -249,18 +264,7 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
             # Each look is a consumer's round trips.
             while _end_offset(alice, topic) < 500 or _forwarded(proxy, "Produce") < 100:
                 assert perf.poll() is None and time.monotonic() < deadline, "carol's producer was not forwarded"
-            deny = AclBinding(
-                ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
-                AclOperation.WRITE, AclPermissionType.DENY,
-            )  # fmt: skip
-            # With an ACL on the topic, what none allows is refused (allow_everyone_if_no_acl covers none): carol
-            # keeps READ, for the consumer below.
-            read = AclBinding(
-                ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
-                AclOperation.READ, AclPermissionType.ALLOW,
-            )  # fmt: skip
-            for done in admin.create_acls([deny, read]).values():
-                done.result(timeout=60)
+            _deny_carol_write(admin, topic)
             del admin  # its threads would go on reconnecting to the proxy once stopped, on stderr
             at_deny = _end_offset(alice, topic)
             out, _ = perf.communicate(timeout=180)
@@ -350,16 +354,7 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         in_txns = _forwarded(proxy, "Produce") - forwarded
         assert in_txns >= 60, in_txns
         del txn
-        deny = AclBinding(
-            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
-            AclOperation.WRITE, AclPermissionType.DENY,
-        )  # fmt: skip
-        read = AclBinding(
-            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
-            AclOperation.READ, AclPermissionType.ALLOW,
-        )  # fmt: skip
-        for done in admin.create_acls([deny, read]).values():
-            done.result(timeout=60)
+        _deny_carol_write(admin, topic)
         producer.produce(topic, b"after the deny", on_delivery=delivered)
         producer.flush(30)
         assert failures == ["TOPIC_AUTHORIZATION_FAILED"], failures

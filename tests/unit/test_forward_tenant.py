@@ -479,11 +479,11 @@ def fetched(
     return response_frame(ApiKey.FETCH, version, correlation, body)
 
 
-def in_session(s: ProxySession, session_id: int = 77) -> None:
+def in_session(s: ProxySession, session_id: int = 77, version: int = 17) -> None:
     """`s` fetched `orders` and the broker opened fetch session `session_id` for it: both granted."""
-    frame = fetch([ORDERS], epoch=0)
+    frame = fetch([ORDERS], epoch=0, version=version)
     assert sent(s, frame) == frame
-    s.on_response(memoryview(bytearray(fetched([ORDERS], session_id))))
+    s.on_response(memoryview(bytearray(fetched([ORDERS], session_id, version=version))))
     assert FETCH_SESSIONS.owns(s.vc.id, s.ctx.broker, session_id)
 
 
@@ -1017,16 +1017,9 @@ def fetched13(ids: list[uuid.UUID], session_id: int = 0, correlation: int = 6) -
     return fetched(ids, session_id, correlation=correlation, version=13)
 
 
-def in_session13(s: ProxySession, session_id: int = 77) -> None:
-    frame = fetch13([ORDERS], epoch=0)
-    assert sent(s, frame) == frame
-    s.on_response(memoryview(bytearray(fetched13([ORDERS], session_id))))
-    assert FETCH_SESSIONS.owns(s.vc.id, s.ctx.broker, session_id)
-
-
 def test_a_consumers_fetch_v13_in_its_own_session_is_served():
     s = session(make_image())
-    in_session13(s)
+    in_session(s, version=13)
     grant = s.ctx.grant
     assert TABLE.classify(fetch13([ORDERS], 77, 1), grant) == (6, True)
     assert TABLE.classify(fetch13([ORDERS]), grant) == (6, True)  # no session
@@ -1041,7 +1034,7 @@ def test_a_followers_fetch_v13_is_never_served(replica):
     """A broker's replica id reads as a follower (beyond the high watermark, other replicas' state): the session
     refuses it, and the forwarder never serves it, whatever the grant."""
     s = session(make_image())
-    in_session13(s)
+    in_session(s, version=13)
     frame = fetch13([ORDERS], 77, 1, replica=replica)
     assert TABLE.classify(frame, s.ctx.grant) is None
     assert sent(s, frame) is None  # CLUSTER_AUTHORIZATION_FAILED, answered by the proxy
@@ -1061,7 +1054,7 @@ def test_wherever_the_forwarder_serves_a_fetch_v13_the_session_sends_it_unchange
 ):
     image = make_image()
     s = session(image)
-    in_session13(s)
+    in_session(s, version=13)
     FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 99)
     frame = mutated(fetch13(ids, session_id, epoch, replica, correlation=9), random.Random(seed), cut)
     mine = TABLE.classify(frame, s.ctx.grant)
