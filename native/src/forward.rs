@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -60,6 +60,7 @@ struct Entry {
     tenant: Option<Tenant>,  // a virtual cluster's request: served only when it names nothing but granted ids
     errors: Option<Errors>,  // where the answer's error codes are, for a `Tally` (None: not served while counting)
     records: Option<Node>,   // an answer with record batches (Fetch): its regular fields, to stream it (`streamable`)
+    metered: bool,           // a quota meters its size (a VC's Produce): served only within the phase's `Allowance`
 }
 
 /// Where an answer's error codes are, as the metrics read them (proxy/observability/metrics.py): every one at any
@@ -403,6 +404,58 @@ impl Grant {
     }
 }
 
+/// Bytes of a quota the quota stage took out of its meters for one phase (proxy/core/stages/quotas.py, `reserve`): the
+/// forwarder serves a metered request (`Entry::metered`) only while its size fits in what is left and the term has
+/// not run out, and hands the connection back at the first that does not. The session then charges that request
+/// itself, and what was spent and what is left go back to the meters (`settle`): a quota is held by the meters'
+/// buckets either way, and they hear of what was spent at least once a term.
+struct Allowed {
+    left: AtomicU64,
+    spent: AtomicU64,
+    until: Instant,
+}
+
+impl Allowed {
+    /// Takes `size` bytes when they fit and the term has not run out; false (nothing taken) otherwise.
+    fn spend(&self, size: u64) -> bool {
+        if Instant::now() >= self.until {
+            return false;
+        }
+        let taken = self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(size));
+        if taken.is_err() {
+            return false;
+        }
+        self.spent.fetch_add(size, Ordering::AcqRel);
+        true
+    }
+}
+
+#[pyclass(frozen)]
+pub struct Allowance {
+    inner: Arc<Allowed>,
+}
+
+#[pymethods]
+impl Allowance {
+    /// `bytes` to spend within `seconds` from now.
+    #[new]
+    fn new(bytes: u64, seconds: f64) -> PyResult<Self> {
+        let term = Duration::try_from_secs_f64(seconds).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let until = Instant::now().checked_add(term).ok_or_else(|| PyValueError::new_err("term too long"))?;
+        Ok(Allowance { inner: Arc::new(Allowed { left: AtomicU64::new(bytes), spent: AtomicU64::new(0), until }) })
+    }
+
+    /// Takes `size` bytes as the forwarder does: whether they fitted. For the tests.
+    fn spend(&self, size: u64) -> bool {
+        self.inner.spend(size)
+    }
+
+    /// (bytes spent, bytes left).
+    fn settle(&self) -> (u64, u64) {
+        (self.inner.spent.load(Ordering::Acquire), self.inner.left.load(Ordering::Acquire))
+    }
+}
+
 /// A string's length (-1: null) and where its bytes start: a compact length (flexible versions) or an int16 one.
 fn string_length(buf: &[u8], off: u64, flexible: bool) -> Walk<(i64, u64)> {
     if flexible {
@@ -574,6 +627,7 @@ type EntryTuple<'py> = (
     Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>, Option<u64>)>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
+    bool,
 );
 
 fn index(key: i16, version: i16) -> u32 {
@@ -590,14 +644,15 @@ pub struct ForwardTable {
 impl ForwardTable {
     /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None, tenant plans
     /// (validate, request names, answer names, a Fetch's session offset, its replica id's offset) or None, errors
-    /// plan or None, records plan or None).
+    /// plan or None, records plan or None, whether a quota meters its size).
     #[new]
     fn new(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut map = HashMap::new();
         for item in entries.try_iter()? {
             let item = item?;
-            let (key, version, acks, request_flexible, response_flexible, plan, tenant, errors, records): EntryTuple<'_> =
-                item.extract()?;
+            let (key, version, acks, request_flexible, response_flexible, plan, tenant, errors, records, metered): EntryTuple<
+                '_,
+            > = item.extract()?;
             let tags = if plan.is_none() { None } else { Some(parse(&plan)?) };
             let records = if records.is_none() { None } else { Some(parse(&records)?) };
             let tenant = match tenant {
@@ -621,7 +676,7 @@ impl ForwardTable {
             } else {
                 Some(Errors::Walk(parse(&errors)?))
             };
-            let entry = Entry { acks, request_flexible, response_flexible, tags, tenant, errors, records };
+            let entry = Entry { acks, request_flexible, response_flexible, tags, tenant, errors, records, metered };
             map.insert(index(key, version), entry);
         }
         Ok(ForwardTable { entries: Arc::new(map) })
@@ -813,6 +868,7 @@ struct Conn {
     broker: i32,
     table: Arc<HashMap<u32, Entry>>,
     grant: Option<Arc<Granted>>, // a tenant connection's: the ids its requests may name
+    allowance: Option<Arc<Allowed>>, // what a quota lets the metered requests spend (none: none is served)
     hook: Py<PyAny>,
     max_in_flight: usize,
     max_frame: usize,
@@ -1334,7 +1390,9 @@ impl Conn {
                 break;
             }
             let frame = &self.cin[at..at + total];
-            match plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some()) {
+            let served = plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some())
+                .filter(|&(_, idx, ..)| !self.table[&idx].metered || self.allowance.as_ref().is_some_and(|a| a.spend(total as u64)));
+            match served {
                 None => self.hold = true,
                 Some((correlation, idx, answered, note, renamed)) => {
                     let read = if self.tally.is_some() { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
@@ -1839,9 +1897,10 @@ impl Forwarder {
 
     /// Hands a connection to the forwarder until its id is among `finished()`. The sockets are Python's, already
     /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
-    /// and did not take, read first.
+    /// and did not take, read first. A metered request (a VC's Produce under a byte-rate quota) is served only within
+    /// `allowance`: without one, none is.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None))]
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None))]
     fn attach(
         &self,
         client: i32,
@@ -1854,6 +1913,7 @@ impl Forwarder {
         initial: &[u8],
         grant: Option<&Grant>,
         tally: Option<&Tally>,
+        allowance: Option<&Allowance>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -1867,6 +1927,7 @@ impl Forwarder {
             broker,
             table: Arc::clone(&table.entries),
             grant: grant.map(|g| Arc::clone(&g.inner)),
+            allowance: allowance.map(|a| Arc::clone(&a.inner)),
             hook,
             max_in_flight,
             max_frame: max_frame_bytes,

@@ -587,6 +587,7 @@ fn vcproxy_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<forward::Forwarder>()?;
     m.add_class::<forward::ForwardTable>()?;
     m.add_class::<forward::Phase>()?;
+    m.add_class::<forward::Allowance>()?;
     m.add_class::<forward::Generation>()?;
     m.add_class::<forward::Grant>()?;
     m.add_class::<forward::Tally>()?;

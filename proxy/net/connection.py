@@ -30,9 +30,12 @@ import trio
 from .. import audit
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
+from ..core.stages.quotas import ALLOWANCE_TERM
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
+from ..protocol.apikey import ApiKey
 from ..protocol.framing import FrameError
+from ..protocol.primitives import INT16
 from .forwarder import Forwarder, ForwarderLimits, Outcome
 from .frames import FrameReader, FrameWriter
 
@@ -167,6 +170,7 @@ class ClientConnection:
         plain = isinstance(client, trio.SocketStream) and not traced and tap_dir is None
         self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
+        self._forward_want = 0  # the size of the Produce request the forwarder takes the connection at (else 0)
         self._to_forwarder = False  # the pumps stopped to hand the connection to the forwarder
         self._closing = False
         self._phase: Any = None  # the forwarder's phase while it has the connection
@@ -231,9 +235,18 @@ class ClientConnection:
             counting = self.telemetry is not None and self.telemetry.metrics is not None
             if table.classify(view, self.session.ctx.grant, counting) is None:
                 return False
+            # Under a producer's byte rate, a Produce goes to the forwarder only if its quota holds it now: else the
+            # session charges it (and mutes the connection), as it would have.
+            quota = self.session.quota
+            want = 0
+            if quota is not None and quota.on_allowance() and INT16.unpack_from(view, 4)[0] == ApiKey.PRODUCE:
+                want = len(view)
+                if not quota.reserve(want, take=False):
+                    return False
         finally:
             view.release()  # before the decoder may move its buffer
         self._forward_table = table
+        self._forward_want = want
         return True
 
     def _quiet(self) -> bool:
@@ -271,16 +284,34 @@ class ClientConnection:
             if self._draining:
                 phase.hold()
 
+        # A producer's byte rate: what its Produce requests may spend there, taken from the meters now and given back
+        # (what it spent counted) once the forwarder hands the connection back.
+        quota = self.session.quota
+        allowance = None
+        if quota is not None and quota.on_allowance():
+            allowance = forwarder.module.Allowance(quota.reserve(self._forward_want), ALLOWANCE_TERM)
         with trio.CancelScope() as self._scope:
             try:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
                 telemetry = self.telemetry
                 tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
                 outcome = await forwarder.serve(
-                    self.client, upstream, self._forward_table, rewrite, limits, started, initial, grant, tally
+                    self.client,
+                    upstream,
+                    self._forward_table,
+                    rewrite,
+                    limits,
+                    started,
+                    initial,
+                    grant,
+                    tally,
+                    allowance,
                 )
             finally:
                 self._phase = None
+                if allowance is not None:
+                    assert quota is not None
+                    quota.settle(*allowance.settle())
             return self._forward_ended(outcome)
         return False  # closed from outside (close_now)
 

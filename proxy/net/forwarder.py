@@ -116,10 +116,12 @@ class Forwarder:
         initial: bytes = b"",
         grant: Any = None,
         tally: Any = None,
+        allowance: Any = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
-        (metrics on), each request served is counted in it."""
+        (metrics on), each request served is counted in it. A metered request (a VC's Produce under a byte-rate quota)
+        is served only within `allowance` (vcproxy_native.Allowance)."""
         phase = self._forwarder().attach(
             client.socket.fileno(),
             broker.socket.fileno(),
@@ -131,6 +133,7 @@ class Forwarder:
             initial,
             grant,
             tally,
+            allowance,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)

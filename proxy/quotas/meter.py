@@ -24,6 +24,7 @@ entity used (`Meters.absorb`), so that the fleet together is held to the quota.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -82,16 +83,27 @@ class Meter:
     def charge(self, amount: float, quota: float, now: float) -> float:
         """Count `amount` used now against `quota` per second; the seconds the client must now wait."""
         self.rate.record(amount, now)
-        if self.last is not None and now > self.last:
-            self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + quota * (now - self.last))
-        self.last = now if self.last is None else max(self.last, now)
-        self.quota = quota
+        self.fill(quota, now)
         self.tokens -= amount
         if self.tokens >= 0:
             return 0.0
         wait = min(-self.tokens / quota, SAMPLES * WINDOW)
         self.throttled += wait
         return wait
+
+    def fill(self, quota: float, now: float) -> None:
+        """The bucket filled at `quota` per second up to now."""
+        if self.last is not None and now > self.last:
+            self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + quota * (now - self.last))
+        self.last = now if self.last is None else max(self.last, now)
+        self.quota = quota
+
+    def settle(self, spent: float, left: float, quota: float, now: float) -> None:
+        """An allowance taken out of the bucket earlier (`Meters.reserve`) comes back: `spent` of it was used (counted
+        in the rate now), `left` was not (back in the bucket, which it cannot fill past its top)."""
+        self.rate.record(spent, now)
+        self.fill(quota, now)
+        self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + left)
 
     def absorb(self, amount: float, now: float) -> None:
         """Count what another replica's clients used: in the rate and out of the bucket, throttling nobody
@@ -125,6 +137,37 @@ class Meters:
         wait = meter.charge(amount, quota * fleet.share(now), now)
         meter.quota = quota  # metrics compare the fleet's rate (what the meter sees) with the whole quota
         return wait
+
+    def reserve(
+        self, limits: list[tuple[Key, float]], want: float, most: float, now: float, take: bool = True
+    ) -> float:
+        """An allowance out of the buckets of `limits` (meter key, quota), each charged the same: what they all hold
+        now, at most `most`; 0 (none taken) when that is less than `want` or nothing. Spent or not, it comes back
+        through `settle`: until then the buckets fill as if it had been used, so a client's requests within it and
+        those charged one by one together keep to its quota as exactly as those charged one by one alone.
+        `take=False`: what it would give, nothing taken."""
+        share = self.fleet.share(now) if self.fleet is not None else 1.0
+        meters = [(self.get(key), quota) for key, quota in limits]
+        for meter, quota in meters:
+            meter.fill(quota * share, now)
+            meter.quota = quota
+        amount = float(math.floor(min([most, *(meter.tokens for meter, _ in meters)])))  # whole bytes: settled as such
+        if amount <= 0 or amount < want:
+            return 0.0
+        for meter, _ in meters if take else ():
+            meter.tokens -= amount
+        return amount
+
+    def settle(self, limits: list[tuple[Key, float]], spent: float, left: float, now: float) -> None:
+        """An allowance `reserve` gave, back: `spent` counted as used now (and told the fleet), `left` returned."""
+        fleet = self.fleet
+        share = fleet.share(now) if fleet is not None else 1.0
+        for key, quota in limits:
+            meter = self.get(key)
+            meter.settle(spent, left, quota * share, now)
+            meter.quota = quota
+            if fleet is not None:
+                fleet.used(key, spent)
 
     def absorb(self, key: Key, amount: float, now: float) -> None:
         """Another replica's use of meter `key`: charged only where this replica meters the entity too

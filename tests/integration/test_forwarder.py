@@ -224,6 +224,49 @@ def _end_offset(conf: dict, topic: str) -> int:
         consumer.close()
 
 
+def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol: dict, topic: str) -> None:
+    """Under a producer's byte rate (alice sets carol's, per client id), a Produce goes by the forwarder within an
+    allowance the quota stage takes out of the meter: a producer well within its quota is served there; one that
+    sends more is held to its quota, not a byte past it."""
+    from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
+
+    def entry(client_id: str, rate: float) -> EntryData:
+        user, client = ("user", "carol"), ("client-id", client_id)
+        entity = tuple(EntityData(entity_type=kind, entity_name=name) for kind, name in (user, client))
+        return EntryData(entity=entity, ops=(OpData(key="producer_byte_rate", value=rate, remove=False),))
+
+    with login(proxy.bootstrap, "alice", USERS["alice"]) as alice:
+        _, answer = alice.request(
+            49, 1, 7, AlterClientQuotasRequest(entries=(entry("roomy", 5e7), entry("held", 2e5)), validate_only=False)
+        )
+    assert [int(e.error_code) for e in answer.entries] == [0, 0], answer
+    metered = f"{topic}-q"
+    admin.create_topics([NewTopic(metered, 1, 3)])[metered].result(timeout=60)
+    failures: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(err.name())
+
+    before = _forwarded(proxy, "Produce")
+    roomy = Producer({**carol, "client.id": "roomy", "linger.ms": 0, "acks": "all"})
+    for i in range(150):  # one Produce each, far within 50 MB/s
+        roomy.produce(metered, f"q-{i}".encode(), on_delivery=delivered)
+        roomy.flush(30)
+    del roomy
+    served = _forwarded(proxy, "Produce") - before
+    assert served >= 100, served  # the first are the session's: the meter starts empty, then fills faster than used
+    held = Producer({**carol, "client.id": "held", "linger.ms": 0, "acks": "all"})
+    started = time.monotonic()
+    for _ in range(100):  # 100 requests of 5 KB: 2.5 s at 200 KB/s from an empty meter
+        held.produce(metered, b"h" * 5000, on_delivery=delivered)
+        held.flush(30)
+    elapsed = time.monotonic() - started
+    del held
+    assert not failures, failures
+    assert elapsed >= 2.0, elapsed  # faster would be bytes past the meter
+
+
 def _forwarded(proxy: ProxyProcess, api: str) -> float:
     return total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api=api, vc="team-a")
 
@@ -340,6 +383,8 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         assert not failures, failures
         forwarded = _forwarded(proxy, "Produce")
         assert forwarded >= 200, forwarded  # the first few are the session's, until it has granted the name
+        _quota_held_on_the_forwarder(proxy, admin, carol, topic)
+        forwarded = _forwarded(proxy, "Produce")
         # Transactional: its id renamed too. One transaction committed, one aborted, each a Produce per record.
         committed, aborted = [f"c-{i}".encode() for i in range(60)], [f"a-{i}".encode() for i in range(60)]
         txn = Producer({**carol, "transactional.id": f"tx-{topic}", "linger.ms": 0})

@@ -322,27 +322,64 @@ def test_a_record_voids_the_grant_exactly_when_it_is_about_the_vc_or_everyone(re
         assert sent(s, frame) == frame and s.ctx.grant is grant  # as the session decides now, too
 
 
+P, F = ApiKey.PRODUCE, ApiKey.FETCH
+
+
 @pytest.mark.parametrize(
     ("entity", "key", "served"),
     [
-        pytest.param((("virtual-cluster", "team-a"),), "producer_byte_rate", {ApiKey.FETCH}, id="the VC's produce cap"),
-        pytest.param((("user", "carol"),), "producer_byte_rate", {ApiKey.FETCH}, id="carol's produce rate"),
-        pytest.param((("user", None),), "consumer_byte_rate", {ApiKey.PRODUCE}, id="every user's fetch rate"),
-        pytest.param((("virtual-cluster", "team-a"),), "request_rate", set(), id="the VC's request rate"),
-        pytest.param((("user", "carol"),), "controller_mutation_rate", {ApiKey.PRODUCE, ApiKey.FETCH}, id="mutations"),
-        pytest.param((("user", "bob"),), "request_rate", {ApiKey.PRODUCE, ApiKey.FETCH}, id="another user's"),
+        # A Produce's size is charged as it is read: served within an allowance taken from the meters (True).
+        pytest.param((("virtual-cluster", "team-a"),), "producer_byte_rate", {P: True, F: False}, id="the VC's cap"),
+        pytest.param((("user", "carol"),), "producer_byte_rate", {P: True, F: False}, id="carol's produce rate"),
+        pytest.param((("user", None),), "consumer_byte_rate", {P: False}, id="every user's fetch rate"),
+        pytest.param((("virtual-cluster", "team-a"),), "request_rate", {}, id="the VC's request rate"),
+        pytest.param((("user", "carol"),), "controller_mutation_rate", {P: False, F: False}, id="mutations"),
+        pytest.param((("user", "bob"),), "request_rate", {P: False, F: False}, id="another user's"),
+        pytest.param((("user", "bob"),), "producer_byte_rate", {P: False, F: False}, id="another user's produce rate"),
     ],
 )
 def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served):
     """The quota stage meters what a quota that applies to the connection measures (a Produce's size, a Fetch answer's,
-    every request for a request rate): the forwarder serves none of that, so no byte escapes a meter."""
+    every request for a request rate): the forwarder serves none of that but a Produce within an allowance the quota
+    stage took out of the meters, so no byte escapes a meter."""
     image = make_image()
     s = session(image)
     granted(s)
     image.apply(*quota_record(entity, key, 1e9))  # never reached: nothing muted
     sent(s, produce([ORDERS]))  # granted again, in the state with the quota
     assert s.ctx.grant is not None and s.ctx.grant.valid()
-    assert {key for key, *_ in forward_entries(s)} == served
+    assert {entry[0]: entry[9] for entry in forward_entries(s)} == served
+
+
+def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meters():
+    """What the forwarder may spend is what the meters of the limits that apply hold (the smaller of carol's rate and
+    the VC's cap), a term's worth at most, and never less than the request at hand; it comes back counted."""
+    image = make_image()
+    clock = [100.0]
+    meters = image.quotas.meters
+    meters.clock = lambda: clock[0]
+    image.apply(*quota_record((("user", "carol"),), "producer_byte_rate", 10_000.0))
+    image.apply(*quota_record((("virtual-cluster", "team-a"),), "producer_byte_rate", 50_000.0))
+    s = session(image)
+    frame = granted(s)  # the session charged it: the meters start empty, so carol owes its size and is muted
+    assert not s.quota.on_allowance()
+    clock[0] += 1.0  # the mute is over; carol's meter holds 10,000 bytes less her debt
+    assert s.quota.on_allowance()
+    assert s.quota.reserve(20_000, take=False) == 0  # more than it holds: the session's to charge (and mute)
+    lent = s.quota.reserve(len(frame))
+    assert lent == 10_000 - len(frame)
+    limits = s.quota._current()
+    carol, cap = (
+        meters.get(limits.limits["producer_byte_rate"].meter),
+        meters.get(limits.caps["producer_byte_rate"].meter),
+    )
+    assert carol.tokens == 0 and cap.tokens == 50_000 - len(frame) - lent  # each lent the same, and one charged
+    s.quota.settle(3 * len(frame), lent - 3 * len(frame))  # the forwarder served three
+    assert carol.tokens == pytest.approx(lent - 3 * len(frame)) and sum(carol.rate.values) == 4 * len(frame)
+    clock[0] += 60.0  # the meters full (11 s of each quota): a term of the smaller quota at most
+    assert s.quota.reserve(len(frame)) == 10_000
+    s.quota.settle(0, 10_000)
+    assert carol.tokens == 110_000
 
 
 def test_a_muted_connection_is_not_forwarded():

@@ -58,10 +58,18 @@ class Pair:
         b, self.broker = trio.socket.socketpair()
         self.proxy_client, self.proxy_broker = trio.SocketStream(a), trio.SocketStream(b)
 
-    async def run(self, limits: ForwarderLimits = LIMITS, hook=None, started=lambda phase: None) -> Outcome:
+    async def run(
+        self, limits: ForwarderLimits = LIMITS, hook=None, started=lambda phase: None, table=TABLE, allowance=None
+    ) -> Outcome:
         with trio.fail_after(30):  # a hang fails the test, not the suite
             return await FORWARDER.serve(
-                self.proxy_client, self.proxy_broker, TABLE, hook or (lambda *_: b""), limits, started
+                self.proxy_client,
+                self.proxy_broker,
+                table,
+                hook or (lambda *_: b""),
+                limits,
+                started,
+                allowance=allowance,
             )
 
     async def read(self, sock: trio.socket.SocketType, n: int) -> bytes:
@@ -104,6 +112,52 @@ async def test_it_hands_back_at_once_with_the_answers_still_to_come():
     assert outcome.broker_leftover == produced(2)[:5] and outcome.leftover == API_VERSIONS
     assert await pair.read(pair.broker, 2 * len(produce(1))) == produce(1) + produce(2)
     assert await pair.read(pair.client, len(produced(1))) == produced(1)
+
+
+# Produce metered, as a VC's is under a producer's byte rate (proxy/core/forward_table.py, `tenant_entries_for`).
+METERED = native.module().ForwardTable(
+    [(*entry[:9], entry[0] == 0) for entry in entries_for(tuple(sorted(apiversions.proxy_versions().items())))]
+)
+
+
+@pytest.mark.parametrize(
+    ("allowance", "served"),
+    [
+        pytest.param((2 * len(produce(1)) + 3, 600.0), 2, id="two fit"),
+        pytest.param((10 * len(produce(1)), 600.0), 3, id="all fit"),
+        pytest.param((len(produce(1)) - 1, 600.0), 0, id="none fits"),
+        pytest.param((10 * len(produce(1)), 0.0), 0, id="the term is over"),
+        pytest.param(None, 0, id="no allowance"),
+    ],
+)
+async def test_a_metered_request_is_served_only_within_the_allowance(allowance, served):
+    """The first metered request that does not fit goes back to the session (which charges it), with those after it;
+    what was served is what the allowance says was spent."""
+    pair = Pair()
+    size = len(produce(1))
+    requests = produce(1) + produce(2) + produce(3)
+    await pair.broker.send(b"".join(produced(c) for c in range(1, served + 1)))
+    await pair.client.send(requests + API_VERSIONS)
+    given = native.module().Allowance(*allowance) if allowance is not None else None
+    outcome = await pair.run(table=METERED, allowance=given)
+    assert (outcome.kind, outcome.requests) == ("yield", served)
+    assert outcome.leftover == requests[served * size :] + API_VERSIONS
+    assert await pair.read(pair.broker, served * size) == requests[: served * size]
+    if given is not None:
+        assert given.settle() == (served * size, allowance[0] - served * size)
+
+
+def test_an_allowance_is_spent_whole_requests_at_a_time():
+    allowance = native.module().Allowance(10, 600.0)
+    assert [allowance.spend(4), allowance.spend(7), allowance.spend(6), allowance.spend(1)] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert allowance.settle() == (10, 0)
+    with pytest.raises(ValueError):
+        native.module().Allowance(10, -1.0)
 
 
 async def test_an_acks_0_produce_expects_no_answer():

@@ -7,6 +7,7 @@ import heapq
 
 import pytest
 
+from proxy.quotas.fleet import FleetUsage
 from proxy.quotas.meter import SAMPLES, Meter, Meters, Rate
 
 
@@ -80,6 +81,87 @@ def _run(connections: int, request: float, quota: float, duration: float = 120.0
 @pytest.mark.parametrize(("connections", "size"), [(1, 30_000), (1, 1_000_000), (3, 1_000_000), (5, 256_000)])
 def test_clients_converge_to_the_quota_whatever_their_connections_and_requests(connections, size):
     assert _run(connections, size, 2_000_000) == pytest.approx(2_000_000, rel=0.02)
+
+
+def _run_with_allowances(
+    connections: int, request: float, quota: float, plain: int = 0, duration: float = 120.0
+) -> float:
+    """As `_run`, with each connection but the first `plain` handed to the forwarder as proxy/net/connection.py hands
+    it: when its quota holds the request at hand, with an allowance of a term's worth (QuotaStage.reserve), spent
+    request by request; the first that does not fit, or comes after the term, settles it and is charged one by one
+    (muting the connection). The rate they get from 20 s on, and the part of their requests served within allowances."""
+    meters = Meters(clock=lambda: 0.0)
+    limits = [(("q",), quota)]
+    muted = [0.0] * connections
+    held: list[list[float] | None] = [None] * connections  # [left, spent, until]
+    ready = [(0.001 * i, i) for i in range(connections)]
+    sent = []
+    lent = 0
+    while ready:
+        t, i = heapq.heappop(ready)
+        if t > duration:
+            break
+        allowance = held[i]
+        if allowance is not None and (t >= allowance[2] or allowance[0] < request):
+            meters.settle(limits, allowance[1], allowance[0], t)
+            held[i] = allowance = None
+        least = max(request, quota * 0.1)
+        if i >= plain and allowance is None and t >= muted[i] and meters.reserve(limits, least, least, t, take=False):
+            amount = meters.reserve(limits, least, max(least, quota * 1.0), t)
+            held[i] = allowance = [amount, 0.0, t + 1.0]
+        if allowance is not None:
+            allowance[0] -= request
+            allowance[1] += request
+            forward = t
+            lent += 1
+        else:
+            forward = max(t, muted[i])
+            muted[i] = max(muted[i], t + meters.charge(("q",), request, quota, t))
+        sent.append(forward)
+        heapq.heappush(ready, (forward + 0.005, i))
+    return sum(request for f in sent if 20 <= f < 110) / 90, lent / len(sent)
+
+
+@pytest.mark.parametrize(
+    ("connections", "size", "plain"),
+    [(5, 3_400, 0), (1, 30_000, 0), (1, 1_000_000, 0), (3, 1_000_000, 0), (5, 256_000, 0), (4, 30_000, 2)],
+)
+def test_clients_on_allowances_converge_to_the_quota_too(connections, size, plain):
+    """Allowances taken out of the bucket and settled later hold a client to its quota as charging each request does,
+    alone or beside connections charged request by request (`plain`)."""
+    assert _run_with_allowances(connections, size, 2_000_000, plain)[0] == pytest.approx(2_000_000, rel=0.02)
+
+
+def test_a_client_within_its_quota_is_served_within_allowances():
+    """3.4 KB every 5 ms (680 KB/s) against 2 MB/s: never held back, and all but its first requests on allowances."""
+    rate, lent = _run_with_allowances(1, 3_400, 2_000_000)
+    assert rate == pytest.approx(3_400 / 0.005, rel=0.01) and lent > 0.99
+
+
+def test_an_allowance_is_what_the_buckets_hold_and_comes_back_when_unspent():
+    meters = Meters(clock=lambda: 0.0)
+    user, cap = (("user",), 1000.0), (("cap",), 4000.0)
+    meters.charge(user[0], 0, user[1], 0.0)  # both start empty: a new meter paces from its first request
+    meters.charge(cap[0], 0, cap[1], 0.0)
+    assert meters.reserve([user, cap], 0, 10_000, 0.5) == 500  # the fuller bucket gives what the emptier holds
+    assert meters.get(user[0]).tokens == 0 and meters.get(cap[0]).tokens == 1500
+    assert meters.reserve([user, cap], 400, 10_000, 0.75) == 0  # 250 held, 400 wanted: nothing taken
+    assert meters.reserve([user, cap], 100, 10_000, 0.75, take=False) == 250 and meters.get(user[0]).tokens == 250
+    meters.settle([user, cap], 300, 200, 1.0)  # 300 of the 500 spent, 200 back
+    assert meters.get(user[0]).tokens == pytest.approx(500 + 200)  # 0.5 s more of filling, and what came back
+    assert meters.get(user[0]).rate.values[-1] == 300  # the rate counts what was spent, when it is settled
+    meters.settle([user], 0, 10**9, 2.0)  # however much comes back, the bucket holds 11 s at most
+    assert meters.get(user[0]).tokens == SAMPLES * 1000
+
+
+def test_an_allowance_is_the_replicas_share_and_what_it_spent_is_reported_to_the_fleet():
+    meters = Meters(clock=lambda: 0.0)
+    meters.fleet = FleetUsage("r1", replicas=2, stale_after=3.0)
+    meters.fleet.start(0.0)  # never heard back: from 3 s on, this replica holds its clients to half the quota
+    meters.charge(("k",), 0, 1000.0, 0.0)
+    assert meters.reserve([(("k",), 1000.0)], 0, 10**9, 10.0) == 10 * 500  # filled at its share, as `charge` fills
+    meters.settle([(("k",), 1000.0)], 700, 0, 10.5)
+    assert meters.fleet.pending == {("k",): 700}
 
 
 def test_meters_are_bounded_lru():

@@ -41,6 +41,7 @@ from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type, response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
+from ...quotas.fleet import Key
 from ...quotas.model import FETCH, MUTATION, PRODUCE, REQUEST, Limit, Resolved
 from ...quotas.throttle import set_throttle
 from ...tenancy import limits
@@ -48,6 +49,10 @@ from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
 _NO_LIMITS = Resolved({}, {})
+# The longest an allowance lasts, in seconds, and the most it holds: that many seconds of the quota. Past it the
+# forwarder hands the connection back, and the meters hear what it spent (their rates, the fleet's reports).
+ALLOWANCE_TERM = 1.0
+ALLOWANCE_LEAST = 0.1  # the least allowance worth a hand-over, in seconds of the quota
 _NONE: frozenset[str] = frozenset()
 log = logging.getLogger(__name__)
 
@@ -95,6 +100,7 @@ class QuotaStage:
         self._limits = _NO_LIMITS
         self._keys: frozenset[str] | None = _NONE  # the keys of `_limits` (`metered`)
         self._resolved_for: tuple[int, Any] | None = None  # (book version, vc) the limits were resolved for
+        self._reserved: list[tuple[Key, float]] | None = None  # the limits the allowance not yet settled came out of
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -116,6 +122,40 @@ class QuotaStage:
             return None
         limits = self._current()
         return self._keys if limits.applies else _NONE
+
+    def on_allowance(self) -> bool:
+        """Whether the forwarder serves this connection's Produce requests only within an allowance (`reserve`)."""
+        metered = self.metered()
+        return metered is not None and PRODUCE in metered
+
+    def reserve(self, want: int, take: bool = True) -> int:
+        """Bytes of Produce the forwarder may serve for this connection (`tenant_entries_for` leaves it Produce under a
+        producer's byte rate): taken now out of the buckets of the limits that meter them, a term's worth of the
+        smallest quota at most, and not less than `want` (the request at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when
+        they hold less (a client near its quota then stays with the session, rather than the connection going back
+        and forth for each request). Each
+        reservation is settled once (`settle`), the connection back from the forwarder. `take=False`: what it would
+        be, nothing taken."""
+        limits = self._current()
+        metered = [limit for limit in (limits.limits.get(PRODUCE), limits.caps.get(PRODUCE)) if limit is not None]
+        if not metered:
+            return 0
+        pairs = [(limit.meter, limit.quota) for limit in metered]
+        meters = self.image().quotas.meters
+        smallest = min(quota for _, quota in pairs)
+        least = max(float(want), smallest * ALLOWANCE_LEAST)
+        assert not take or self._reserved is None, "an allowance not settled"
+        amount = int(meters.reserve(pairs, least, max(least, smallest * ALLOWANCE_TERM), meters.clock(), take))
+        if amount and take:
+            self._reserved = pairs
+        return amount
+
+    def settle(self, spent: int, left: int) -> None:
+        """The allowance `reserve` took, back: `spent` bytes of it counted now against the limits it was taken from."""
+        pairs, self._reserved = self._reserved, None
+        if pairs is not None:
+            meters = self.image().quotas.meters
+            meters.settle(pairs, float(spent), float(left), meters.clock())
 
     def _current(self) -> Resolved:
         vc = self.ctx.vc
