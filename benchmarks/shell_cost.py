@@ -12,7 +12,8 @@ installs them), Kroxylicious runs beside, without and with its MultiTenant filte
 get a longer warm-up, for their JIT). With --idle SECONDS, it first measures what each proxy spends with
 its connections open and nothing sent (its background work: the state topic's clients, timers), by
 thread name, from each thread's schedstat (nanoseconds, unlike /proc's 10 ms ticks); --rounds 0 then
-measures only that.
+measures only that. Modes: `passthrough`, `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN
+whose user has a producer's byte rate it never reaches: what metering costs).
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -40,9 +41,13 @@ from bench_peers import kroxylicious_argv, kroxylicious_config  # this directory
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from proxy.auth.credentials import make_entry
+from vcproxy_tools.admin_client import Connection, Login
 from vcproxy_tools.process import wait_ready
 
 CLIENT_ID = "vcbench"
+USER, PASSWORD = "bench", "bench-secret"  # mode `quota`
+QUOTA = 1e9  # mode `quota`: a producer's byte rate, bytes/s, never reached (what metering costs, not throttling)
 TOPIC = "shellcost"
 RECORD = b"x" * 3300
 TICK = os.sysconf("SC_CLK_TCK")
@@ -65,6 +70,14 @@ class Proxy:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def client_conf(self) -> dict[str, object]:
+        """A client's config: with a quota, logged in as the VC's user."""
+        conf: dict[str, object] = {"bootstrap.servers": self.bootstrap, "client.id": CLIENT_ID}
+        if self.mode == "quota":
+            conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
+            conf.update({"sasl.username": USER, "sasl.password": PASSWORD})
+        return conf
 
     def cpu(self) -> tuple[float, float]:
         """(user, system) seconds of the proxy process."""
@@ -109,6 +122,12 @@ def start_proxy(
     }
     if mode == "tenant":
         cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": "bench", "client_ids": [CLIENT_ID]}]}
+    if mode == "quota":  # SASL, the VC's user its admin, who sets itself a producer's byte rate it never reaches
+        cfg["listeners"] |= {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN"]}
+        cfg["credentials"] = {"users": {USER: make_entry(PASSWORD, 4096)}}
+        principal = f"User:{USER}"
+        vc = {"name": "bench", "principals": [principal], "admins": [principal]}
+        cfg["tenancy"] = {"enabled": True, "virtual_clusters": [vc]}
     path = work / f"{checkout}-{mode}.json"
     path.write_text(json.dumps(cfg))
     log = (work / f"{checkout}-{mode}.log").open("wb")
@@ -116,7 +135,21 @@ def start_proxy(
     argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_ready(proc, work / f"{checkout}-{mode}.log", 1200, f"{checkout}/{mode}")
+    if mode == "quota":
+        set_quota(f"127.0.0.1:{port}")
     return Proxy(checkout, mode, port, proc)
+
+
+def set_quota(bootstrap: str) -> None:
+    from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
+
+    entity = (EntityData(entity_type="user", entity_name=USER),)
+    ops = (OpData(key="producer_byte_rate", value=QUOTA, remove=False),)
+    request = AlterClientQuotasRequest(entries=(EntryData(entity=entity, ops=ops),), validate_only=False)
+    with Connection(bootstrap, Login("SASL_PLAINTEXT", "PLAIN", USER, PASSWORD), apis=[(49, 1)]) as admin:
+        answer = admin.request(49, 1, request)
+    if [int(e.error_code) for e in answer.entries] != [0]:
+        raise SystemExit(f"could not set the quota: {answer}")
 
 
 def start_kroxylicious(work: Path, libs: Path, mode: str, port: int, upstream: str) -> Proxy:
@@ -140,7 +173,7 @@ def start_kroxylicious(work: Path, libs: Path, mode: str, port: int, upstream: s
 
 
 def create_topic(proxy: Proxy) -> None:
-    admin = AdminClient({"bootstrap.servers": proxy.bootstrap, "client.id": CLIENT_ID})
+    admin = AdminClient(proxy.client_conf())
     for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
         with contextlib.suppress(Exception):  # already there (a rerun)
             future.result(60)
@@ -149,8 +182,7 @@ def create_topic(proxy: Proxy) -> None:
 def producer(proxy: Proxy, depth: int) -> Producer:
     p = Producer(
         {
-            "bootstrap.servers": proxy.bootstrap,
-            "client.id": CLIENT_ID,
+            **proxy.client_conf(),
             "linger.ms": 0,
             "batch.num.messages": 1,
             "acks": 1,
