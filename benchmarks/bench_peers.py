@@ -25,6 +25,8 @@ Workloads (Kafka's own perf tools, run as vcproxy's `bench` runs them: fresh JVM
   b  consumer throughput  the same N records read back with a new group, fetch defaults
   c  small requests       100 B records, linger.ms=0, --throughput 5000 for 20 s (+1 s warm-up excluded)
   d  fixed-rate latency   1 KiB records at 2000/s for 20 s (+1 s warm-up excluded)
+  e  librdkafka's small   3,300 B records, one Produce each, one at a time, 3,000 requests (rdkafka_small.py):
+                          librdkafka names topics by name (Produce v10), Kafka's Java producer by id (v13)
 
 Every round runs every variant once, workload by workload (a for all variants, then b, c, d), the order of
 the variants rotating by one place per round, so drifting load hits all variants alike; ratios are taken
@@ -514,6 +516,7 @@ class Bench:
             "    out[n]=a\n"
             "print(json.dumps(out))\n"
         )
+        self.tool_prefix["rdkafka-small"] = [str(self.py), str(Path(__file__).resolve().with_name("rdkafka_small.py"))]
         names = ["kafka-producer-perf-test", "kafka-consumer-perf-test", "kafka-topics"]
         p = run([str(self.py), "-c", code, *names], timeout=900, cwd=self.checkout)
         if p.returncode != 0:
@@ -794,7 +797,7 @@ class Bench:
 
     # -- the suite ----------------------------------------------------------------------------------
 
-    def suite(self, rnd: int, variant: str, topic: str, workloads: str = "abcd") -> list[dict[str, Any]]:
+    def suite(self, rnd: int, variant: str, topic: str, workloads: str = "abcde") -> list[dict[str, Any]]:
         a, boot = self.a, self.bootstraps[variant]
         common = ["--bootstrap-server", boot, "--topic", topic]
         cid = ["--command-property", f"client.id={CLIENT_ID}"]
@@ -859,8 +862,15 @@ class Bench:
             say(f"  {tag} d fixed: p50 {r['p50_ms']:g}, p99 {r['p99_ms']:g}, p99.9 {r['p999_ms']:g} ms")
             return r
 
+        def rdkafka():
+            out = self.tool(f"{tag}-e-rdkafka", "rdkafka-small", [
+                "--bootstrap", boot, "--topic", topic, "--client-id", CLIENT_ID, "--requests", str(a.rdkafka_requests)])  # fmt: skip
+            r = json.loads(out.strip().splitlines()[-1])
+            say(f"  {tag} e librdkafka: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, {r['requests']:,} requests")
+            return r
+
         for w in workloads:
-            one(w, {"a": producer, "b": consumer, "c": small, "d": fixed}[w])
+            one(w, {"a": producer, "b": consumer, "c": small, "d": fixed, "e": rdkafka}[w])
         return out_rows
 
     def warm_up(self, variant: str, topic: str) -> None:
@@ -1113,6 +1123,19 @@ def report(res: dict[str, Any]) -> str:
         "µs per Produce request (a) uses the same metric in the unthrottled 1 KiB run."
     )
     L.append("")
+    if any(r["workload"] == "e" for r in ok):
+        L.append(f"### librdkafka's small requests (e): {o.get('rdkafka_requests', 3000):,} x 3,300 B, one at a time")
+        L.append("")
+        L.append("| system | p50 / p99 ms | p99 ratio (per round) | µs CPU per request | ÷ the same proxy's (c) |")
+        L.append("|---|---|---|---|---|")
+        for v in variants:
+            e50, e99 = med(val(v, "e", "p50_ms")), med(val(v, "e", "p99_ms"))
+            e99r = "1" if v == "direct" else rng(ratios(v, "e", "p99_ms"))
+            ue, uc = us_per_req(v, "e"), med(us_per_req(v, "c"))
+            per = "–" if v == "direct" else rng(ue, 0)
+            vs_c = fmt(med(ue) / uc, 2) if ue and uc else "–"
+            L.append(f"| {v} | {fmt(e50, 2)} / {fmt(e99, 2)} | {e99r} | {per} | {vs_c} |")
+        L.append("")
     L.append("### Load")
     L.append("")
     L.append(f"* at start: `{res['load']['start']}`")
@@ -1124,10 +1147,11 @@ def report(res: dict[str, Any]) -> str:
         "Machine CPU busy (cores, of the whole box) and busy with *other* work (not the broker, the proxies or the tool), medians per workload:"
     )
     L.append("")
-    L.append("| system | a busy / other | b busy / other | c busy / other | d busy / other |")
-    L.append("|---|---|---|---|---|")
+    ran = [w for w in "abcde" if any(r["workload"] == w for r in ok)]
+    L.append("| system | " + " | ".join(f"{w} busy / other" for w in ran) + " |")
+    L.append("|---|" + "---|" * len(ran))
     for v in variants:
-        cells = [f"{fmt(med(val(v, w, 'machine_cores')), 2)} / {fmt(med(val(v, w, 'other_cores')), 2)}" for w in "abcd"]
+        cells = [f"{fmt(med(val(v, w, 'machine_cores')), 2)} / {fmt(med(val(v, w, 'other_cores')), 2)}" for w in ran]
         L.append(f"| {v} | " + " | ".join(cells) + " |")
     L.append("")
     L.append("### Versions and set-up")
@@ -1184,7 +1208,8 @@ def main() -> int:
     p.add_argument("--small-rate", type=int, default=5000, help="records/s of workload c (default 5000)")
     p.add_argument("--fixed-rate", type=int, default=2000, help="records/s of workload d (default 2000)")
     p.add_argument("--latency-seconds", type=int, default=20, help="measured seconds of workloads c and d (default 20)")
-    p.add_argument("--workloads", default="abcd", help="which of a-d to run (b reads what a wrote; default abcd)")
+    p.add_argument("--rdkafka-requests", type=int, default=3000, help="requests of workload e (default 3000)")
+    p.add_argument("--workloads", default="abcde", help="which of a-e to run (b reads what a wrote; default abcde)")
     p.add_argument("--brokers", type=int, default=1)
     p.add_argument("--base-port", type=int, default=43092, help="the broker's port (launcher: node n on +10(n-1))")
     p.add_argument("--proxy-port-base", type=int, default=43200,
@@ -1207,9 +1232,9 @@ def main() -> int:
     p.add_argument("--report", type=Path, help="also write the markdown report here")
     a = p.parse_args()
     if a.quick:
-        a.rounds, a.records, a.latency_seconds = 1, 20_000, 3
-    if not a.workloads or set(a.workloads) - set("abcd") or ("b" in a.workloads and "a" not in a.workloads):
-        p.error(f"--workloads {a.workloads!r}: letters of abcd, with a wherever b (b reads what a wrote)")
+        a.rounds, a.records, a.latency_seconds, a.rdkafka_requests = 1, 20_000, 3, 300
+    if not a.workloads or set(a.workloads) - set("abcde") or ("b" in a.workloads and "a" not in a.workloads):
+        p.error(f"--workloads {a.workloads!r}: letters of abcde, with a wherever b (b reads what a wrote)")
     ports = [a.proxy_port_base + 100 * i for i in range(len(ALL_VARIANTS))]
     if min(ports) < 1024 or max(ports) + 99 > 65535:
         p.error("ports out of range")
