@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -405,22 +405,18 @@ impl Grant {
 }
 
 /// Bytes of a quota the quota stage took out of its meters for one phase (proxy/core/stages/quotas.py, `reserve`): the
-/// forwarder serves a metered request (`Entry::metered`) only while its size fits in what is left and the term has
-/// not run out, and hands the connection back at the first that does not. The session then charges that request
-/// itself, and what was spent and what is left go back to the meters (`settle`): a quota is held by the meters'
-/// buckets either way, and they hear of what was spent at least once a term.
+/// forwarder serves a metered request (`Entry::metered`) only while its size fits in what is left, and hands the
+/// connection back at the first that does not; the session then charges that request itself. While the phase lasts,
+/// Python counts what was spent (`drain`) and tops the allowance up from the meters, or takes back what is left when
+/// they are in debt (`revoke`), without the connection leaving the forwarder.
 struct Allowed {
     left: AtomicU64,
     spent: AtomicU64,
-    until: Instant,
 }
 
 impl Allowed {
-    /// Takes `size` bytes when they fit and the term has not run out; false (nothing taken) otherwise.
+    /// Takes `size` bytes when they fit; false (nothing taken) otherwise.
     fn spend(&self, size: u64) -> bool {
-        if Instant::now() >= self.until {
-            return false;
-        }
         let taken = self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(size));
         if taken.is_err() {
             return false;
@@ -437,12 +433,9 @@ pub struct Allowance {
 
 #[pymethods]
 impl Allowance {
-    /// `bytes` to spend within `seconds` from now.
     #[new]
-    fn new(bytes: u64, seconds: f64) -> PyResult<Self> {
-        let term = Duration::try_from_secs_f64(seconds).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let until = Instant::now().checked_add(term).ok_or_else(|| PyValueError::new_err("term too long"))?;
-        Ok(Allowance { inner: Arc::new(Allowed { left: AtomicU64::new(bytes), spent: AtomicU64::new(0), until }) })
+    fn new(bytes: u64) -> Self {
+        Allowance { inner: Arc::new(Allowed { left: AtomicU64::new(bytes), spent: AtomicU64::new(0) }) }
     }
 
     /// Takes `size` bytes as the forwarder does: whether they fitted. For the tests.
@@ -450,9 +443,24 @@ impl Allowance {
         self.inner.spend(size)
     }
 
-    /// (bytes spent, bytes left).
-    fn settle(&self) -> (u64, u64) {
-        (self.inner.spent.load(Ordering::Acquire), self.inner.left.load(Ordering::Acquire))
+    /// The bytes spent since the last drain.
+    fn drain(&self) -> u64 {
+        self.inner.spent.swap(0, Ordering::AcqRel)
+    }
+
+    /// What is left to spend.
+    fn left(&self) -> u64 {
+        self.inner.left.load(Ordering::Acquire)
+    }
+
+    /// `bytes` more to spend.
+    fn grant(&self, bytes: u64) {
+        self.inner.left.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// Takes back what is left: how much that was (the forwarder spends nothing more of it).
+    fn revoke(&self) -> u64 {
+        self.inner.left.swap(0, Ordering::AcqRel)
     }
 }
 

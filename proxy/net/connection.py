@@ -284,12 +284,13 @@ class ClientConnection:
             if self._draining:
                 phase.hold()
 
-        # A producer's byte rate: what its Produce requests may spend there, taken from the meters now and given back
-        # (what it spent counted) once the forwarder hands the connection back.
+        # A producer's byte rate: what its Produce requests may spend there, taken from the meters now, renewed once a
+        # term while they spend (what was spent counted, the allowance topped up), given back when the connection is.
         quota = self.session.quota
-        allowance = None
+        allowance = renew = None
         if quota is not None and quota.on_allowance():
-            allowance = forwarder.module.Allowance(quota.reserve(self._forward_want), ALLOWANCE_TERM)
+            allowance = forwarder.module.Allowance(quota.reserve(self._forward_want))
+            renew = (ALLOWANCE_TERM, _renewal(quota, allowance))
         with trio.CancelScope() as self._scope:
             try:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
@@ -306,12 +307,13 @@ class ClientConnection:
                     grant,
                     tally,
                     allowance,
+                    renew,
                 )
             finally:
                 self._phase = None
                 if allowance is not None:
                     assert quota is not None
-                    quota.settle(*allowance.settle())
+                    quota.settle(allowance.drain(), allowance.revoke())
             return self._forward_ended(outcome)
         return False  # closed from outside (close_now)
 
@@ -674,3 +676,22 @@ class ClientConnection:
                 self.close_reason = "failed authentication"
                 connection_scope.cancel()
                 return
+
+
+def _renewal(quota: Any, allowance: Any) -> Callable[[], float]:
+    """The forwarder's `tick` for a connection on an allowance (proxy/core/stages/quotas.py, `renew`): what it spent
+    counted and the allowance topped up once a term while it spends; less often while it does not (up to 32 terms),
+    so idle connections cost few wake-ups."""
+    every = [ALLOWANCE_TERM]
+
+    def renew() -> float:
+        spent = allowance.drain()
+        more = quota.renew(spent, allowance.left())
+        if more > 0:
+            allowance.grant(more)
+        elif more < 0:  # the meters are in debt: what is left goes back, and the next Produce to the session
+            quota.settle(0, allowance.revoke(), over=False)
+        every[0] = ALLOWANCE_TERM if spent else min(every[0] * 2, 32 * ALLOWANCE_TERM)
+        return every[0]
+
+    return renew

@@ -19,6 +19,7 @@ and no tap. With metrics on, the forwarder counts what it serves in a native tal
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,11 +118,13 @@ class Forwarder:
         grant: Any = None,
         tally: Any = None,
         allowance: Any = None,
+        tick: tuple[float, Callable[[], float]] | None = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
         (metrics on), each request served is counted in it. A metered request (a VC's Produce under a byte-rate quota)
-        is served only within `allowance` (vcproxy_native.Allowance)."""
+        is served only within `allowance` (vcproxy_native.Allowance). `tick` (seconds, callable), while the phase
+        lasts: the callable called after those seconds, and again after the seconds it returns."""
         phase = self._forwarder().attach(
             client.socket.fileno(),
             broker.socket.fileno(),
@@ -138,11 +141,15 @@ class Forwarder:
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)
         idle = False
+        next_tick = trio.current_time() + tick[0] if tick is not None else math.inf
         try:
             while not ended.is_set():
                 # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
-                with trio.move_on_after(max(limits.idle_timeout - phase.idle(), 1.0)):
+                now = trio.current_time()
+                with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick)):
                     await ended.wait()
+                if tick is not None and not ended.is_set() and trio.current_time() >= next_tick:
+                    next_tick = trio.current_time() + tick[1]()
                 if not ended.is_set() and phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
                     idle = True
                     phase.detach()

@@ -138,28 +138,34 @@ class Meters:
         meter.quota = quota  # metrics compare the fleet's rate (what the meter sees) with the whole quota
         return wait
 
+    def held(self, limits: list[tuple[Key, float]], now: float) -> float:
+        """What the buckets of `limits` (meter key, quota) hold now, the emptiest's (negative: a debt)."""
+        share = self.fleet.share(now) if self.fleet is not None else 1.0
+        held = math.inf
+        for key, quota in limits:
+            meter = self.get(key)
+            meter.fill(quota * share, now)
+            meter.quota = quota
+            held = min(held, meter.tokens)
+        return held
+
     def reserve(
         self, limits: list[tuple[Key, float]], want: float, most: float, now: float, take: bool = True
     ) -> float:
-        """An allowance out of the buckets of `limits` (meter key, quota), each charged the same: what they all hold
-        now, at most `most`; 0 (none taken) when that is less than `want` or nothing. Spent or not, it comes back
-        through `settle`: until then the buckets fill as if it had been used, so a client's requests within it and
-        those charged one by one together keep to its quota as exactly as those charged one by one alone.
+        """An allowance out of the buckets of `limits`, each charged the same: what they all hold now, in whole bytes,
+        at most `most`; 0 (none taken) when that is less than `want` or nothing. Spent or not, it comes back through
+        `settle`: until then the buckets fill as if it had been used, so a client's requests within it and those
+        charged one by one together keep to its quota as exactly as those charged one by one alone.
         `take=False`: what it would give, nothing taken."""
-        share = self.fleet.share(now) if self.fleet is not None else 1.0
-        meters = [(self.get(key), quota) for key, quota in limits]
-        for meter, quota in meters:
-            meter.fill(quota * share, now)
-            meter.quota = quota
-        amount = float(math.floor(min([most, *(meter.tokens for meter, _ in meters)])))  # whole bytes: settled as such
+        amount = float(math.floor(min(most, self.held(limits, now))))
         if amount <= 0 or amount < want:
             return 0.0
-        for meter, _ in meters if take else ():
-            meter.tokens -= amount
+        for key, _ in limits if take else ():
+            self.get(key).tokens -= amount
         return amount
 
     def settle(self, limits: list[tuple[Key, float]], spent: float, left: float, now: float) -> None:
-        """An allowance `reserve` gave, back: `spent` counted as used now (and told the fleet), `left` returned."""
+        """Of an allowance `reserve` gave: `spent` counted as used now (and told the fleet), `left` returned."""
         fleet = self.fleet
         share = fleet.share(now) if fleet is not None else 1.0
         for key, quota in limits:

@@ -378,8 +378,16 @@ def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meter
     assert carol.tokens == pytest.approx(lent - 3 * len(frame)) and sum(carol.rate.values) == 4 * len(frame)
     clock[0] += 60.0  # the meters full (11 s of each quota): a term of the smaller quota at most
     assert s.quota.reserve(len(frame)) == 10_000
-    s.quota.settle(0, 10_000)
-    assert carol.tokens == 110_000
+    # Renewed while the forwarder has the connection: what it spent counted, and topped up to a term's worth again.
+    assert s.quota.renew(4_000, 6_000) == 4_000 and carol.tokens == 110_000 - 10_000 - 4_000
+    assert carol.rate.values[-1] == 4_000
+    # Another connection of carol's, charged by the session meanwhile, leaves the meter in debt: what is left goes back.
+    meters.charge(limits.limits["producer_byte_rate"].meter, 200_000, 10_000.0, clock[0])
+    assert s.quota.renew(0, 10_000) == -1
+    s.quota.settle(0, 10_000, over=False)
+    s.quota.settle(0, 0)
+    assert carol.tokens == 110_000 - 4_000 - 200_000  # only what was spent, and what the session charged
+    assert s.quota.renew(0, 0) == 0  # the allowance over: nothing more to renew
 
 
 def test_a_muted_connection_is_not_forwarded():

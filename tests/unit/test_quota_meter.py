@@ -84,16 +84,19 @@ def test_clients_converge_to_the_quota_whatever_their_connections_and_requests(c
 
 
 def _run_with_allowances(
-    connections: int, request: float, quota: float, plain: int = 0, duration: float = 120.0
-) -> float:
+    connections: int, request: float, quota: float, plain: int = 0, duration: float = 120.0, off: float = 0.0
+):
     """As `_run`, with each connection but the first `plain` handed to the forwarder as proxy/net/connection.py hands
-    it: when its quota holds the request at hand, with an allowance of a term's worth (QuotaStage.reserve), spent
-    request by request; the first that does not fit, or comes after the term, settles it and is charged one by one
-    (muting the connection). The rate they get from 20 s on, and the part of their requests served within allowances."""
+    it: when its quota holds the request at hand and a tenth of a second's worth, with an allowance of at most a
+    second's worth (QuotaStage.reserve), spent request by request and renewed every second (what was spent counted,
+    topped up again, or all of it taken back while the meter is in debt: QuotaStage.renew); the first request that
+    does not fit settles it and is charged one by one (muting the connection). The rate they get from 20 s on, and
+    the part of their requests served within allowances. `off`: each second of sending is followed by that many
+    seconds of none (a client that bursts)."""
     meters = Meters(clock=lambda: 0.0)
     limits = [(("q",), quota)]
     muted = [0.0] * connections
-    held: list[list[float] | None] = [None] * connections  # [left, spent, until]
+    held: list[list[float] | None] = [None] * connections  # [left, spent since the last renewal, next renewal]
     ready = [(0.001 * i, i) for i in range(connections)]
     sent = []
     lent = 0
@@ -102,7 +105,16 @@ def _run_with_allowances(
         if t > duration:
             break
         allowance = held[i]
-        if allowance is not None and (t >= allowance[2] or allowance[0] < request):
+        while allowance is not None and t >= allowance[2]:  # the renewals due by now
+            meters.settle(limits, allowance[1], 0, allowance[2])
+            allowance[1] = 0
+            if meters.held(limits, allowance[2]) < 0:
+                meters.settle(limits, 0, allowance[0], allowance[2])
+                allowance[0] = 0
+            else:
+                allowance[0] += meters.reserve(limits, 0, quota - allowance[0], allowance[2])
+            allowance[2] += 1.0
+        if allowance is not None and allowance[0] < request:  # back to the session
             meters.settle(limits, allowance[1], allowance[0], t)
             held[i] = allowance = None
         least = max(request, quota * 0.1)
@@ -118,7 +130,10 @@ def _run_with_allowances(
             forward = max(t, muted[i])
             muted[i] = max(muted[i], t + meters.charge(("q",), request, quota, t))
         sent.append(forward)
-        heapq.heappush(ready, (forward + 0.005, i))
+        following = forward + 0.005
+        if off and following % (1 + off) >= 1:
+            following += 1 + off - following % (1 + off)
+        heapq.heappush(ready, (following, i))
     return sum(request for f in sent if 20 <= f < 110) / 90, lent / len(sent)
 
 
@@ -130,6 +145,18 @@ def test_clients_on_allowances_converge_to_the_quota_too(connections, size, plai
     """Allowances taken out of the bucket and settled later hold a client to its quota as charging each request does,
     alone or beside connections charged request by request (`plain`)."""
     assert _run_with_allowances(connections, size, 2_000_000, plain)[0] == pytest.approx(2_000_000, rel=0.02)
+
+
+@pytest.mark.parametrize(("connections", "size"), [(1, 30_000), (3, 100_000), (5, 3_400)])
+def test_a_client_that_bursts_past_its_quota_is_held_to_it_with_allowances_and_without(connections, size):
+    """A client sending 1 s of 6 MB/s or more, then nothing for 0.5 s, against 2 MB/s: the meter fills while it waits,
+    it spends that on allowances at each burst's start, and is then charged request by request; it gets its quota,
+    as it does with every request charged."""
+    rate, lent = _run_with_allowances(connections, size, 2_000_000, off=0.5)
+    assert rate == pytest.approx(2_000_000, rel=0.03) and 0.05 < lent < 0.8
+    assert _run_with_allowances(connections, size, 2_000_000, plain=connections, off=0.5)[0] == pytest.approx(
+        2_000_000, rel=0.03
+    )
 
 
 def test_a_client_within_its_quota_is_served_within_allowances():

@@ -49,8 +49,8 @@ from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
 from .context import ConnectionState
 
 _NO_LIMITS = Resolved({}, {})
-# The longest an allowance lasts, in seconds, and the most it holds: that many seconds of the quota. Past it the
-# forwarder hands the connection back, and the meters hear what it spent (their rates, the fleet's reports).
+# The most an allowance holds, in seconds of the quota, and how often it is renewed while the forwarder has the
+# connection: the meters then hear what it spent (their rates, the fleet's reports), and it is topped up.
 ALLOWANCE_TERM = 1.0
 ALLOWANCE_LEAST = 0.1  # the least allowance worth a hand-over, in seconds of the quota
 _NONE: frozenset[str] = frozenset()
@@ -133,14 +133,11 @@ class QuotaStage:
         producer's byte rate): taken now out of the buckets of the limits that meter them, a term's worth of the
         smallest quota at most, and not less than `want` (the request at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when
         they hold less (a client near its quota then stays with the session, rather than the connection going back
-        and forth for each request). Each
-        reservation is settled once (`settle`), the connection back from the forwarder. `take=False`: what it would
-        be, nothing taken."""
-        limits = self._current()
-        metered = [limit for limit in (limits.limits.get(PRODUCE), limits.caps.get(PRODUCE)) if limit is not None]
-        if not metered:
+        and forth for each request). Kept up while the connection is on the forwarder (`renew`) and settled once it
+        comes back (`settle`). `take=False`: what it would be, nothing taken."""
+        pairs = self._produce_limits()
+        if not pairs:
             return 0
-        pairs = [(limit.meter, limit.quota) for limit in metered]
         meters = self.image().quotas.meters
         smallest = min(quota for _, quota in pairs)
         least = max(float(want), smallest * ALLOWANCE_LEAST)
@@ -150,12 +147,37 @@ class QuotaStage:
             self._reserved = pairs
         return amount
 
-    def settle(self, spent: int, left: int) -> None:
-        """The allowance `reserve` took, back: `spent` bytes of it counted now against the limits it was taken from."""
-        pairs, self._reserved = self._reserved, None
+    def renew(self, spent: int, left: int) -> int:
+        """Once a term while the forwarder has the connection: `spent` bytes of the allowance counted as used now (the
+        rates, the fleet's reports), and the bytes to add to it from the meters so it holds a term's worth again (what
+        they hold, at most); -1 when they are in debt (another connection of the client's, or another replica's,
+        used more meanwhile): what is left must come back (`settle`), and the next Produce goes to the session."""
+        pairs = self._reserved
+        if pairs is None:
+            return 0
+        meters = self.image().quotas.meters
+        now = meters.clock()
+        if spent:
+            meters.settle(pairs, float(spent), 0.0, now)
+        if meters.held(pairs, now) < 0:
+            return -1
+        most = min(quota for _, quota in pairs) * ALLOWANCE_TERM - left
+        return int(meters.reserve(pairs, 0.0, most, now)) if most >= 1 else 0
+
+    def settle(self, spent: int, left: int, over: bool = True) -> None:
+        """Of the allowance: `spent` bytes counted as used now, and `left` given back to the meters it came from;
+        `over`: the connection is back from the forwarder, and the allowance with it."""
+        pairs = self._reserved
         if pairs is not None:
             meters = self.image().quotas.meters
             meters.settle(pairs, float(spent), float(left), meters.clock())
+        if over:
+            self._reserved = None
+
+    def _produce_limits(self) -> list[tuple[Key, float]]:
+        limits = self._current()
+        metered = (limits.limits.get(PRODUCE), limits.caps.get(PRODUCE))
+        return [(limit.meter, limit.quota) for limit in metered if limit is not None]
 
     def _current(self) -> Resolved:
         vc = self.ctx.vc
