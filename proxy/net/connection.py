@@ -296,18 +296,9 @@ class ClientConnection:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
                 telemetry = self.telemetry
                 tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
+                table = self._forward_table
                 outcome = await forwarder.serve(
-                    self.client,
-                    upstream,
-                    self._forward_table,
-                    rewrite,
-                    limits,
-                    started,
-                    initial,
-                    grant,
-                    tally,
-                    allowance,
-                    renew,
+                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, allowance, renew
                 )
             finally:
                 self._phase = None
