@@ -131,7 +131,7 @@ def start_proxy(
     path = work / f"{checkout}-{mode}.json"
     path.write_text(json.dumps(cfg))
     log = (work / f"{checkout}-{mode}.log").open("wb")
-    env = dict(os.environ, PYTHONPATH=str(src), PYTHONUNBUFFERED="1", **extra_env)
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1", **extra_env}
     argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_ready(proc, work / f"{checkout}-{mode}.log", 1200, f"{checkout}/{mode}")
