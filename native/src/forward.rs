@@ -60,8 +60,15 @@ struct Entry {
     tenant: Option<Tenant>,  // a virtual cluster's request: served only when it names nothing but granted ids
     errors: Option<Errors>,  // where the answer's error codes are, for a `Tally` (None: not served while counting)
     records: Option<Node>,   // an answer with record batches (Fetch): its regular fields, to stream it (`streamable`)
-    metered: bool,           // a quota meters its size (a VC's Produce): served only within the phase's `Allowance`
+    metered: u8,             // what a quota meters (`METERED_*`): served only within the phase's `Allowance` for it
 }
+
+/// What a quota meters of an API (proxy/core/forward_table.py): nothing, the request's size (Produce: charged before
+/// it is sent, so served only when it fits), or the answer's (Fetch: known once it comes, so served while anything
+/// is left, its answer charged whole even past what is left, and the connection handed back then).
+const METERED_NO: u8 = 0;
+const METERED_REQUEST: u8 = 1;
+const METERED_ANSWER: u8 = 2;
 
 /// Where an answer's error codes are, as the metrics read them (proxy/observability/metrics.py): every one at any
 /// depth, or (a Fetch: records in the answer) only the top-level one, at a fixed offset in the body (None: it has
@@ -412,6 +419,7 @@ impl Grant {
 struct Allowed {
     left: AtomicU64,
     spent: AtomicU64,
+    over: AtomicU64, // spent past what was left (answers: charged whole), not yet taken by Python
 }
 
 impl Allowed {
@@ -424,6 +432,22 @@ impl Allowed {
         self.spent.fetch_add(size, Ordering::AcqRel);
         true
     }
+
+    /// Takes `size` bytes of what is left, all of it if that is less (an answer already on its way): whether they
+    /// fitted. All `size` bytes count as spent.
+    fn spend_over(&self, size: u64) -> bool {
+        let before = self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| Some(left.saturating_sub(size)));
+        let before = before.unwrap_or(0);
+        self.spent.fetch_add(size, Ordering::AcqRel);
+        if before < size {
+            self.over.fetch_add(size - before, Ordering::AcqRel);
+        }
+        before >= size
+    }
+
+    fn any_left(&self) -> bool {
+        self.left.load(Ordering::Acquire) > 0
+    }
 }
 
 #[pyclass(frozen)]
@@ -435,12 +459,18 @@ pub struct Allowance {
 impl Allowance {
     #[new]
     fn new(bytes: u64) -> Self {
-        Allowance { inner: Arc::new(Allowed { left: AtomicU64::new(bytes), spent: AtomicU64::new(0) }) }
+        let inner = Allowed { left: AtomicU64::new(bytes), spent: AtomicU64::new(0), over: AtomicU64::new(0) };
+        Allowance { inner: Arc::new(inner) }
     }
 
-    /// Takes `size` bytes as the forwarder does: whether they fitted. For the tests.
+    /// Takes `size` bytes as the forwarder does a request's: whether they fitted. For the tests.
     fn spend(&self, size: u64) -> bool {
         self.inner.spend(size)
+    }
+
+    /// Takes `size` bytes as the forwarder does an answer's: whether they fitted. For the tests.
+    fn spend_over(&self, size: u64) -> bool {
+        self.inner.spend_over(size)
     }
 
     /// The bytes spent since the last drain.
@@ -461,6 +491,11 @@ impl Allowance {
     /// Takes back what is left: how much that was (the forwarder spends nothing more of it).
     fn revoke(&self) -> u64 {
         self.inner.left.swap(0, Ordering::AcqRel)
+    }
+
+    /// The bytes spent past what was left since the last look (an answer charged whole): a debt to the meters.
+    fn overdrawn(&self) -> u64 {
+        self.inner.over.swap(0, Ordering::AcqRel)
     }
 }
 
@@ -635,7 +670,7 @@ type EntryTuple<'py> = (
     Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Option<u64>, Option<u64>)>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
-    bool,
+    u8,
 );
 
 fn index(key: i16, version: i16) -> u32 {
@@ -652,7 +687,7 @@ pub struct ForwardTable {
 impl ForwardTable {
     /// `entries`: (api_key, version, acks, request_flexible, response_flexible, tags plan or None, tenant plans
     /// (validate, request names, answer names, a Fetch's session offset, its replica id's offset) or None, errors
-    /// plan or None, records plan or None, whether a quota meters its size).
+    /// plan or None, records plan or None, what a quota meters: 0 nothing, 1 the request's size, 2 the answer's).
     #[new]
     fn new(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut map = HashMap::new();
@@ -684,6 +719,9 @@ impl ForwardTable {
             } else {
                 Some(Errors::Walk(parse(&errors)?))
             };
+            if metered > METERED_ANSWER {
+                return Err(PyValueError::new_err(format!("unknown metering {metered}")));
+            }
             let entry = Entry { acks, request_flexible, response_flexible, tags, tenant, errors, records, metered };
             map.insert(index(key, version), entry);
         }
@@ -876,7 +914,9 @@ struct Conn {
     broker: i32,
     table: Arc<HashMap<u32, Entry>>,
     grant: Option<Arc<Granted>>, // a tenant connection's: the ids its requests may name
-    allowance: Option<Arc<Allowed>>, // what a quota lets the metered requests spend (none: none is served)
+    // What quotas let metered requests spend, and metered answers (none: no such request is served).
+    allowance: Option<Arc<Allowed>>,
+    answer_allowance: Option<Arc<Allowed>>,
     hook: Py<PyAny>,
     max_in_flight: usize,
     max_frame: usize,
@@ -1399,7 +1439,11 @@ impl Conn {
             }
             let frame = &self.cin[at..at + total];
             let served = plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some())
-                .filter(|&(_, idx, ..)| !self.table[&idx].metered || self.allowance.as_ref().is_some_and(|a| a.spend(total as u64)));
+                .filter(|&(_, idx, ..)| match self.table[&idx].metered {
+                    METERED_NO => true,
+                    METERED_REQUEST => self.allowance.as_ref().is_some_and(|a| a.spend(total as u64)),
+                    _ => self.answer_allowance.as_ref().is_some_and(|a| a.any_left()),
+                });
             match served {
                 None => self.hold = true,
                 Some((correlation, idx, answered, note, renamed)) => {
@@ -1453,7 +1497,9 @@ impl Conn {
             let entry = &self.table[&idx];
             let (key, version) = ((idx >> 16) as u16 as i16, idx as u16 as i16);
             let failed = |why: String| End::Protocol(format!("cannot rewrite response to api {key} v{version}: {why}"));
-            let rewritten = match answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)? {
+            let answer = answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)?;
+            let hooked = matches!(answer, Answer::Python);
+            let rewritten = match answer {
                 Answer::AsIs => None,
                 Answer::Renamed(out) => Some(out),
                 Answer::Python => {
@@ -1472,6 +1518,12 @@ impl Conn {
                 // Its first bytes went on as they came, and the rewrite changed them (a leader hint's host of another
                 // length): the client cannot be given both. It fetches again on a new connection.
                 return Err(failed(format!("{sent} bytes of it were sent on before the rewrite")));
+            }
+            if entry.metered == METERED_ANSWER && !hooked {
+                // Charged as the quota stage charges it (the session's rewrite charges its own): past what is left,
+                // the connection goes back once this answer has gone, and the session mutes it.
+                let fitted = self.answer_allowance.as_ref().is_some_and(|a| a.spend_over(out.len() as u64));
+                self.hold |= !fitted;
             }
             send_or_queue(self.client, &out[sent..], &mut self.cout, self.cout_at, &mut self.client_writable)
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
@@ -1905,10 +1957,11 @@ impl Forwarder {
 
     /// Hands a connection to the forwarder until its id is among `finished()`. The sockets are Python's, already
     /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
-    /// and did not take, read first. A metered request (a VC's Produce under a byte-rate quota) is served only within
-    /// `allowance`: without one, none is.
+    /// and did not take, read first. A request whose size a quota meters (a VC's Produce under a producer's byte rate)
+    /// is served only within `allowance`, one whose answer's size it meters (a VC's Fetch under a consumer's) only
+    /// while `answer_allowance` has anything left: without one, none is.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None))]
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None))]
     fn attach(
         &self,
         client: i32,
@@ -1922,6 +1975,7 @@ impl Forwarder {
         grant: Option<&Grant>,
         tally: Option<&Tally>,
         allowance: Option<&Allowance>,
+        answer_allowance: Option<&Allowance>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -1936,6 +1990,7 @@ impl Forwarder {
             table: Arc::clone(&table.entries),
             grant: grant.map(|g| Arc::clone(&g.inner)),
             allowance: allowance.map(|a| Arc::clone(&a.inner)),
+            answer_allowance: answer_allowance.map(|a| Arc::clone(&a.inner)),
             hook,
             max_in_flight,
             max_frame: max_frame_bytes,

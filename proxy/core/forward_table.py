@@ -17,8 +17,9 @@ version, from the same facts the stages decide from, so the two paths give one r
 A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce by topic id or by name (its
 names renamed) and Fetch by topic id, served on a grant of the ids, names and fetch sessions the session let through
 (proxy/core/grants.py). Not while the connection is muted by a quota, nor an API a quota that applies to it meters
-(with a request-rate limit, none), but a producer's byte rate: its Produce requests are served within a byte
-allowance the quota stage takes from its meters as it hands the connection over (`QuotaStage.reserve`).
+(with a request-rate limit, none), but a byte rate: its Produce requests (a producer's) or Fetch requests (a
+consumer's) are served within a byte allowance the quota stage takes from its meters as it hands the connection
+over (`QuotaStage.reserve`).
 
 tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame
 unchanged and leaves an untagged answer as it came.
@@ -33,7 +34,7 @@ from ..catalogue import catalogue
 from ..protocol import plans, walker
 from ..protocol.apikey import ApiKey
 from ..protocol.apis import known_apis, response_type
-from ..quotas.model import FETCH, MUTATION, PRODUCE
+from ..quotas.model import FETCH, MUTATION, ON_ALLOWANCE, PRODUCE
 from ..rules import api_rules
 from . import forward_plans
 from .endpoints import rules_for
@@ -44,9 +45,14 @@ if TYPE_CHECKING:
 
 # (api_key, version, acks: a Produce, request header v2, response header v1, plan of the answer's regular
 # fields when its tagged section may hold endpoints or None, a tenant's plans or None, where the answer's error
-# codes are or None, plan of the answer's regular fields when it carries records or None, whether a quota meters
-# its size: served only within the phase's allowance): what vcproxy_native.ForwardTable reads.
-Entry = tuple[int, int, bool, bool, bool, Any, Any, Any, Any, bool]
+# codes are or None, plan of the answer's regular fields when it carries records or None, what a quota meters of it
+# (`METERED_*`: served only within the phase's allowance for it): what vcproxy_native.ForwardTable reads.
+Entry = tuple[int, int, bool, bool, bool, Any, Any, Any, Any, int]
+
+# What a quota meters of an API the forwarder serves (native/src/forward.rs reads the same numbers): nothing, the
+# request's size (Produce: a producer's byte rate, charged as the request is read), the answer's (Fetch: a consumer's,
+# charged as the answer comes back).
+METERED_NO, METERED_REQUEST, METERED_ANSWER = 0, 1, 2
 
 
 def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
@@ -91,20 +97,22 @@ def tenant_entries_for(
     for key, (low, high) in versions:
         if _metered(key, metered - ON_ALLOWANCE):
             continue
-        # A producer's byte rate: its Produce requests are served within an allowance taken from the meters.
-        allowance = PRODUCE in metered and catalogue()[key].produce_bytes
+        # A byte rate: what it meters is served within an allowance taken from its meters (`QuotaStage.reserve`).
+        spec = catalogue()[key]
+        if PRODUCE in metered and spec.produce_bytes:
+            metering = METERED_REQUEST
+        elif FETCH in metered and spec.fetch_bytes:
+            metering = METERED_ANSWER
+        else:
+            metering = METERED_NO
         for version in range(low, high + 1):
             entry, tenant = _entry(key, version), tenant_plans(key, version)
             if entry is not None and tenant is not None:
-                out.append((*entry[:6], tenant, *entry[7:9], allowance))
+                out.append((*entry[:6], tenant, *entry[7:9], metering))
     return tuple(out)
 
 
 METERING = frozenset({PRODUCE, FETCH, MUTATION})  # the keys `_metered` knows the APIs of
-# The keys whose APIs the forwarder serves within an allowance (`QuotaStage.reserve`): their size is charged as the
-# request is read, so the forwarder can tell whether it fits before it sends it. A Fetch's is charged as its answer
-# comes, once it has gone: the quota stage's.
-ON_ALLOWANCE = frozenset({PRODUCE})
 
 
 def _metered(key: int, metered: frozenset[str]) -> bool:
@@ -158,7 +166,7 @@ def derive_entry(key: int, version: int) -> Entry | None:
         None,
         _errors(key, version),
         records,
-        False,
+        METERED_NO,
     )
 
 

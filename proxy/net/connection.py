@@ -30,12 +30,10 @@ import trio
 from .. import audit
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
-from ..core.stages.quotas import ALLOWANCE_TERM
 from ..observability.local_answers import log_local_answer
 from ..protocol import codec
-from ..protocol.apikey import ApiKey
 from ..protocol.framing import FrameError
-from ..protocol.primitives import INT16
+from . import allowances
 from .forwarder import Forwarder, ForwarderLimits, Outcome
 from .frames import FrameReader, FrameWriter
 
@@ -235,14 +233,11 @@ class ClientConnection:
             counting = self.telemetry is not None and self.telemetry.metrics is not None
             if table.classify(view, self.session.ctx.grant, counting) is None:
                 return False
-            # Under a producer's byte rate, a Produce goes to the forwarder only if its quota holds it now: else the
-            # session charges it (and mutes the connection), as it would have.
-            quota = self.session.quota
-            want = 0
-            if quota is not None and quota.on_allowance() and INT16.unpack_from(view, 4)[0] == ApiKey.PRODUCE:
-                want = len(view)
-                if not quota.reserve(want, take=False):
-                    return False
+            # Under a byte rate, what it meters goes to the forwarder only if its quota holds an allowance now: else
+            # the session charges it (and mutes the connection), as it would have.
+            want = allowances.want(self.session.quota, view)
+            if want is None:
+                return False
         finally:
             view.release()  # before the decoder may move its buffer
         self._forward_table = table
@@ -284,13 +279,9 @@ class ClientConnection:
             if self._draining:
                 phase.hold()
 
-        # A producer's byte rate: what its Produce requests may spend there, taken from the meters now, renewed once a
-        # term while they spend (what was spent counted, the allowance topped up), given back when the connection is.
-        quota = self.session.quota
-        allowance = renew = None
-        if quota is not None and quota.on_allowance():
-            allowance = forwarder.module.Allowance(quota.reserve(self._forward_want))
-            renew = (ALLOWANCE_TERM, _renewal(quota, allowance))
+        # A byte rate: what its requests or answers may spend there, taken from the meters now, renewed once a term
+        # while they spend (what was spent counted, topped up), settled when the connection comes back.
+        held = allowances.Allowances(self.session.quota, forwarder.module, self._forward_want)
         with trio.CancelScope() as self._scope:
             try:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
@@ -298,13 +289,11 @@ class ClientConnection:
                 tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
                 table = self._forward_table
                 outcome = await forwarder.serve(
-                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, allowance, renew
+                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, held
                 )
             finally:
                 self._phase = None
-                if allowance is not None:
-                    assert quota is not None
-                    quota.settle(allowance.drain(), allowance.revoke())
+                held.settle()
             return self._forward_ended(outcome)
         return False  # closed from outside (close_now)
 
@@ -667,22 +656,3 @@ class ClientConnection:
                 self.close_reason = "failed authentication"
                 connection_scope.cancel()
                 return
-
-
-def _renewal(quota: Any, allowance: Any) -> Callable[[], float]:
-    """The forwarder's `tick` for a connection on an allowance (proxy/core/stages/quotas.py, `renew`): what it spent
-    counted and the allowance topped up once a term while it spends; less often while it does not (up to 32 terms),
-    so idle connections cost few wake-ups."""
-    every = [ALLOWANCE_TERM]
-
-    def renew() -> float:
-        spent = allowance.drain()
-        more = quota.renew(spent, allowance.left())
-        if more > 0:
-            allowance.grant(more)
-        elif more < 0:  # the meters are in debt: what is left goes back, and the next Produce to the session
-            quota.settle(0, allowance.revoke(), over=False)
-        every[0] = ALLOWANCE_TERM if spent else min(every[0] * 2, 32 * ALLOWANCE_TERM)
-        return every[0]
-
-    return renew

@@ -30,6 +30,7 @@ import trio
 from ..core.forward_table import forward_entries
 from ..core.session import ProxySession
 from ..protocol import native
+from .allowances import Allowances
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +118,12 @@ class Forwarder:
         initial: bytes = b"",
         grant: Any = None,
         tally: Any = None,
-        allowance: Any = None,
-        tick: tuple[float, Callable[[], float]] | None = None,
+        allowances: Allowances | None = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
-        (metrics on), each request served is counted in it. A metered request (a VC's Produce under a byte-rate quota)
-        is served only within `allowance` (vcproxy_native.Allowance). `tick` (seconds, callable), while the phase
-        lasts: the callable called after those seconds, and again after the seconds it returns."""
+        (metrics on), each request served is counted in it. What a quota meters is served only within `allowances`
+        (proxy/net/allowances.py), renewed while the phase lasts."""
         phase = self._forwarder().attach(
             client.socket.fileno(),
             broker.socket.fileno(),
@@ -136,11 +135,13 @@ class Forwarder:
             initial,
             grant,
             tally,
-            allowance,
+            allowances.request if allowances is not None else None,
+            allowances.answer if allowances is not None else None,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)
         idle = False
+        tick = allowances.tick() if allowances is not None else None
         next_tick = trio.current_time() + tick[0] if tick is not None else math.inf
         try:
             while not ended.is_set():

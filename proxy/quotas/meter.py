@@ -100,7 +100,8 @@ class Meter:
 
     def settle(self, spent: float, left: float, quota: float, now: float) -> None:
         """An allowance taken out of the bucket earlier (`Meters.reserve`) comes back: `spent` of it was used (counted
-        in the rate now), `left` was not (back in the bucket, which it cannot fill past its top)."""
+        in the rate now), `left` was not (back in the bucket, which it cannot fill past its top; negative: more was
+        used than lent, taken out now)."""
         self.rate.record(spent, now)
         self.fill(quota, now)
         self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + left)

@@ -226,14 +226,16 @@ def _end_offset(conf: dict, topic: str) -> int:
 
 def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol: dict, topic: str) -> None:
     """Under a producer's byte rate (alice sets carol's, per client id), a Produce goes by the forwarder within an
-    allowance the quota stage takes out of the meter: a producer well within its quota is served there; one that
-    sends more is held to its quota, not a byte past it."""
+    allowance the quota stage takes out of the meter: a producer well within its quota is served there, and so is a
+    consumer's Fetch within its consumer byte rate; a producer that sends more is held to its quota, not a byte past
+    it."""
     from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 
     def entry(client_id: str, rate: float) -> EntryData:
         user, client = ("user", "carol"), ("client-id", client_id)
         entity = tuple(EntityData(entity_type=kind, entity_name=name) for kind, name in (user, client))
-        return EntryData(entity=entity, ops=(OpData(key="producer_byte_rate", value=rate, remove=False),))
+        keys = ("producer_byte_rate", "consumer_byte_rate")
+        return EntryData(entity=entity, ops=tuple(OpData(key=key, value=rate, remove=False) for key in keys))
 
     with login(proxy.bootstrap, "alice", USERS["alice"]) as alice:
         _, answer = alice.request(
@@ -256,6 +258,20 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
     del roomy
     served = _forwarded(proxy, "Produce") - before
     assert served >= 100, served  # the first are the session's: the meter starts empty, then fills faster than used
+    # Its consumer, under the same client id's consumer byte rate: its fetches go by the forwarder too, once the meter
+    # holds a tenth of a second's worth; an answer is charged whole as it goes.
+    before = _forwarded(proxy, "Fetch")
+    consumer = Consumer({**carol, "client.id": "roomy", "group.id": f"q-{topic}", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(metered, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while (len(got) < 150 or _forwarded(proxy, "Fetch") - before < 3) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    assert got == [f"q-{i}".encode() for i in range(150)]
+    assert _forwarded(proxy, "Fetch") - before >= 3  # long polls of an idle partition, most of them
     held = Producer({**carol, "client.id": "held", "linger.ms": 0, "acks": "all"})
     started = time.monotonic()
     for _ in range(100):  # 100 requests of 5 KB: 2.5 s at 200 KB/s from an empty meter

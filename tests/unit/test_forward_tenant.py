@@ -33,9 +33,17 @@ from proxy.auth.users import scram_record
 from proxy.core import apiversions, grants
 from proxy.core.endpoints import ListenerLayout
 from proxy.core.exchange import Action
-from proxy.core.forward_table import forward_entries, tenant_entries_for
+from proxy.core.forward_table import (
+    METERED_ANSWER,
+    METERED_NO,
+    METERED_REQUEST,
+    forward_entries,
+    tenant_entries_for,
+)
 from proxy.core.session import ProxySession
 from proxy.protocol.apikey import ApiKey
+from proxy.quotas.model import FETCH as FETCH_RATE
+from proxy.quotas.model import PRODUCE as PRODUCE_RATE
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.fetch_sessions import FETCH_SESSIONS
 from proxy.tenancy.model import (
@@ -323,19 +331,20 @@ def test_a_record_voids_the_grant_exactly_when_it_is_about_the_vc_or_everyone(re
 
 
 P, F = ApiKey.PRODUCE, ApiKey.FETCH
+NO, REQ, ANS = METERED_NO, METERED_REQUEST, METERED_ANSWER
 
 
 @pytest.mark.parametrize(
     ("entity", "key", "served"),
     [
         # A Produce's size is charged as it is read: served within an allowance taken from the meters (True).
-        pytest.param((("virtual-cluster", "team-a"),), "producer_byte_rate", {P: True, F: False}, id="the VC's cap"),
-        pytest.param((("user", "carol"),), "producer_byte_rate", {P: True, F: False}, id="carol's produce rate"),
-        pytest.param((("user", None),), "consumer_byte_rate", {P: False}, id="every user's fetch rate"),
+        pytest.param((("virtual-cluster", "team-a"),), "producer_byte_rate", {P: REQ, F: NO}, id="the VC's cap"),
+        pytest.param((("user", "carol"),), "producer_byte_rate", {P: REQ, F: NO}, id="carol's produce rate"),
+        pytest.param((("user", None),), "consumer_byte_rate", {P: NO, F: ANS}, id="every user's fetch rate"),
         pytest.param((("virtual-cluster", "team-a"),), "request_rate", {}, id="the VC's request rate"),
-        pytest.param((("user", "carol"),), "controller_mutation_rate", {P: False, F: False}, id="mutations"),
-        pytest.param((("user", "bob"),), "request_rate", {P: False, F: False}, id="another user's"),
-        pytest.param((("user", "bob"),), "producer_byte_rate", {P: False, F: False}, id="another user's produce rate"),
+        pytest.param((("user", "carol"),), "controller_mutation_rate", {P: NO, F: NO}, id="mutations"),
+        pytest.param((("user", "bob"),), "request_rate", {P: NO, F: NO}, id="another user's"),
+        pytest.param((("user", "bob"),), "producer_byte_rate", {P: NO, F: NO}, id="another user's produce rate"),
     ],
 )
 def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served):
@@ -362,11 +371,13 @@ def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meter
     image.apply(*quota_record((("virtual-cluster", "team-a"),), "producer_byte_rate", 50_000.0))
     s = session(image)
     frame = granted(s)  # the session charged it: the meters start empty, so carol owes its size and is muted
-    assert not s.quota.on_allowance()
+    assert not s.quota.allowances()
     clock[0] += 1.0  # the mute is over; carol's meter holds 10,000 bytes less her debt
-    assert s.quota.on_allowance()
-    assert s.quota.reserve(20_000, take=False) == 0  # more than it holds: the session's to charge (and mute)
-    lent = s.quota.reserve(len(frame))
+    assert s.quota.allowances() == {PRODUCE_RATE}
+    assert (
+        s.quota.reserve(PRODUCE_RATE, 20_000, take=False) == 0
+    )  # more than it holds: the session's to charge (and mute)
+    lent = s.quota.reserve(PRODUCE_RATE, len(frame))
     assert lent == 10_000 - len(frame)
     limits = s.quota._current()
     carol, cap = (
@@ -374,20 +385,20 @@ def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meter
         meters.get(limits.caps["producer_byte_rate"].meter),
     )
     assert carol.tokens == 0 and cap.tokens == 50_000 - len(frame) - lent  # each lent the same, and one charged
-    s.quota.settle(3 * len(frame), lent - 3 * len(frame))  # the forwarder served three
+    s.quota.settle(PRODUCE_RATE, 3 * len(frame), lent - 3 * len(frame))  # the forwarder served three
     assert carol.tokens == pytest.approx(lent - 3 * len(frame)) and sum(carol.rate.values) == 4 * len(frame)
     clock[0] += 60.0  # the meters full (11 s of each quota): a term of the smaller quota at most
-    assert s.quota.reserve(len(frame)) == 10_000
+    assert s.quota.reserve(PRODUCE_RATE, len(frame)) == 10_000
     # Renewed while the forwarder has the connection: what it spent counted, and topped up to a term's worth again.
-    assert s.quota.renew(4_000, 6_000) == 4_000 and carol.tokens == 110_000 - 10_000 - 4_000
+    assert s.quota.renew(PRODUCE_RATE, 4_000, 6_000) == 4_000 and carol.tokens == 110_000 - 10_000 - 4_000
     assert carol.rate.values[-1] == 4_000
     # Another connection of carol's, charged by the session meanwhile, leaves the meter in debt: what is left goes back.
     meters.charge(limits.limits["producer_byte_rate"].meter, 200_000, 10_000.0, clock[0])
-    assert s.quota.renew(0, 10_000) == -1
-    s.quota.settle(0, 10_000, over=False)
-    s.quota.settle(0, 0)
+    assert s.quota.renew(PRODUCE_RATE, 0, 10_000) == -1
+    s.quota.settle(PRODUCE_RATE, 0, 10_000, over=False)
+    s.quota.settle(PRODUCE_RATE, 0, 0)
     assert carol.tokens == 110_000 - 4_000 - 200_000  # only what was spent, and what the session charged
-    assert s.quota.renew(0, 0) == 0  # the allowance over: nothing more to renew
+    assert s.quota.renew(PRODUCE_RATE, 0, 0) == 0  # the allowance over: nothing more to renew
 
 
 def test_a_vc_admin_who_raises_her_own_rate_is_still_lent_no_more_than_the_vcs_cap_holds():
@@ -401,12 +412,36 @@ def test_a_vc_admin_who_raises_her_own_rate_is_still_lent_no_more_than_the_vcs_c
     s = session(image)
     frame = granted(s)
     clock[0] += 60.0
-    lent = [s.quota.reserve(len(frame))]  # a term of the cap at a time, although carol's meter holds 1 GB
+    lent = [s.quota.reserve(PRODUCE_RATE, len(frame))]  # a term of the cap at a time, although carol's meter holds 1 GB
     while lent[-1]:
-        lent.append(s.quota.renew(lent[-1], 0))  # each spent whole, at once: the cap's bucket runs dry
+        lent.append(s.quota.renew(PRODUCE_RATE, lent[-1], 0))  # each spent whole, at once: the cap's bucket runs dry
     assert lent[0] == 10_000 and sum(lent) == 11 * 10_000  # what 11 s of the cap filled it with, no more
-    s.quota.settle(0, 0)
-    assert s.quota.reserve(len(frame), take=False) == 0  # and the next goes to the session, to be charged
+    s.quota.settle(PRODUCE_RATE, 0, 0)
+    assert s.quota.reserve(PRODUCE_RATE, len(frame), take=False) == 0  # and the next goes to the session, to be charged
+
+
+def test_a_consumers_byte_rate_lends_fetch_an_allowance_and_an_answer_past_it_mutes_the_connection():
+    """A Fetch answer's size is known once it has come: the forwarder charges it whole, past what was left; the
+    debt then mutes the connection as the session's own charge would have, and nothing more goes by the forwarder
+    until the mute is over."""
+    image = make_image()
+    clock = [100.0]
+    image.quotas.meters.clock = lambda: clock[0]
+    image.apply(*quota_record((("user", "carol"),), FETCH_RATE, 10_000.0))
+    s = session(image)
+    granted(s)
+    assert s.quota.allowances() == {FETCH_RATE}
+    assert s.quota.reserve(FETCH_RATE, 0) == 0  # a new meter starts empty: the session charges the first answers
+    clock[0] += 1.0
+    assert s.quota.reserve(FETCH_RATE, 0) == 10_000  # a term's worth
+    s.quota.settle(FETCH_RATE, 25_000, -15_000)  # an answer of 25,000 bytes went on with 10,000 left: 15,000 over
+    assert s.quota.mute_until == pytest.approx(clock[0] + 1.5)  # 15,000 bytes of debt at 10,000 a second
+    assert s.quota.metered() is None and forward_entries(s) == ()
+    clock[0] += 1.5
+    assert s.quota.metered() == {FETCH_RATE} and {e[0]: e[9] for e in forward_entries(s)} == {
+        ApiKey.PRODUCE: METERED_NO,
+        ApiKey.FETCH: METERED_ANSWER,
+    }
 
 
 def test_a_muted_connection_is_not_forwarded():

@@ -3,9 +3,11 @@ stops, and how it ends, with the reasons the Python path gives for the same byte
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import random
+from typing import Any
 
 import pytest
 import trio
@@ -15,7 +17,7 @@ from kio.static.primitive import i16, i32
 
 from proxy.core import apiversions
 from proxy.core.endpoints import ListenerLayout
-from proxy.core.forward_table import entries_for
+from proxy.core.forward_table import METERED_ANSWER, METERED_REQUEST, entries_for
 from proxy.core.session import ProtocolViolation, ProxySession
 from proxy.net.forwarder import Forwarder, ForwarderLimits, Outcome
 from proxy.protocol import native
@@ -59,7 +61,7 @@ class Pair:
         self.proxy_client, self.proxy_broker = trio.SocketStream(a), trio.SocketStream(b)
 
     async def run(
-        self, limits: ForwarderLimits = LIMITS, hook=None, started=lambda phase: None, table=TABLE, allowance=None
+        self, limits: ForwarderLimits = LIMITS, hook=None, started=lambda phase: None, table=TABLE, allowances=None
     ) -> Outcome:
         with trio.fail_after(30):  # a hang fails the test, not the suite
             return await FORWARDER.serve(
@@ -69,7 +71,7 @@ class Pair:
                 hook or (lambda *_: b""),
                 limits,
                 started,
-                allowance=allowance,
+                allowances=allowances,
             )
 
     async def read(self, sock: trio.socket.SocketType, n: int) -> bytes:
@@ -114,10 +116,26 @@ async def test_it_hands_back_at_once_with_the_answers_still_to_come():
     assert await pair.read(pair.client, len(produced(1))) == produced(1)
 
 
-# Produce metered, as a VC's is under a producer's byte rate (proxy/core/forward_table.py, `tenant_entries_for`).
+# Produce's size metered, as a VC's is under a producer's byte rate, and Fetch answers', as under a consumer's
+# (proxy/core/forward_table.py, `tenant_entries_for`).
 METERED = native.module().ForwardTable(
-    [(*entry[:9], entry[0] == 0) for entry in entries_for(tuple(sorted(apiversions.proxy_versions().items())))]
+    [
+        (*entry[:9], {0: METERED_REQUEST, 1: METERED_ANSWER}.get(entry[0], 0))
+        for entry in entries_for(tuple(sorted(apiversions.proxy_versions().items())))
+    ]
 )
+
+
+@dataclasses.dataclass
+class Held:
+    """What proxy/net/allowances.py's `Allowances` gives the forwarder, its renewal a test's own."""
+
+    request: Any = None
+    answer: Any = None
+    renew: Any = None
+
+    def tick(self) -> tuple[float, Any] | None:
+        return (0.01, self.renew) if self.renew is not None else None
 
 
 @pytest.mark.parametrize(
@@ -138,7 +156,7 @@ async def test_a_metered_request_is_served_only_within_the_allowance(allowance, 
     await pair.broker.send(b"".join(produced(c) for c in range(1, served + 1)))
     await pair.client.send(requests + API_VERSIONS)
     given = native.module().Allowance(allowance) if allowance is not None else None
-    outcome = await pair.run(table=METERED, allowance=given)
+    outcome = await pair.run(table=METERED, allowances=Held(request=given))
     assert (outcome.kind, outcome.requests) == ("yield", served)
     assert outcome.leftover == requests[served * size :] + API_VERSIONS
     assert await pair.read(pair.broker, served * size) == requests[: served * size]
@@ -159,10 +177,13 @@ def test_an_allowance_is_spent_whole_requests_at_a_time_and_kept_up_from_outside
     assert allowance.spend(5) and allowance.left() == 0 and allowance.drain() == 5
     allowance.grant(8)
     assert allowance.revoke() == 8 and not allowance.spend(1)
+    allowance.grant(3)  # an answer's size is spent whole: past what is left, the rest is a debt
+    assert not allowance.spend_over(5) and allowance.left() == 0 and allowance.drain() == 5
+    assert allowance.overdrawn() == 2 and allowance.overdrawn() == 0
 
 
 async def test_the_tick_runs_while_the_phase_lasts_and_the_allowance_it_tops_up_is_spent():
-    """Python keeps the allowance up while the forwarder has the connection (proxy/net/connection.py, `_renewal`): a
+    """Python keeps the allowance up while the forwarder has the connection (proxy/net/allowances.py, `renew`): a
     request that would not have fitted in the first allowance is served once a tick has granted more."""
     pair = Pair()
     size = len(produce(1))
@@ -191,12 +212,56 @@ async def test_the_tick_runs_while_the_phase_lasts_and_the_allowance_it_tops_up_
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peers)
-        outcome = await FORWARDER.serve(
-            pair.proxy_client, pair.proxy_broker, METERED, lambda *_: b"", LIMITS, lambda phase: None,
-            allowance=allowance, tick=(0.01, tick),
-        )  # fmt: skip
+        outcome = await pair.run(table=METERED, allowances=Held(request=allowance, renew=tick))
     assert (outcome.kind, outcome.requests) == ("client-closed", 2)
     assert len(ticks) >= 5 and allowance.drain() == 2 * size
+
+
+def fetch(correlation: int) -> bytes:
+    return request_frame(1, 4, correlation, bytes(4) + bytes(4) + bytes(4) + bytes(4) + b"\x00" + bytes(4))
+
+
+def fetched(correlation: int, size: int) -> bytes:
+    """An answer to `fetch`, `size` bytes in all: the forwarder reads no more of a small one than its header."""
+    return response_frame(1, 4, correlation, bytes(size - 8))
+
+
+@pytest.mark.parametrize(
+    ("left", "sent", "answered"),
+    [
+        pytest.param(10_000, 2, 2, id="both answers fit"),
+        pytest.param(150, 2, 1, id="the first answer takes more than is left"),
+        pytest.param(0, 0, 0, id="nothing left"),
+        pytest.param(None, 0, 0, id="no allowance"),
+    ],
+)
+async def test_a_metered_answer_is_charged_whole_and_the_connection_goes_back_past_what_was_left(left, sent, answered):
+    """A Fetch is sent on while its allowance has anything left; its answer goes on whole and is spent whole, and
+    one that takes more than was left sends the connection back once it has gone (the session mutes it then), with
+    the requests still outstanding (the session charges their answers)."""
+    pair = Pair()
+    answers = [fetched(1, 200), fetched(2, 200)]
+    given = native.module().Allowance(left) if left is not None else None
+    await pair.client.send(fetch(1) + fetch(2))
+    async with trio.open_nursery() as nursery:
+
+        async def peers() -> None:
+            if sent:
+                assert await pair.read(pair.broker, 2 * len(fetch(1))) == fetch(1) + fetch(2)
+            for c in range(answered):
+                await pair.broker.send(answers[c])
+                assert await pair.read(pair.client, 200) == answers[c]
+            if answered == 2:
+                pair.client.close()
+
+        nursery.start_soon(peers)
+        outcome = await pair.run(table=METERED, allowances=Held(answer=given))
+    assert (outcome.requests, outcome.responses) == (sent, answered)
+    assert outcome.kind == ("client-closed" if answered == 2 else "yield")
+    assert len(outcome.in_flight) == sent - answered
+    if given is not None:
+        assert given.drain() == 200 * answered and given.left() == max(0, left - 200 * answered)
+        assert given.overdrawn() == max(0, 200 * answered - left)  # a debt to the meters: the session mutes for it
 
 
 async def test_an_acks_0_produce_expects_no_answer():

@@ -84,7 +84,13 @@ def test_clients_converge_to_the_quota_whatever_their_connections_and_requests(c
 
 
 def _run_with_allowances(
-    connections: int, request: float, quota: float, plain: int = 0, duration: float = 120.0, off: float = 0.0
+    connections: int,
+    request: float,
+    quota: float,
+    plain: int = 0,
+    duration: float = 120.0,
+    off: float = 0.0,
+    answers: bool = False,
 ):
     """As `_run`, with each connection but the first `plain` handed to the forwarder as proxy/net/connection.py hands
     it: when its quota holds the request at hand and a tenth of a second's worth, with an allowance of at most a
@@ -92,7 +98,9 @@ def _run_with_allowances(
     topped up again, or all of it taken back while the meter is in debt: QuotaStage.renew); the first request that
     does not fit settles it and is charged one by one (muting the connection). The rate they get from 20 s on, and
     the part of their requests served within allowances. `off`: each second of sending is followed by that many
-    seconds of none (a client that bursts)."""
+    seconds of none (a client that bursts). `answers`: the sizes are a Fetch answer's, known once it has come: served
+    while anything is left, charged whole past it, and the connection then back to the session and muted for the
+    debt (QuotaStage.settle)."""
     meters = Meters(clock=lambda: 0.0)
     limits = [(("q",), quota)]
     muted = [0.0] * connections
@@ -114,18 +122,25 @@ def _run_with_allowances(
             else:
                 allowance[0] += meters.reserve(limits, 0, quota - allowance[0], allowance[2])
             allowance[2] += 1.0
-        if allowance is not None and allowance[0] < request:  # back to the session
+        if allowance is not None and allowance[0] < (1 if answers else request):  # back to the session
             meters.settle(limits, allowance[1], allowance[0], t)
             held[i] = allowance = None
-        least = max(request, quota * 0.1)
+        least = max(0 if answers else request, quota * 0.1)
         if i >= plain and allowance is None and t >= muted[i] and meters.reserve(limits, least, least, t, take=False):
             amount = meters.reserve(limits, least, max(least, quota * 1.0), t)
             held[i] = allowance = [amount, 0.0, t + 1.0]
         if allowance is not None:
-            allowance[0] -= request
             allowance[1] += request
             forward = t
             lent += 1
+            if allowance[0] >= request:
+                allowance[0] -= request
+            else:  # an answer past what was left: charged whole, and the connection back and muted for the debt
+                meters.settle(limits, allowance[1], 0, t)
+                debt = -meters.held(limits, t)
+                if debt > 0:
+                    muted[i] = max(muted[i], t + min(debt / quota, SAMPLES * 1.0))
+                held[i] = None
         else:
             forward = max(t, muted[i])
             muted[i] = max(muted[i], t + meters.charge(("q",), request, quota, t))
@@ -157,6 +172,26 @@ def test_a_client_that_bursts_past_its_quota_is_held_to_it_with_allowances_and_w
     assert _run_with_allowances(connections, size, 2_000_000, plain=connections, off=0.5)[0] == pytest.approx(
         2_000_000, rel=0.03
     )
+
+
+@pytest.mark.parametrize(
+    ("connections", "size", "off", "lent_least"),
+    [
+        (1, 30_000, 0.0, 0.0),
+        (1, 1_000_000, 0.0, 0.0),
+        (1, 30_000, 1.5, 0.5),
+        (1, 100_000, 1.5, 0.5),
+        (2, 30_000, 2.5, 0.5),
+    ],
+)
+def test_consumers_whose_answers_are_charged_past_their_allowances_converge_to_the_quota(
+    connections, size, off, lent_least
+):
+    """A Fetch answer's size is known once it has come: charged whole past what the allowance had left, the
+    connection muted for the debt, a consumer still gets its quota, steady (all of it through the session) or in
+    bursts (most of it on allowances)."""
+    rate, lent = _run_with_allowances(connections, size, 2_000_000, off=off, answers=True)
+    assert rate == pytest.approx(2_000_000, rel=0.03) and lent >= lent_least
 
 
 def test_a_client_within_its_quota_is_served_within_allowances():

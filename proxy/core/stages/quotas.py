@@ -42,7 +42,8 @@ from ...protocol.apis import request_type, response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...quotas.fleet import Key
-from ...quotas.model import FETCH, MUTATION, PRODUCE, REQUEST, Limit, Resolved
+from ...quotas.meter import SAMPLES, WINDOW
+from ...quotas.model import FETCH, MUTATION, ON_ALLOWANCE, PRODUCE, REQUEST, Limit, Resolved
 from ...quotas.throttle import set_throttle
 from ...tenancy import limits
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, close
@@ -100,7 +101,7 @@ class QuotaStage:
         self._limits = _NO_LIMITS
         self._keys: frozenset[str] | None = _NONE  # the keys of `_limits` (`metered`)
         self._resolved_for: tuple[int, Any] | None = None  # (book version, vc) the limits were resolved for
-        self._reserved: list[tuple[Key, float]] | None = None  # the limits the allowance not yet settled came out of
+        self._reserved: dict[str, list[tuple[Key, float]]] = {}  # per quota key: the limits an allowance came out of
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -123,36 +124,37 @@ class QuotaStage:
         limits = self._current()
         return self._keys if limits.applies else _NONE
 
-    def on_allowance(self) -> bool:
-        """Whether the forwarder serves this connection's Produce requests only within an allowance (`reserve`)."""
+    def allowances(self) -> frozenset[str]:
+        """The quota keys whose APIs the forwarder serves for this connection only within an allowance (`reserve`):
+        a producer's byte rate (Produce) and a consumer's (Fetch) that apply to it."""
         metered = self.metered()
-        return metered is not None and PRODUCE in metered
+        return metered & ON_ALLOWANCE if metered is not None else _NONE
 
-    def reserve(self, want: int, take: bool = True) -> int:
-        """Bytes of Produce the forwarder may serve for this connection (`tenant_entries_for` leaves it Produce under a
-        producer's byte rate): taken now out of the buckets of the limits that meter them, a term's worth of the
-        smallest quota at most, and not less than `want` (the request at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when
-        they hold less (a client near its quota then stays with the session, rather than the connection going back
-        and forth for each request). Kept up while the connection is on the forwarder (`renew`) and settled once it
-        comes back (`settle`). `take=False`: what it would be, nothing taken."""
-        pairs = self._produce_limits()
+    def reserve(self, key: str, want: int, take: bool = True) -> int:
+        """Bytes of what quota key `key` meters (Produce's, Fetch answers') the forwarder may serve for this connection:
+        taken now out of the buckets of the limits that meter them, a term's worth of the smallest quota at most, and
+        not less than `want` (a Produce at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when they hold less (a client near
+        its quota then stays with the session, rather than the connection going back and forth for each request).
+        Kept up while the connection is on the forwarder (`renew`) and settled once it comes back (`settle`).
+        `take=False`: what it would be, nothing taken."""
+        pairs = self._pairs(key)
         if not pairs:
             return 0
         meters = self.image().quotas.meters
         smallest = min(quota for _, quota in pairs)
         least = max(float(want), smallest * ALLOWANCE_LEAST)
-        assert not take or self._reserved is None, "an allowance not settled"
+        assert not take or key not in self._reserved, "an allowance not settled"
         amount = int(meters.reserve(pairs, least, max(least, smallest * ALLOWANCE_TERM), meters.clock(), take))
         if amount and take:
-            self._reserved = pairs
+            self._reserved[key] = pairs
         return amount
 
-    def renew(self, spent: int, left: int) -> int:
+    def renew(self, key: str, spent: int, left: int) -> int:
         """Once a term while the forwarder has the connection: `spent` bytes of the allowance counted as used now (the
         rates, the fleet's reports), and the bytes to add to it from the meters so it holds a term's worth again (what
         they hold, at most); -1 when they are in debt (another connection of the client's, or another replica's,
-        used more meanwhile): what is left must come back (`settle`), and the next Produce goes to the session."""
-        pairs = self._reserved
+        used more meanwhile): what is left must come back (`settle`), and the next request goes to the session."""
+        pairs = self._reserved.get(key)
         if pairs is None:
             return 0
         meters = self.image().quotas.meters
@@ -164,19 +166,28 @@ class QuotaStage:
         most = min(quota for _, quota in pairs) * ALLOWANCE_TERM - left
         return int(meters.reserve(pairs, 0.0, most, now)) if most >= 1 else 0
 
-    def settle(self, spent: int, left: int, over: bool = True) -> None:
-        """Of the allowance: `spent` bytes counted as used now, and `left` given back to the meters it came from;
-        `over`: the connection is back from the forwarder, and the allowance with it."""
-        pairs = self._reserved
-        if pairs is not None:
-            meters = self.image().quotas.meters
-            meters.settle(pairs, float(spent), float(left), meters.clock())
+    def settle(self, key: str, spent: int, left: int, over: bool = True) -> None:
+        """Of the allowance: `spent` bytes counted as used now, and `left` given back to the meters it came from
+        (negative: answers charged whole took that much more than was lent); `over`: the connection is back from the
+        forwarder, and the allowance with it. A debt then (a Fetch answer larger than what was left, or others' use)
+        mutes the connection, as charging it would have."""
+        pairs = self._reserved.get(key)
         if over:
-            self._reserved = None
+            self._reserved.pop(key, None)
+        if pairs is None:
+            return
+        meters = self.image().quotas.meters
+        now = meters.clock()
+        meters.settle(pairs, float(spent), float(left), now)
+        held = meters.held(pairs, now)
+        if (spent or left < 0) and held < 0:
+            wait = min(-held / min(quota for _, quota in pairs), SAMPLES * WINDOW)
+            self.mute_until = max(self.mute_until, now + wait)
 
-    def _produce_limits(self) -> list[tuple[Key, float]]:
+    def _pairs(self, key: str) -> list[tuple[Key, float]]:
+        """(meter key, quota) of the client's limit and its VC's cap for quota key `key`, those that apply."""
         limits = self._current()
-        metered = (limits.limits.get(PRODUCE), limits.caps.get(PRODUCE))
+        metered = (limits.limits.get(key), limits.caps.get(key))
         return [(limit.meter, limit.quota) for limit in metered if limit is not None]
 
     def _current(self) -> Resolved:
