@@ -349,8 +349,8 @@ NO, REQ, ANS = METERED_NO, METERED_REQUEST, METERED_ANSWER
 )
 def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served):
     """The quota stage meters what a quota that applies to the connection measures (a Produce's size, a Fetch answer's,
-    every request for a request rate): the forwarder serves none of that but a Produce within an allowance the quota
-    stage took out of the meters, so no byte escapes a meter."""
+    every request for a request rate): the forwarder serves none of that but a Produce or a Fetch within an allowance
+    the quota stage took out of the meters (REQ: a request's size, ANS: an answer's), so no byte escapes a meter."""
     image = make_image()
     s = session(image)
     granted(s)
