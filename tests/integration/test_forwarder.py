@@ -252,12 +252,17 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
 
     before = _forwarded(proxy, "Produce")
     roomy = Producer({**carol, "client.id": "roomy", "linger.ms": 0, "acks": "all"})
-    for i in range(150):  # one Produce each, far within 50 MB/s
-        roomy.produce(metered, f"q-{i}".encode(), on_delivery=delivered)
-        roomy.flush(30)
+    # One Produce each, far within 50 MB/s. The first ones are the session's: the meter starts empty, and a hand-over
+    # needs a tenth of a second of the quota in it, however fast the requests come; the forwarder serves the rest.
+    values: list[bytes] = []
+    while _forwarded(proxy, "Produce") - before < 100 and len(values) < 2000:
+        for _ in range(50):
+            values.append(f"q-{len(values)}".encode())
+            roomy.produce(metered, values[-1], on_delivery=delivered)
+            roomy.flush(30)
     del roomy
     served = _forwarded(proxy, "Produce") - before
-    assert served >= 100, served  # the first are the session's: the meter starts empty, then fills faster than used
+    assert served >= 100, f"{served} of {len(values)}"
     # Its consumer, under the same client id's consumer byte rate: its fetches go by the forwarder too, once the meter
     # holds a tenth of a second's worth; an answer is charged whole as it goes.
     before = _forwarded(proxy, "Fetch")
@@ -265,12 +270,12 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
     consumer.assign([TopicPartition(metered, 0, 0)])
     got: list[bytes] = []
     deadline = time.monotonic() + 60
-    while (len(got) < 150 or _forwarded(proxy, "Fetch") - before < 3) and time.monotonic() < deadline:
+    while (len(got) < len(values) or _forwarded(proxy, "Fetch") - before < 3) and time.monotonic() < deadline:
         msg = consumer.poll(0.5)
         if msg is not None and msg.error() is None:
             got.append(msg.value())
     consumer.close()
-    assert got == [f"q-{i}".encode() for i in range(150)]
+    assert got == values
     assert _forwarded(proxy, "Fetch") - before >= 3  # long polls of an idle partition, most of them
     held = Producer({**carol, "client.id": "held", "linger.ms": 0, "acks": "all"})
     started = time.monotonic()
