@@ -401,23 +401,25 @@ def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meter
     assert s.quota.renew(PRODUCE_RATE, 0, 0) == 0  # the allowance over: nothing more to renew
 
 
-def test_a_vc_admin_who_raises_her_own_rate_is_still_lent_no_more_than_the_vcs_cap_holds():
+@pytest.mark.parametrize("key", [PRODUCE_RATE, FETCH_RATE])
+def test_a_vc_admin_who_raises_her_own_rate_is_still_lent_no_more_than_the_vcs_cap_holds(key):
     """alice, team-a's admin, may set her users' rates (carol's to 1 GB/s), not the VC's cap (the cluster operator's,
     10 KB/s): what the forwarder may spend is the cap's, as the session would charge it."""
     image = make_image()
     clock = [100.0]
     image.quotas.meters.clock = lambda: clock[0]
-    image.apply(*quota_record((("user", "carol"),), "producer_byte_rate", 1e9))
-    image.apply(*quota_record((("virtual-cluster", "team-a"),), "producer_byte_rate", 10_000.0))
+    image.apply(*quota_record((("user", "carol"),), key, 1e9))
+    image.apply(*quota_record((("virtual-cluster", "team-a"),), key, 10_000.0))
     s = session(image)
     frame = granted(s)
+    assert s.quota.reserve(key, 0) == 0  # the meters start empty
     clock[0] += 60.0
-    lent = [s.quota.reserve(PRODUCE_RATE, len(frame))]  # a term of the cap at a time, although carol's meter holds 1 GB
+    lent = [s.quota.reserve(key, len(frame))]  # a term of the cap at a time, although carol's meter holds 11 GB
     while lent[-1]:
-        lent.append(s.quota.renew(PRODUCE_RATE, lent[-1], 0))  # each spent whole, at once: the cap's bucket runs dry
+        lent.append(s.quota.renew(key, lent[-1], 0))  # each spent whole, at once: the cap's bucket runs dry
     assert lent[0] == 10_000 and sum(lent) == 11 * 10_000  # what 11 s of the cap filled it with, no more
-    s.quota.settle(PRODUCE_RATE, 0, 0)
-    assert s.quota.reserve(PRODUCE_RATE, len(frame), take=False) == 0  # and the next goes to the session, to be charged
+    s.quota.settle(key, 0, 0)
+    assert s.quota.reserve(key, len(frame), take=False) == 0  # and the next goes to the session, to be charged
 
 
 def test_a_consumers_byte_rate_lends_fetch_an_allowance_and_an_answer_past_it_mutes_the_connection():
