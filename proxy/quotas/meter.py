@@ -98,13 +98,19 @@ class Meter:
         self.last = now if self.last is None else max(self.last, now)
         self.quota = quota
 
-    def settle(self, spent: float, left: float, quota: float, now: float) -> None:
+    def settle(self, spent: float, left: float, quota: float, now: float) -> float:
         """An allowance taken out of the bucket earlier (`Meters.reserve`) comes back: `spent` of it was used (counted
         in the rate now), `left` was not (back in the bucket, which it cannot fill past its top; negative: more was
-        used than lent, taken out now)."""
+        used than lent, taken out now). The seconds the client must now wait, as `charge` says them, when what it
+        used leaves the bucket in debt."""
         self.rate.record(spent, now)
         self.fill(quota, now)
         self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + left)
+        if self.tokens >= 0 or (spent <= 0 and left >= 0):
+            return 0.0
+        wait = min(-self.tokens / quota, SAMPLES * WINDOW)
+        self.throttled += wait
+        return wait
 
     def absorb(self, amount: float, now: float) -> None:
         """Count what another replica's clients used: in the rate and out of the bucket, throttling nobody
@@ -165,16 +171,19 @@ class Meters:
             self.get(key).tokens -= amount
         return amount
 
-    def settle(self, limits: list[tuple[Key, float]], spent: float, left: float, now: float) -> None:
-        """Of an allowance `reserve` gave: `spent` counted as used now (and told the fleet), `left` returned."""
+    def settle(self, limits: list[tuple[Key, float]], spent: float, left: float, now: float) -> float:
+        """Of an allowance `reserve` gave: `spent` counted as used now (and told the fleet), `left` returned; the
+        seconds the client must now wait (`Meter.settle`), the longest of the limits'."""
         fleet = self.fleet
         share = fleet.share(now) if fleet is not None else 1.0
+        wait = 0.0
         for key, quota in limits:
             meter = self.get(key)
-            meter.settle(spent, left, quota * share, now)
+            wait = max(wait, meter.settle(spent, left, quota * share, now))
             meter.quota = quota
             if fleet is not None:
                 fleet.used(key, spent)
+        return wait
 
     def absorb(self, key: Key, amount: float, now: float) -> None:
         """Another replica's use of meter `key`: charged only where this replica meters the entity too

@@ -42,7 +42,6 @@ from ...protocol.apis import request_type, response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...quotas.fleet import Key
-from ...quotas.meter import SAMPLES, WINDOW
 from ...quotas.model import FETCH, MUTATION, ON_ALLOWANCE, PRODUCE, REQUEST, Limit, Resolved
 from ...quotas.throttle import set_throttle
 from ...tenancy import limits
@@ -159,8 +158,8 @@ class QuotaStage:
             return 0
         meters = self.image().quotas.meters
         now = meters.clock()
-        if spent:
-            meters.settle(pairs, float(spent), 0.0, now)
+        if spent and (wait := meters.settle(pairs, float(spent), 0.0, now)) > 0:
+            self.mute_until = max(self.mute_until, now + wait)  # as charging what was spent would have
         if meters.held(pairs, now) < 0:
             return -1
         most = min(quota for _, quota in pairs) * ALLOWANCE_TERM - left
@@ -178,10 +177,8 @@ class QuotaStage:
             return
         meters = self.image().quotas.meters
         now = meters.clock()
-        meters.settle(pairs, float(spent), float(left), now)
-        held = meters.held(pairs, now)
-        if (spent or left < 0) and held < 0:
-            wait = min(-held / min(quota for _, quota in pairs), SAMPLES * WINDOW)
+        wait = meters.settle(pairs, float(spent), float(left), now)
+        if wait > 0:
             self.mute_until = max(self.mute_until, now + wait)
 
     def _pairs(self, key: str) -> list[tuple[Key, float]]:
