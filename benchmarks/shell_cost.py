@@ -13,7 +13,7 @@ get a longer warm-up, for their JIT). With --idle SECONDS, it first measures wha
 its connections open and nothing sent (its background work: the state topic's clients, timers), by
 thread name, from each thread's schedstat (nanoseconds, unlike /proc's 10 ms ticks); --rounds 0 then
 measures only that. Modes: `passthrough`, `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN
-whose user has a producer's byte rate it never reaches: what metering costs).
+whose user has a producer's byte rate it never reaches: what metering costs), `rate` (the same with a request rate).
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -46,8 +46,9 @@ from vcproxy_tools.admin_client import Connection, Login
 from vcproxy_tools.process import wait_ready
 
 CLIENT_ID = "vcbench"
-USER, PASSWORD = "bench", "bench-secret"  # mode `quota`
-QUOTA = 1e9  # mode `quota`: a producer's byte rate, bytes/s, never reached (what metering costs, not throttling)
+USER, PASSWORD = "bench", "bench-secret"  # modes `quota` and `rate`
+# Per mode, the quota its user sets itself, never reached (what metering costs, not throttling).
+QUOTAS = {"quota": ("producer_byte_rate", 1e9), "rate": ("request_rate", 1e6)}
 TOPIC = "shellcost"
 RECORD = b"x" * 3300
 TICK = os.sysconf("SC_CLK_TCK")
@@ -74,7 +75,7 @@ class Proxy:
     def client_conf(self) -> dict[str, object]:
         """A client's config: with a quota, logged in as the VC's user."""
         conf: dict[str, object] = {"bootstrap.servers": self.bootstrap, "client.id": CLIENT_ID}
-        if self.mode == "quota":
+        if self.mode in QUOTAS:
             conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
             conf.update({"sasl.username": USER, "sasl.password": PASSWORD})
         return conf
@@ -122,7 +123,7 @@ def start_proxy(
     }
     if mode == "tenant":
         cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": "bench", "client_ids": [CLIENT_ID]}]}
-    if mode == "quota":  # SASL, the VC's user its admin, who sets itself a producer's byte rate it never reaches
+    if mode in QUOTAS:  # SASL, the VC's user its admin, who sets itself a quota it never reaches
         cfg["listeners"] |= {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN"]}
         cfg["credentials"] = {"users": {USER: make_entry(PASSWORD, 4096)}}
         principal = f"User:{USER}"
@@ -135,16 +136,16 @@ def start_proxy(
     argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_ready(proc, work / f"{checkout}-{mode}.log", 1200, f"{checkout}/{mode}")
-    if mode == "quota":
-        set_quota(f"127.0.0.1:{port}")
+    if mode in QUOTAS:
+        set_quota(f"127.0.0.1:{port}", *QUOTAS[mode])
     return Proxy(checkout, mode, port, proc)
 
 
-def set_quota(bootstrap: str) -> None:
+def set_quota(bootstrap: str, key: str, value: float) -> None:
     from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 
     entity = (EntityData(entity_type="user", entity_name=USER),)
-    ops = (OpData(key="producer_byte_rate", value=QUOTA, remove=False),)
+    ops = (OpData(key=key, value=value, remove=False),)
     request = AlterClientQuotasRequest(entries=(EntryData(entity=entity, ops=ops),), validate_only=False)
     with Connection(bootstrap, Login("SASL_PLAINTEXT", "PLAIN", USER, PASSWORD), apis=[(49, 1)]) as admin:
         answer = admin.request(49, 1, request)

@@ -411,9 +411,10 @@ impl Grant {
     }
 }
 
-/// Bytes of a quota the quota stage took out of its meters for one phase (proxy/core/stages/quotas.py, `reserve`): the
-/// forwarder serves a metered request (`Entry::metered`) only while its size fits in what is left, and hands the
-/// connection back at the first that does not; the session then charges that request itself. While the phase lasts,
+/// Bytes of a quota (requests, of a request rate) the quota stage took out of its meters for one phase
+/// (proxy/core/stages/quotas.py, `reserve`): the forwarder serves a metered request (`Entry::metered`) only while its
+/// size fits in what is left, and hands the connection back at the first that does not; the session then charges that
+/// request itself. While the phase lasts,
 /// Python counts what was spent (`drain`) and tops the allowance up from the meters, or takes back what is left when
 /// they are in debt (`revoke`), without the connection leaving the forwarder.
 struct Allowed {
@@ -914,9 +915,11 @@ struct Conn {
     broker: i32,
     table: Arc<HashMap<u32, Entry>>,
     grant: Option<Arc<Granted>>, // a tenant connection's: the ids its requests may name
-    // What quotas let metered requests spend, and metered answers (none: no such request is served).
+    // What quotas let metered requests spend, and metered answers (none: no such request is served); under a request
+    // rate, every request spends one of `count` (none: no rate, nothing counted).
     allowance: Option<Arc<Allowed>>,
     answer_allowance: Option<Arc<Allowed>>,
+    count: Option<Arc<Allowed>>,
     hook: Py<PyAny>,
     max_in_flight: usize,
     max_frame: usize,
@@ -1438,12 +1441,21 @@ impl Conn {
                 break;
             }
             let frame = &self.cin[at..at + total];
+            // Under a request rate, a request is served only while the count has one left; it is counted once it is
+            // sure to be served (after its bytes are spent), past what is left only if Python took that back between.
+            let counted = self.count.as_ref().is_none_or(|c| c.any_left());
             let served = plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some())
-                .filter(|&(_, idx, ..)| match self.table[&idx].metered {
-                    METERED_NO => true,
-                    METERED_REQUEST => self.allowance.as_ref().is_some_and(|a| a.spend(total as u64)),
-                    _ => self.answer_allowance.as_ref().is_some_and(|a| a.any_left()),
+                .filter(|&(_, idx, ..)| {
+                    counted
+                        && match self.table[&idx].metered {
+                            METERED_NO => true,
+                            METERED_REQUEST => self.allowance.as_ref().is_some_and(|a| a.spend(total as u64)),
+                            _ => self.answer_allowance.as_ref().is_some_and(|a| a.any_left()),
+                        }
                 });
+            if let (Some(count), Some(_)) = (&self.count, &served) {
+                count.spend_over(1);
+            }
             match served {
                 None => self.hold = true,
                 Some((correlation, idx, answered, note, renamed)) => {
@@ -1959,9 +1971,10 @@ impl Forwarder {
     /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
     /// and did not take, read first. A request whose size a quota meters (a VC's Produce under a producer's byte rate)
     /// is served only within `allowance`, one whose answer's size it meters (a VC's Fetch under a consumer's) only
-    /// while `answer_allowance` has anything left: without one, none is.
+    /// while `answer_allowance` has anything left: without one, none is. With `count` (a request rate), every request
+    /// served spends one of it, and none is served once it has none left.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None))]
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None))]
     fn attach(
         &self,
         client: i32,
@@ -1976,6 +1989,7 @@ impl Forwarder {
         tally: Option<&Tally>,
         allowance: Option<&Allowance>,
         answer_allowance: Option<&Allowance>,
+        count: Option<&Allowance>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -1991,6 +2005,7 @@ impl Forwarder {
             grant: grant.map(|g| Arc::clone(&g.inner)),
             allowance: allowance.map(|a| Arc::clone(&a.inner)),
             answer_allowance: answer_allowance.map(|a| Arc::clone(&a.inner)),
+            count: count.map(|a| Arc::clone(&a.inner)),
             hook,
             max_in_flight,
             max_frame: max_frame_bytes,

@@ -123,6 +123,7 @@ class ResponseResult:
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
     exchange: Exchange | None = None  # the request answered
     close: str | None = None  # close the connection (an internal exchange failed): nothing is sent
+    muted: bool = False  # an answer the forwarder passed back left the connection muted (a quota): it must hand it back
 
 
 class ResponseMessage:

@@ -66,8 +66,8 @@ def forward_entries(session: ProxySession) -> tuple[Entry, ...]:
     versions = tuple(sorted(ctx.versions.items()))
     if session.tenancy is None:
         return entries_for(versions)
-    # A VC's connection: bound, with a grant of the state as it is now, and not muted; only the APIs no quota that
-    # applies to it meters (a producer's byte rate leaves its Fetch to the forwarder, a request rate nothing).
+    # A VC's connection: bound, with a grant of the state as it is now, and not muted; the APIs no quota that applies
+    # to it meters, and those a byte rate or a request rate meters, within an allowance (proxy/net/allowances.py).
     quota = session.quota
     metered = quota.metered() if quota is not None else None
     if ctx.engine is None or ctx.grant is None or not ctx.grant.valid() or metered is None:
@@ -91,8 +91,8 @@ def entries_for(versions: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[Entr
 def tenant_entries_for(
     versions: tuple[tuple[int, tuple[int, int]], ...], metered: frozenset[str] = frozenset()
 ) -> tuple[Entry, ...]:
-    """A VC connection's entries for one negotiated version table: those of `tenant_plans`, but for the APIs the quota
-    keys in `metered` measure (the quota stage's, in Python)."""
+    """A VC connection's entries for one negotiated version table: those of `tenant_plans`, but for the APIs a quota
+    key in `metered` measures with no allowance for it (controller mutations: the quota stage's, in Python)."""
     out: list[Entry] = []
     for key, (low, high) in versions:
         if _metered(key, metered - ON_ALLOWANCE):

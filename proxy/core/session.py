@@ -211,13 +211,17 @@ class ProxySession:
     ) -> ResponseResult:
         """An answer the forwarder passed back (KIP-951 leader hints in a tagged field; a VC's answer with a
         message, a topic id it may not pass or a fetch session that changed, `note` being the session and epoch
-        its request named): taken through the stages' response sides like any other."""
+        its request named): taken through the stages' response sides like any other. Its charge may mute the
+        connection (a consumer's byte rate): `muted` then says the forwarder must give it back now, so the next request
+        waits for the mute, as it would have on the Python path."""
         if self.in_flight:
             raise ProtocolViolation("internal: the forwarder passed back an answer while the session has requests")
         if len(frame) < 8:
             raise ProtocolViolation("broker answered correlation id None")
         self.adopt([(response_correlation_id(frame), api_key, version, note)])
-        return self.on_response(memoryview(frame))
+        result = self.on_response(memoryview(frame))
+        result.muted = self.quota is not None and self.quota.metered() is None
+        return result
 
     def adopt(self, outstanding: Iterable[tuple[int, int, int, tuple[int, int] | None]]) -> list[Exchange]:
         """Requests the forwarder sent whose answers it did not read, as (correlation id, api key, version, a Fetch's

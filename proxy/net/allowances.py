@@ -1,11 +1,11 @@
 """A connection's byte allowances while the forwarder has it: what its quotas let the forwarder serve.
 
-A byte rate that applies to a VC connection keeps what it meters with the quota stage, but for an allowance: when the
-connection goes to the forwarder, the quota stage takes bytes out of the meters (`QuotaStage.reserve`); the forwarder
-spends them (native/src/forward.rs: a Produce only when its size fits, a Fetch while anything is left, its answer
-charged whole); once a term they are counted and topped up (`QuotaStage.renew`), and when the connection comes back
-what was spent is counted and what was not given back (`QuotaStage.settle`). docs/quotas.md, "Measuring and
-throttling".
+A byte rate or a request rate that applies to a VC connection keeps what it meters with the quota stage, but for an
+allowance: when the connection goes to the forwarder, the quota stage takes bytes (requests) out of the meters
+(`QuotaStage.reserve`); the forwarder spends them (native/src/forward.rs: a Produce only when its size fits, a Fetch
+while anything is left, its answer charged whole, any request only while one is left); once a term they are counted
+and topped up (`QuotaStage.renew`), and when the connection comes back what was spent is counted and what was not
+given back (`QuotaStage.settle`). docs/quotas.md, "Measuring and throttling".
 """
 
 from __future__ import annotations
@@ -15,27 +15,33 @@ from typing import Any
 from ..core.stages.quotas import ALLOWANCE_TERM, QuotaStage
 from ..protocol.apikey import ApiKey
 from ..protocol.primitives import INT16
-from ..quotas.model import FETCH, PRODUCE
+from ..quotas.model import FETCH, PRODUCE, REQUEST
 
-# The API whose sizes each quota key meters: a Produce request's, a Fetch answer's.
+# The API whose sizes each byte rate meters: a Produce request's, a Fetch answer's (a request rate counts every API).
 METERS = {PRODUCE: ApiKey.PRODUCE, FETCH: ApiKey.FETCH}
 IDLE_TERMS = 32  # an allowance nothing was spent of is looked at less often, up to this many terms apart
 
 
 def want(quota: QuotaStage | None, frame: memoryview) -> int | None:
     """Whether the forwarder may take the connection at `frame` (a whole request, size prefix included) as far as its
-    quotas go: None when the allowance its API needs could not be had now (the session charges it, and mutes as it
-    would have); else the bytes the allowance must hold (a Produce's size; 0 for anything else)."""
+    quotas go: None when an allowance it needs could not be had now (the session charges it, and mutes as it would
+    have); else the bytes the Produce allowance must hold (its size; 0 for anything else)."""
     keys = quota.allowances() if quota is not None else frozenset()
     if not keys:
         return 0
     api = INT16.unpack_from(frame, 4)[0]
     assert quota is not None
+    size = 0
     for key in keys:
-        if METERS[key] == api:
-            size = len(frame) if key == PRODUCE else 0
-            return size if quota.reserve(key, size, take=False) else None
-    return 0
+        if key == REQUEST:
+            needed = 1
+        elif METERS[key] == api:
+            needed = size = len(frame) if key == PRODUCE else 0
+        else:
+            continue
+        if not quota.reserve(key, needed, take=False):
+            return None
+    return size
 
 
 class Allowances:
@@ -47,7 +53,8 @@ class Allowances:
         self.held: dict[str, Any] = {}
         for key in sorted(keys):
             assert quota is not None
-            self.held[key] = module.Allowance(quota.reserve(key, want if key == PRODUCE else 0))
+            needed = want if key == PRODUCE else 1 if key == REQUEST else 0
+            self.held[key] = module.Allowance(quota.reserve(key, needed))
         self._every = ALLOWANCE_TERM
 
     @property
@@ -59,6 +66,11 @@ class Allowances:
     def answer(self) -> Any:
         """What Fetch answers may spend, or None."""
         return self.held.get(FETCH)
+
+    @property
+    def count(self) -> Any:
+        """The requests the forwarder may serve under a request rate, or None."""
+        return self.held.get(REQUEST)
 
     def tick(self) -> tuple[float, Any] | None:
         """The forwarder's `tick`: (seconds, the renewal), or None without allowances."""

@@ -233,8 +233,8 @@ class ClientConnection:
             counting = self.telemetry is not None and self.telemetry.metrics is not None
             if table.classify(view, self.session.ctx.grant, counting) is None:
                 return False
-            # Under a byte rate, what it meters goes to the forwarder only if its quota holds an allowance now: else
-            # the session charges it (and mutes the connection), as it would have.
+            # Under a byte rate or a request rate, what it meters goes to the forwarder only if its quota holds an
+            # allowance now: else the session charges it (and mutes the connection), as it would have.
             want = allowances.want(self.session.quota, view)
             if want is None:
                 return False
@@ -279,8 +279,8 @@ class ClientConnection:
             if self._draining:
                 phase.hold()
 
-        # A byte rate: what its requests or answers may spend there, taken from the meters now, renewed once a term
-        # while they spend (what was spent counted, topped up), settled when the connection comes back.
+        # A byte or request rate: what its requests or answers may spend there, taken from the meters now, renewed once
+        # a term while they spend (what was spent counted, topped up), settled when the connection comes back.
         held = allowances.Allowances(self.session.quota, forwarder.module, self._forward_want)
         with trio.CancelScope() as self._scope:
             try:
@@ -301,6 +301,8 @@ class ClientConnection:
         """An answer the forwarder passed back, through the stages' response sides, once the listeners of the brokers
         it names are open and the state it changes is durable."""
         result = self.session.forwarded_answer(api_key, version, frame, note)
+        if result.muted and self._phase is not None:
+            self._phase.hold()  # the next request waits for the mute, with the session
         if result.brokers:
             await self.on_brokers(result.brokers, result.full_broker_list)
         await self._persist(result.writes)

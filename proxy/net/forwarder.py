@@ -137,6 +137,7 @@ class Forwarder:
             tally,
             allowances.request if allowances is not None else None,
             allowances.answer if allowances is not None else None,
+            allowances.count if allowances is not None else None,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)

@@ -47,9 +47,9 @@ FETCH = "consumer_byte_rate"  # bytes/s of Fetch responses
 REQUEST = "request_rate"  # requests/s (the proxy's; Kafka's request_percentage needs the broker's thread time)
 MUTATION = "controller_mutation_rate"  # partitions created or deleted per second
 # The keys whose APIs the forwarder serves within an allowance taken from their meters (proxy/core/stages/quotas.py,
-# `QuotaStage.reserve`): a producer's byte rate (a Produce's size, known before it is sent) and a consumer's (a Fetch
-# answer's, known as it comes).
-ON_ALLOWANCE = frozenset({PRODUCE, FETCH})
+# `QuotaStage.reserve`): a producer's byte rate (a Produce's size, known before it is sent), a consumer's (a Fetch
+# answer's, known as it comes) and a request rate (one for each request, whatever its API).
+ON_ALLOWANCE = frozenset({PRODUCE, FETCH, REQUEST})
 KEYS = (PRODUCE, FETCH, REQUEST, MUTATION)
 
 Name = str | None  # None: <default>

@@ -225,23 +225,26 @@ def _end_offset(conf: dict, topic: str) -> int:
 
 
 def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol: dict, topic: str) -> None:
-    """Under a producer's byte rate (alice sets carol's, per client id), a Produce goes by the forwarder within an
-    allowance the quota stage takes out of the meter: a producer well within its quota is served there, and so is a
-    consumer's Fetch within its consumer byte rate; a producer that sends more is held to its quota, not a byte past
-    it."""
+    """Under a producer's byte rate and a request rate (alice sets carol's, per client id), a Produce goes by the
+    forwarder within allowances the quota stage takes out of the meters: a producer well within its quotas is served
+    there, and so is a consumer's Fetch within its consumer byte rate; a producer that sends more is held to its quota,
+    not a byte or a request past it."""
     from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 
-    def entry(client_id: str, rate: float) -> EntryData:
+    def entry(client_id: str, rates: dict[str, float]) -> EntryData:
         user, client = ("user", "carol"), ("client-id", client_id)
         entity = tuple(EntityData(entity_type=kind, entity_name=name) for kind, name in (user, client))
-        keys = ("producer_byte_rate", "consumer_byte_rate")
-        return EntryData(entity=entity, ops=tuple(OpData(key=key, value=rate, remove=False) for key in keys))
+        return EntryData(entity=entity, ops=tuple(OpData(key=k, value=v, remove=False) for k, v in rates.items()))
 
+    bytes_keys = ("producer_byte_rate", "consumer_byte_rate")
+    entries = (
+        entry("roomy", {**dict.fromkeys(bytes_keys, 5e7), "request_rate": 1e5}),
+        entry("held", dict.fromkeys(bytes_keys, 2e5)),
+        entry("paced", {"request_rate": 20.0}),
+    )
     with login(proxy.bootstrap, "alice", USERS["alice"]) as alice:
-        _, answer = alice.request(
-            49, 1, 7, AlterClientQuotasRequest(entries=(entry("roomy", 5e7), entry("held", 2e5)), validate_only=False)
-        )
-    assert [int(e.error_code) for e in answer.entries] == [0, 0], answer
+        _, answer = alice.request(49, 1, 7, AlterClientQuotasRequest(entries=entries, validate_only=False))
+    assert [int(e.error_code) for e in answer.entries] == [0, 0, 0], answer
     metered = f"{topic}-q"
     admin.create_topics([NewTopic(metered, 1, 3)])[metered].result(timeout=60)
     failures: list[str] = []
@@ -286,6 +289,15 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
     del held
     assert not failures, failures
     assert elapsed >= 2.0, elapsed  # faster would be bytes past the meter
+    paced = Producer({**carol, "client.id": "paced", "linger.ms": 0, "acks": "all"})
+    started = time.monotonic()
+    for _ in range(60):  # 60 requests (and the client's Metadata): 3 s at 20 a second from an empty meter
+        paced.produce(metered, b"p", on_delivery=delivered)
+        paced.flush(30)
+    elapsed = time.monotonic() - started
+    del paced
+    assert not failures, failures
+    assert elapsed >= 2.0, elapsed  # faster would be requests past the meter
 
 
 def _forwarded(proxy: ProxyProcess, api: str) -> float:

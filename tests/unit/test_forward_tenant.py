@@ -44,6 +44,7 @@ from proxy.core.session import ProxySession
 from proxy.protocol.apikey import ApiKey
 from proxy.quotas.model import FETCH as FETCH_RATE
 from proxy.quotas.model import PRODUCE as PRODUCE_RATE
+from proxy.quotas.model import REQUEST as REQUEST_RATE
 from proxy.tenancy.engine import Policy
 from proxy.tenancy.fetch_sessions import FETCH_SESSIONS
 from proxy.tenancy.model import (
@@ -335,29 +336,32 @@ NO, REQ, ANS = METERED_NO, METERED_REQUEST, METERED_ANSWER
 
 
 @pytest.mark.parametrize(
-    ("entity", "key", "served"),
+    ("entity", "key", "served", "lent"),
     [
-        # A Produce's size is charged as it is read: served within an allowance taken from the meters (True).
-        pytest.param((("virtual-cluster", "team-a"),), "producer_byte_rate", {P: REQ, F: NO}, id="the VC's cap"),
-        pytest.param((("user", "carol"),), "producer_byte_rate", {P: REQ, F: NO}, id="carol's produce rate"),
-        pytest.param((("user", None),), "consumer_byte_rate", {P: NO, F: ANS}, id="every user's fetch rate"),
-        pytest.param((("virtual-cluster", "team-a"),), "request_rate", {}, id="the VC's request rate"),
-        pytest.param((("user", "carol"),), "controller_mutation_rate", {P: NO, F: NO}, id="mutations"),
-        pytest.param((("user", "bob"),), "request_rate", {P: NO, F: NO}, id="another user's"),
-        pytest.param((("user", "bob"),), "producer_byte_rate", {P: NO, F: NO}, id="another user's produce rate"),
+        # A Produce's size is charged as it is read: served within an allowance taken from the meters (REQ).
+        pytest.param((("virtual-cluster", "team-a"),), PRODUCE_RATE, {P: REQ, F: NO}, {PRODUCE_RATE}, id="VC's cap"),
+        pytest.param((("user", "carol"),), PRODUCE_RATE, {P: REQ, F: NO}, {PRODUCE_RATE}, id="carol's produce rate"),
+        pytest.param((("user", None),), FETCH_RATE, {P: NO, F: ANS}, {FETCH_RATE}, id="every user's fetch rate"),
+        # Every request counted: served while a count of requests taken from the meters has one left.
+        pytest.param((("virtual-cluster", "team-a"),), REQUEST_RATE, {P: NO, F: NO}, {REQUEST_RATE}, id="VC's rate"),
+        pytest.param((("user", "carol"),), "controller_mutation_rate", {P: NO, F: NO}, set(), id="mutations"),
+        pytest.param((("user", "bob"),), REQUEST_RATE, {P: NO, F: NO}, set(), id="another user's"),
+        pytest.param((("user", "bob"),), PRODUCE_RATE, {P: NO, F: NO}, set(), id="another user's produce rate"),
     ],
 )
-def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served):
+def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served, lent):
     """The quota stage meters what a quota that applies to the connection measures (a Produce's size, a Fetch answer's,
-    every request for a request rate): the forwarder serves none of that but a Produce or a Fetch within an allowance
-    the quota stage took out of the meters (REQ: a request's size, ANS: an answer's), so no byte escapes a meter."""
+    every request for a request rate): the forwarder serves none of that but within an allowance the quota stage took
+    out of the meters (REQ: a request's size, ANS: an answer's; a request rate's: every request), so nothing escapes a
+    meter."""
     image = make_image()
     s = session(image)
     granted(s)
     image.apply(*quota_record(entity, key, 1e9))  # never reached: nothing muted
     sent(s, produce([ORDERS]))  # granted again, in the state with the quota
-    assert s.ctx.grant is not None and s.ctx.grant.valid()
+    assert s.quota is not None and s.ctx.grant is not None and s.ctx.grant.valid()
     assert {entry[0]: entry[9] for entry in forward_entries(s)} == served
+    assert s.quota.allowances() == lent
 
 
 def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meters():
@@ -401,7 +405,7 @@ def test_a_producers_byte_rate_lends_the_forwarder_an_allowance_out_of_its_meter
     assert s.quota.renew(PRODUCE_RATE, 0, 0) == 0  # the allowance over: nothing more to renew
 
 
-@pytest.mark.parametrize("key", [PRODUCE_RATE, FETCH_RATE])
+@pytest.mark.parametrize("key", [PRODUCE_RATE, FETCH_RATE, REQUEST_RATE])
 def test_a_vc_admin_who_raises_her_own_rate_is_still_lent_no_more_than_the_vcs_cap_holds(key):
     """alice, team-a's admin, may set her users' rates (carol's to 1 GB/s), not the VC's cap (the cluster operator's,
     10 KB/s): what the forwarder may spend is the cap's, as the session would charge it."""
@@ -692,6 +696,26 @@ def test_a_read_right_revoked_voids_the_fetch_grant():
     image.apply(*acl_record("team-a", read, False))
     assert TABLE.classify(frame, s.ctx.grant) is None
     assert sent(s, frame) != frame
+
+
+def test_a_forwarded_answer_whose_charge_mutes_the_connection_takes_it_back_from_the_forwarder():
+    """An answer the session rewrites for the forwarder (a fetch session that changed) is charged by the session's
+    quota stage: past carol's consumer byte rate it mutes the connection, and the forwarder must give it back at once
+    (`muted`), so that the next request waits for the mute rather than until the allowance's next renewal."""
+    image = make_image()
+    clock = [100.0]
+    image.quotas.meters.clock = lambda: clock[0]
+    s = session(image)
+    in_session(s, 77)
+    image.apply(*quota_record((("user", "carol"),), FETCH_RATE, 1_000.0))
+    sent(s, fetch([ORDERS], 77, 1))
+    s.on_response(memoryview(bytearray(fetched([ORDERS], 77))))
+    assert s.quota is not None and s.quota.metered() is None  # charged against an empty meter: muted
+    clock[0] += 60.0  # over, and the meter full: 11 s of 1,000 B/s
+    small = s.forwarded_answer(ApiKey.FETCH, 17, fetched([ORDERS], 78), (77, 2))
+    assert not small.muted and s.quota.metered() == {FETCH_RATE}
+    big = s.forwarded_answer(ApiKey.FETCH, 17, fetched([ORDERS], 79, records=b"\0" * 20_000), (78, 0))
+    assert big.muted and s.quota.metered() is None and forward_entries(s) == ()
 
 
 def test_a_write_grant_is_not_a_read_grant():

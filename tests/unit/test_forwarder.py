@@ -132,6 +132,7 @@ class Held:
 
     request: Any = None
     answer: Any = None
+    count: Any = None
     renew: Any = None
 
     def tick(self) -> tuple[float, Any] | None:
@@ -162,6 +163,36 @@ async def test_a_metered_request_is_served_only_within_the_allowance(allowance, 
     assert await pair.read(pair.broker, served * size) == requests[: served * size]
     if given is not None:
         assert (given.drain(), given.left()) == (served * size, allowance - served * size)
+
+
+@pytest.mark.parametrize(
+    ("count", "bytes_left", "served"),
+    [
+        pytest.param(2, None, 2, id="two of three counted"),
+        pytest.param(5, None, 3, id="all counted"),
+        pytest.param(0, None, 0, id="none left"),
+        pytest.param(5, len(produce(1)) + 3, 1, id="the bytes run out first"),
+    ],
+)
+async def test_under_a_request_rate_a_request_is_served_only_while_the_count_has_one_left(count, bytes_left, served):
+    """A request rate counts every request, whatever its API: the forwarder serves one only while the count lent it
+    has one left, and counts only what it served (a request that goes back to the session, for its count or for its
+    bytes, is the session's to charge)."""
+    pair = Pair()
+    size = len(produce(1))
+    requests = produce(1) + produce(2) + produce(3)
+    await pair.broker.send(b"".join(produced(c) for c in range(1, served + 1)))
+    await pair.client.send(requests + API_VERSIONS)  # not the forwarder's: the phase ends there at the latest
+    counted = native.module().Allowance(count)
+    spent = native.module().Allowance(bytes_left) if bytes_left is not None else None
+    table = METERED if spent is not None else TABLE
+    outcome = await pair.run(table=table, allowances=Held(request=spent, count=counted))
+    assert (outcome.kind, outcome.requests) == ("yield", served)
+    assert outcome.leftover == requests[served * size :] + API_VERSIONS
+    assert await pair.read(pair.broker, served * size) == requests[: served * size]
+    assert (counted.drain(), counted.left()) == (served, count - served)
+    if spent is not None:
+        assert spent.drain() == served * size
 
 
 def test_an_allowance_is_spent_whole_requests_at_a_time_and_kept_up_from_outside():

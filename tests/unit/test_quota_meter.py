@@ -194,6 +194,18 @@ def test_consumers_whose_answers_are_charged_past_their_allowances_converge_to_t
     assert rate == pytest.approx(2_000_000, rel=0.03) and lent >= lent_least
 
 
+@pytest.mark.parametrize(("connections", "plain", "off"), [(1, 0, 0.0), (3, 0, 0.0), (4, 2, 0.0), (2, 0, 0.5)])
+def test_a_request_rate_on_allowances_converges_to_the_quota_too(connections, plain, off):
+    """Under a request rate each request is one of the quota's units: connections sending 200 requests a second each
+    against 100 a second, counted on allowances (a count of requests) or one by one, get 100 a second."""
+    assert _run_with_allowances(connections, 1, 100.0, plain, off=off)[0] == pytest.approx(100, rel=0.02)
+
+
+def test_a_client_within_its_request_rate_is_served_within_allowances():
+    rate, lent = _run_with_allowances(1, 1, 1000.0)
+    assert rate == pytest.approx(200, rel=0.01) and lent > 0.99
+
+
 def test_a_client_within_its_quota_is_served_within_allowances():
     """3.4 KB every 5 ms (680 KB/s) against 2 MB/s: never held back, and all but its first requests on allowances."""
     rate, lent = _run_with_allowances(1, 3_400, 2_000_000)

@@ -98,7 +98,7 @@ class QuotaStage:
         self.image = image
         self.mute_until = 0.0  # the connection is muted until then (the meters' clock)
         self._limits = _NO_LIMITS
-        self._keys: frozenset[str] | None = _NONE  # the keys of `_limits` (`metered`)
+        self._keys: frozenset[str] = _NONE  # the keys of `_limits` (`metered`)
         self._resolved_for: tuple[int, Any] | None = None  # (book version, vc) the limits were resolved for
         self._reserved: dict[str, list[tuple[Key, float]]] = {}  # per quota key: the limits an allowance came out of
 
@@ -115,9 +115,9 @@ class QuotaStage:
         return None
 
     def metered(self) -> frozenset[str] | None:
-        """The quota keys that apply to the connection now (PRODUCE, FETCH, MUTATION): the forwarder may serve an API
-        that none of them meters. None when every request is metered (a request-rate limit) or the connection is
-        muted: the forwarder serves none of them then."""
+        """The quota keys that apply to the connection now (PRODUCE, FETCH, REQUEST, MUTATION): the forwarder may serve
+        an API that none of them meters, or one they meter within an allowance (`allowances`). None when the connection
+        is muted: the forwarder serves none of its requests then."""
         if self.mute_until != 0.0 and self.mute_until > self.image().quotas.meters.clock():
             return None
         limits = self._current()
@@ -125,15 +125,16 @@ class QuotaStage:
 
     def allowances(self) -> frozenset[str]:
         """The quota keys whose APIs the forwarder serves for this connection only within an allowance (`reserve`):
-        a producer's byte rate (Produce) and a consumer's (Fetch) that apply to it."""
+        a producer's byte rate (Produce), a consumer's (Fetch) and a request rate (every request) that apply to it."""
         metered = self.metered()
         return metered & ON_ALLOWANCE if metered is not None else _NONE
 
     def reserve(self, key: str, want: int, take: bool = True) -> int:
-        """Bytes of what quota key `key` meters (Produce's, Fetch answers') the forwarder may serve for this connection:
-        taken now out of the buckets of the limits that meter them, a term's worth of the smallest quota at most, and
-        not less than `want` (a Produce at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when they hold less (a client near
-        its quota then stays with the session, rather than the connection going back and forth for each request).
+        """What quota key `key` meters (Produce's bytes, Fetch answers', requests) the forwarder may serve for this
+        connection: taken now out of the buckets of the limits that meter them, a term's worth of the smallest quota
+        at most, and not less than `want` (a Produce at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when they hold less (a
+        client near its quota then stays with the session, rather than the connection going back and forth for each
+        request).
         Kept up while the connection is on the forwarder (`renew`) and settled once it comes back (`settle`).
         `take=False`: what it would be, nothing taken."""
         pairs = self._pairs(key)
@@ -195,8 +196,7 @@ class QuotaStage:
         if self._resolved_for is None or self._resolved_for[0] != book.version or self._resolved_for[1] is not vc:
             self._resolved_for = (book.version, vc)
             self._limits = limits = book.resolve(vc.name, self.ctx.principal, self.ctx.client_id)
-            keys = frozenset(limits.limits) | frozenset(limits.caps)
-            self._keys = None if REQUEST in keys else keys
+            self._keys = frozenset(limits.limits) | frozenset(limits.caps)
         return self._limits
 
     def _on_request(self, ex: Exchange, limits: Resolved) -> None:
