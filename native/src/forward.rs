@@ -414,9 +414,8 @@ impl Grant {
 /// Bytes of a quota (requests, of a request rate) the quota stage took out of its meters for one phase
 /// (proxy/core/stages/quotas.py, `reserve`): the forwarder serves a metered request (`Entry::metered`) only while its
 /// size fits in what is left, and hands the connection back at the first that does not; the session then charges that
-/// request itself. While the phase lasts,
-/// Python counts what was spent (`drain`) and tops the allowance up from the meters, or takes back what is left when
-/// they are in debt (`revoke`), without the connection leaving the forwarder.
+/// request itself. While the phase lasts, Python counts what was spent (`drain`) and tops the allowance up from the
+/// meters, or takes back what is left when they are in debt (`revoke`), without the connection leaving the forwarder.
 struct Allowed {
     left: AtomicU64,
     spent: AtomicU64,

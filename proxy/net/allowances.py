@@ -1,4 +1,4 @@
-"""A connection's byte allowances while the forwarder has it: what its quotas let the forwarder serve.
+"""A connection's allowances while the forwarder has it: what its byte and request rates let the forwarder serve.
 
 A byte rate or a request rate that applies to a VC connection keeps what it meters with the quota stage, but for an
 allowance: when the connection goes to the forwarder, the quota stage takes bytes (requests) out of the meters

@@ -134,9 +134,8 @@ class QuotaStage:
         connection: taken now out of the buckets of the limits that meter them, a term's worth of the smallest quota
         at most, and not less than `want` (a Produce at hand) nor `ALLOWANCE_LEAST`'s worth; 0 when they hold less (a
         client near its quota then stays with the session, rather than the connection going back and forth for each
-        request).
-        Kept up while the connection is on the forwarder (`renew`) and settled once it comes back (`settle`).
-        `take=False`: what it would be, nothing taken."""
+        request). Kept up while the connection is on the forwarder (`renew`) and settled once it comes back
+        (`settle`). `take=False`: what it would be, nothing taken."""
         pairs = self._pairs(key)
         if not pairs:
             return 0
