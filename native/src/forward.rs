@@ -934,6 +934,9 @@ struct Conn {
     epoch: Instant,
     client_readable: bool,
     broker_readable: bool,
+    // The peer hung up (or the socket failed): its readiness raises no edge after the bytes already queued.
+    client_hup: bool,
+    broker_hup: bool,
     client_writable: bool,
     broker_writable: bool,
     hold: bool, // the next request is not the forwarder's, or a drain: read no further from the client
@@ -1090,13 +1093,13 @@ impl Inbound {
         self.map.as_ref().is_none_or(|m| m.len < m.size)
     }
 
-    fn receive(&mut self, fd: i32, want: usize, most: usize) -> io::Result<usize> {
+    fn receive(&mut self, fd: i32, want: usize, most: usize) -> io::Result<Received> {
         let Some(m) = &mut self.map else { return receive(fd, &mut self.vec, want, most) };
         let room = (m.size - m.len).min(most);
         // SAFETY: `room` bytes of the mapping lie after the `len` counted.
         let n = unsafe { recv_into(fd, m.ptr.add(m.len), room)? };
         m.len += n;
-        Ok(n)
+        Ok(Received { n, drained: n < room })
     }
 
     /// `n` bytes of the answer went by the pipe: their place, zeros (untouched, in a mapping).
@@ -1159,14 +1162,23 @@ fn be_i16(b: &[u8]) -> i16 {
     i16::from_be_bytes([b[0], b[1]])
 }
 
-/// Reads into `buf`'s spare room (at least `want` bytes of it, at most `most`): the bytes read, 0 at end of stream.
-fn receive(fd: i32, buf: &mut Vec<u8>, want: usize, most: usize) -> io::Result<usize> {
+/// What one receive read: `n` bytes (0 at end of stream), and whether they were all the socket held.
+struct Received {
+    n: usize,
+    // Fewer bytes than there was room for: a stream socket's recv(2) takes all it holds up to the room given, so it
+    // held no more. The next bytes to arrive raise a new edge (after a hang-up none: read on to the end of stream),
+    // so the receive that would meet EAGAIN (a system call a request in each direction) need not be made.
+    drained: bool,
+}
+
+/// Reads into `buf`'s spare room (at least `want` bytes of it, at most `most`).
+fn receive(fd: i32, buf: &mut Vec<u8>, want: usize, most: usize) -> io::Result<Received> {
     buf.reserve(want);
     let room = (buf.capacity() - buf.len()).min(most);
     // SAFETY: the Vec's spare capacity holds `room` bytes; only the `n` the kernel wrote are counted as initialised.
     let n = unsafe { recv_into(fd, buf.as_mut_ptr().add(buf.len()), room)? };
     unsafe { buf.set_len(buf.len() + n) };
-    Ok(n)
+    Ok(Received { n, drained: n < room })
 }
 
 /// One recv(2) of at most `room` bytes to `at`: the bytes read, 0 at end of stream.
@@ -1708,8 +1720,15 @@ impl Conn {
                 let (want, most) =
                     if self.streamed > 0 || fetch { (READ_CHUNK, READ_CHUNK) } else { (self.wanted(false), usize::MAX) };
                 match self.bin.receive(self.broker, want, most) {
-                    Ok(0) => return Some(End::BrokerClosed("upstream broker closed the connection".into())),
-                    Ok(_) => progress = true,
+                    Ok(Received { n: 0, .. }) => {
+                        return Some(End::BrokerClosed("upstream broker closed the connection".into()));
+                    }
+                    Ok(got) => {
+                        progress = true;
+                        // With one answer owed at most, the broker says nothing more until the next request. With
+                        // more owed, the next answer may be on its way: a look costs less than a wait.
+                        self.broker_readable = !(got.drained && self.in_flight.len() <= 1) || self.broker_hup;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.broker_readable = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Some(End::BrokerClosed(e.to_string())),
@@ -1722,12 +1741,18 @@ impl Conn {
                 && self.cin.len() < self.limit.max(self.frame_size(true))
             {
                 let want = self.wanted(true);
+                let in_flight = self.in_flight.len();
                 match receive(self.client, &mut self.cin, want, usize::MAX) {
-                    Ok(0) => {
+                    Ok(Received { n: 0, .. }) => {
                         self.client_eof = true;
                         progress = true;
                     }
-                    Ok(_) => progress = true,
+                    Ok(got) => {
+                        progress = true;
+                        // A client owed nothing sent what it had to send (one at a time, or a burst read whole); one
+                        // that pipelines may be sending more.
+                        self.client_readable = !(got.drained && in_flight == 0) || self.client_hup;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.client_readable = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Some(End::ClientFailed(e.to_string())),
@@ -1884,11 +1909,14 @@ fn run(shared: Arc<Shared>) {
                 let readable = (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32;
                 let writable = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
                 let broker = token & 1 == 1;
+                let hup = flags & ((libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32) != 0;
                 if flags & readable != 0 {
                     if broker {
-                        conn.broker_readable = true
+                        conn.broker_readable = true;
+                        conn.broker_hup |= hup;
                     } else {
-                        conn.client_readable = true
+                        conn.client_readable = true;
+                        conn.client_hup |= hup;
                     }
                 }
                 if flags & writable != 0 {
@@ -2020,6 +2048,8 @@ impl Forwarder {
             epoch: self.shared.epoch,
             client_readable: true,
             broker_readable: true,
+            client_hup: false,
+            broker_hup: false,
             client_writable: true,
             broker_writable: true,
             hold: false,

@@ -102,6 +102,33 @@ async def test_plain_requests_and_their_answers_pass_byte_for_byte_and_the_next_
     assert outcome.leftover == tail and outcome.broker_leftover == b""  # read first by the Python path
 
 
+
+async def test_a_receive_that_empties_the_socket_waits_for_the_next_bytes_and_a_hang_up_is_read_to_its_end():
+    """The forwarder makes no receive after one that took less than it had room for (the socket held no more) with
+    nothing else owed from that side: bytes that come later, an answer's rest or the client's next request, or its
+    end of stream right behind a request, must each still be read."""
+    pair = Pair()
+
+    async def peers() -> None:
+        for c in (1, 2):
+            await pair.client.send(produce(c))
+            assert await pair.read(pair.broker, len(produce(c))) == produce(c)
+            answer = produced(c)
+            await pair.broker.send(answer[:5])  # the answer's start alone, then its rest once the first is read
+            await trio.sleep(0.05)
+            await pair.broker.send(answer[5:])
+            assert await pair.read(pair.client, len(answer)) == answer
+        await pair.client.send(produce(3))
+        pair.client.shutdown(trio.socket.SHUT_WR)  # its end of stream right behind its last request
+        assert await pair.read(pair.broker, len(produce(3))) == produce(3)
+        await pair.broker.send(produced(3))
+        assert await pair.read(pair.client, len(produced(3))) == produced(3)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run()
+    assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 3, 3)
+
 async def test_it_hands_back_at_once_with_the_answers_still_to_come():
     """A request that is not plain does not wait behind a long poll: the requests sent before it go back to
     Python unanswered, with the part of an answer already read."""
