@@ -102,7 +102,6 @@ async def test_plain_requests_and_their_answers_pass_byte_for_byte_and_the_next_
     assert outcome.leftover == tail and outcome.broker_leftover == b""  # read first by the Python path
 
 
-
 async def test_a_receive_that_empties_the_socket_waits_for_the_next_bytes_and_a_hang_up_is_read_to_its_end():
     """The forwarder makes no receive after one that took less than it had room for (the socket held no more) with
     nothing else owed from that side: bytes that come later, an answer's rest or the client's next request, or its
@@ -128,6 +127,7 @@ async def test_a_receive_that_empties_the_socket_waits_for_the_next_bytes_and_a_
         nursery.start_soon(peers)
         outcome = await pair.run()
     assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 3, 3)
+
 
 async def test_it_hands_back_at_once_with_the_answers_still_to_come():
     """A request that is not plain does not wait behind a long poll: the requests sent before it go back to
