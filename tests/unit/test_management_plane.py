@@ -373,3 +373,35 @@ def test_no_right_captures_a_principal_or_leaves_a_vc_without_an_admin():
         img, ADMIN, alter("kafka-cluster", (T.USER, "User:eve", ADD, None), (T.CLIENT, "x", ADD, None))
     )
     assert codes(response) == [0, 42] and len(records) == 1  # client ids never place anyone in kafka-cluster
+
+
+def test_an_api_versions_answer_built_once_goes_to_callers_of_its_kind_alone(monkeypatch):
+    """A broker's ApiVersions answer is built once per kind of caller (proxy/core/stages/versions.py, `_BUILT`):
+    a second connection of that kind gets the same bytes without a decode, and a caller without a management right
+    never gets the answer built for one who has it, nor the reverse."""
+    from proxy.core import apiversions
+    from proxy.core.stages import versions
+    from proxy.protocol.apis import response_type
+
+    from .test_session import api_versions_response, joined, roundtrip
+    from .wire import response_frame
+
+    monkeypatch.setattr(versions, "_BUILT", {})
+    decoded: list[int] = []
+    decode = apiversions.decode_response
+    monkeypatch.setattr(apiversions, "decode_response", lambda v, body: decoded.append(v) or decode(v, body))
+    img = image()
+    broker = response_frame(18, 3, 5, api_versions_response({0: (3, 13), 3: (0, 13), 18: (0, 4)}))
+    request = request_frame(18, 3, 5, codec._empty(request_type(18, 3)))
+
+    def keys(principal: str) -> set[int]:
+        out = joined(roundtrip(_session(principal, img), request, broker).pieces)
+        body, _ = codec.decode(response_type(18, 3), out, response_body_offset(out, 0))
+        return {int(k.api_key) for k in body.api_keys}
+
+    first = {who: keys(who) for who in ("User:admin", "User:alice")}
+    assert len(decoded) == 2
+    assert ApiKey.LIST_VIRTUAL_CLUSTERS in first["User:admin"]
+    assert ApiKey.LIST_VIRTUAL_CLUSTERS not in first["User:alice"]
+    assert {who: keys(who) for who in ("User:alice", "User:admin", "User:alice")} == first
+    assert len(decoded) == 2  # built once per kind of caller
