@@ -389,6 +389,15 @@ class Proc:
         return None
 
 
+def settle() -> float:
+    """Writes out the page cache's dirty pages before a run (--settle), and returns how long that took: a gigabyte
+    produced stays dirty for the kernel's 30 s (vm.dirty_expire_centisecs), so without it the next run, whichever
+    system's, runs beside its write-back."""
+    started = time.monotonic()
+    os.sync()
+    return time.monotonic() - started
+
+
 def system_busy() -> float:
     """CPU seconds the whole machine has been busy (all but idle and iowait)."""
     vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
@@ -813,6 +822,8 @@ class Bench:
                 out_rows.append(row)
                 return
             try:
+                if self.a.settle:
+                    row["settle_s"] = settle()
                 with self.measure(variant) as used:
                     row |= fn()
                 row |= used
@@ -1251,6 +1262,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="smoke test: 1 round, 20000 records, 3 s latency runs")
     p.add_argument("--install-only", action="store_true", help="install the peers into the cache and exit")
     p.add_argument("--json", type=Path, help="also write the raw results as JSON here")
+    p.add_argument("--settle", action="store_true", help="write the page cache out (sync) before every run")
     p.add_argument("--report", type=Path, help="also write the markdown report here")
     a = p.parse_args()
     if a.quick:

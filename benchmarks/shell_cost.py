@@ -12,8 +12,11 @@ installs them), Kroxylicious runs beside, without and with its MultiTenant filte
 get a longer warm-up, for their JIT). With --idle SECONDS, it first measures what each proxy spends with
 its connections open and nothing sent (its background work: the state topic's clients, timers), by
 thread name, from each thread's schedstat (nanoseconds, unlike /proc's 10 ms ticks); --rounds 0 then
-measures only that. Modes: `passthrough`, `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN
-whose user has a producer's byte rate it never reaches: what metering costs), `rate` (the same with a request rate).
+measures only that. With --clients N, each round also makes N fresh librdkafka admin clients one after another,
+each connecting and asking Metadata (a connection storm's unit: its connections, their ApiVersions and the
+session's set-up), and reports the proxy's CPU per client; --requests 0 measures only that. Modes: `passthrough`,
+`tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
+reaches: what metering costs), `rate` (the same with a request rate).
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -62,6 +65,7 @@ class Proxy:
     proc: subprocess.Popen[bytes]
     # depth -> (µs, vol, invol, µs in the kernel)
     runs: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
 
     @property
@@ -229,6 +233,15 @@ def measure(proxy: Proxy, p: Producer, depth: int, n: int) -> tuple[float, float
     return (u1 - u0 + s1 - s0) * 1e6 / n, (v1 - v0) / n, (i1 - i0) / n, (s1 - s0) * 1e6 / n
 
 
+def clients_run(proxy: Proxy, n: int) -> float:
+    """ms of the proxy's CPU per client: a fresh admin client that connects and asks Metadata, then goes."""
+    u0, s0 = proxy.cpu()
+    for _ in range(n):
+        AdminClient({**proxy.client_conf(), "log_level": 0}).list_topics(timeout=30)
+    u1, s1 = proxy.cpu()
+    return (u1 - u0 + s1 - s0) * 1000 / n
+
+
 def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tuple[float, dict[str, float]]:
     out = work / f"strace-{proxy.checkout}-{proxy.mode}-{depth}.txt"
     tracer = subprocess.Popen(["strace", "-c", "-f", "-p", str(proxy.proc.pid), "-o", str(out)], stderr=subprocess.PIPE)
@@ -264,6 +277,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=29600)
     ap.add_argument("--strace", action="store_true")
     ap.add_argument("--idle", type=float, default=0, help="first measure idle CPU for this many seconds")
+    ap.add_argument("--clients", type=int, default=0, help="and per round this many fresh clients' CPU each")
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
     )
@@ -301,15 +315,22 @@ def main() -> None:
         for r in range(args.rounds):
             order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
             for x in order:
-                for d in depths:
+                for d in depths if args.requests else ():
                     x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests))
+                if args.clients:
+                    x.clients.append(clients_run(x, args.clients))
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         if args.strace:
             for x in proxies:
                 for d in depths:
                     x.syscalls[d] = strace_run(x, producers[x.name, d], d, args.requests, work)
-        if args.rounds:
+        if args.rounds and args.requests:
             report(proxies, depths, args)
+        if args.rounds and args.clients:
+            print(f"{args.clients} fresh clients per run (connect, ApiVersions, Metadata), {args.rounds} rounds")
+            for x in proxies:
+                ms = x.clients
+                print(f"  {x.name:24} {statistics.median(ms):6.2f} ms CPU per client ({min(ms):.2f}..{max(ms):.2f})")
         producers.clear()  # closed before their proxies stop: no reconnect noise
     finally:
         for x in proxies:
