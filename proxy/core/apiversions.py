@@ -107,23 +107,22 @@ def unsupported_version_body(table: VersionTable) -> bytes:
 
 
 class UpstreamVersions:
-    """One broker's last ApiVersions answers by request version, so that a client that has not logged in
+    """One broker's last ApiVersions answers by request version (its bytes), so that a client that has not logged in
     can be answered without the proxy opening a broker connection for it. Entries are kept for `ttl`
     seconds; after that the next client's request goes upstream and refreshes them (broker upgrades)."""
 
     def __init__(self, ttl: float, clock: Callable[[], float]):
         self.ttl = ttl
         self.clock = clock
-        self._answers: dict[int, tuple[float, Any, dict[Any, Any]]] = {}
+        self._answers: dict[int, tuple[float, bytes]] = {}
 
-    def get(self, version: int) -> tuple[Any, dict[Any, Any]] | None:
-        """The broker's response, and a dict where sessions keep what they built from it (so that a
-        stranger's ApiVersions costs a lookup, not an encode), until the entry expires."""
+    def get(self, version: int) -> bytes | None:
+        """The broker's answer's body, until the entry expires."""
         entry = self._answers.get(version)
         if entry is None or self.clock() - entry[0] > self.ttl:
             return None
-        return entry[1], entry[2]
+        return entry[1]
 
-    def put(self, version: int, response: Any) -> None:
-        if int(response.error_code) == 0:
-            self._answers[version] = (self.clock(), response, {})
+    def put(self, version: int, body: bytes) -> None:
+        if int.from_bytes(body[:2], "big", signed=True) == 0:  # its error code: only an answer without one is kept
+            self._answers[version] = (self.clock(), body)

@@ -22,10 +22,10 @@ from .management import refuse_all
 ExtraVersions = Callable[[], apiversions.VersionTable]
 
 # A broker's ApiVersions answer as this proxy passes it on, by what it is built from: the answer's bytes, its version,
-# the proxy's table, header v3 and the caller's own APIs. Decoding and encoding one costs 0.8 ms, and every logged-in
-# connection's answer is the same few hundred bytes from a given broker. A handful of entries (brokers' versions
-# during an upgrade, a few kinds of caller), cleared whole when full.
-Built = tuple[bytes, apiversions.VersionTable, set[int], Any]  # body, versions, v3 keys, the broker's response
+# the proxy's table, header v3 and the caller's own APIs. Decoding and encoding one costs 0.8 ms, and every
+# connection's answer, forwarded or from the cache before login, is the same few hundred bytes from a given broker. A
+# handful of entries (brokers' versions during an upgrade, a few kinds of caller), cleared whole when full.
+Built = tuple[bytes, apiversions.VersionTable, set[int]]  # body, versions, v3 keys
 _BUILT: dict[tuple[Any, ...], Built] = {}
 _BUILT_MOST = 64
 
@@ -81,32 +81,32 @@ class VersionStage:
             # Before login the broker's answer comes from the cache: no broker connection for a stranger.
             cached = self.upstream_versions.get(ex.api_version)
             if cached is not None:
-                response, built = cached
-                key = (id(self.ctx.supported), self.header_v3)  # what the answer depends on besides the broker's
-                if key not in built:
-                    built[key] = (self._body(ex, response, self._extra()), self.ctx.versions, self.ctx.v3_keys)
-                body, self.ctx.versions, self.ctx.v3_keys = built[key]  # shared, never mutated
-                return answer(ex, body)
+                return answer(ex, self._built(ex, cached))
         return forward(ex)
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
         if ex.api_key != ApiKey.API_VERSIONS:
             return
         raw = bytes(msg.frame[msg.body_offset :])
+        body = self._built(ex, raw)
+        if self.upstream_versions is not None:
+            self.upstream_versions.put(ex.api_version, raw)
+        msg.replace([codec.response_frame(ex.correlation_id, 0, body)])
+
+    def _built(self, ex: Exchange, raw: bytes) -> bytes:
+        """The answer to send for the broker's `raw` answer; sets what this session agreed to."""
         extra = self._extra()
         key = (ex.api_version, raw, id(self.ctx.supported), self.header_v3, frozenset(extra.items()) if extra else None)
         built = _BUILT.get(key)
         if built is None:
             response = apiversions.decode_response(ex.api_version, raw)
-            built = (self._body(ex, response, extra), self.ctx.versions, self.ctx.v3_keys, response)
+            built = (self._body(ex, response, extra), self.ctx.versions, self.ctx.v3_keys)
             if int(response.error_code) == 0:  # an error's answer changes the exchange (its version): built each time
                 if len(_BUILT) >= _BUILT_MOST:
                     _BUILT.clear()
                 _BUILT[key] = built
-        body, self.ctx.versions, self.ctx.v3_keys, response = built  # shared, never mutated
-        if self.upstream_versions is not None:
-            self.upstream_versions.put(ex.api_version, response)
-        msg.replace([codec.response_frame(ex.correlation_id, 0, body)])
+        body, self.ctx.versions, self.ctx.v3_keys = built  # shared, never mutated
+        return body
 
     def _extra(self) -> apiversions.VersionTable | None:
         if self.extra is not None and self.auth.complete and not self.ctx.relayed:
