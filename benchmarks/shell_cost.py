@@ -127,6 +127,9 @@ def start_proxy(
     }
     if mode == "tenant":
         cfg["tenancy"] = {"enabled": True, "virtual_clusters": [{"name": "bench", "client_ids": [CLIENT_ID]}]}
+    if mode.startswith("traced"):  # "traced1": tracing on, 1% of requests sampled, spans to JSON Lines files
+        ratio = int(mode.removeprefix("traced")) / 100
+        cfg["tracing"] = {"enabled": True, "sample_ratio": ratio, "jsonl_dir": str(work / f"{checkout}-{mode}-traces")}
     if mode in QUOTAS:  # SASL, the VC's user its admin, who sets itself a quota it never reaches
         cfg["listeners"] |= {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanisms": ["PLAIN"]}
         cfg["credentials"] = {"users": {USER: make_entry(PASSWORD, 4096)}}
@@ -270,7 +273,7 @@ def main() -> None:
         help="NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy and its environment (e.g. VCPROXY_PURE=1);"
         " python=PATH runs it on another interpreter (one with vcproxy's dependencies: a virtualenv's)",
     )
-    ap.add_argument("--modes", default="passthrough,tenant")
+    ap.add_argument("--modes", default="passthrough,tenant", help="also quota, rate, tracedP (tracing, P%% sampled)")
     ap.add_argument("--depths", default="1,5")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=3000)

@@ -868,6 +868,7 @@ struct Published {
 
 struct Outcome {
     end: End,
+    drawn: Option<u64>, // tracing: the sampling draw of the request at the front of `leftover`, if it had one
     leftover: Vec<u8>,        // the client's bytes read and not served
     broker_leftover: Vec<u8>, // the broker's bytes read and not yet an answer written
     in_flight: Vec<Outstanding>, // requests sent whose answers were not written
@@ -953,6 +954,43 @@ struct Conn {
     requests: u64,
     responses: u64,
     published: Arc<Published>,
+    // Tracing (KIP-1313 spans, a ratio of requests sampled): a request whose draw is under the bound gets a span, which
+    // Python makes, so it is handed back with its draw; the rest are served. None: no tracing.
+    sampling: Option<Sampling>,
+    drawn: Option<u64>, // the draw of the request the phase stopped at
+}
+
+/// The sampler's rule (OpenTelemetry's TraceIdRatioBased): a request is sampled when its trace id's low 64 bits, drawn
+/// at random, are under `bound`. The forwarder draws them for each request it would serve; Python makes the rest of the
+/// trace id, so the rule and the odds are the same whichever path drew.
+struct Sampling {
+    bound: u64,
+    first: Option<u64>, // the draw Python made for the request it handed over at
+    state: u64,         // splitmix64
+}
+
+impl Sampling {
+    fn new(bound: u64, first: Option<u64>) -> Self {
+        let mut seed = [0u8; 8];
+        // SAFETY: fills at most 8 bytes of a live buffer; a short or failed read leaves a seed of the clock's bits.
+        let got = unsafe { libc::getrandom(seed.as_mut_ptr() as *mut libc::c_void, 8, 0) };
+        let mut state = u64::from_ne_bytes(seed);
+        if got != 8 {
+            state ^= std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        }
+        Sampling { bound, first, state }
+    }
+
+    fn draw(&mut self) -> u64 {
+        if let Some(first) = self.first.take() {
+            return first;
+        }
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }
 
 /// The pipe a large answer's record batches go through (splice(2)): made for that answer and closed after it, so that
@@ -1455,7 +1493,17 @@ impl Conn {
             // Under a request rate, a request is served only while the count has one left; it is counted once it is
             // sure to be served (after its bytes are spent), past what is left only if Python took that back between.
             let counted = self.count.as_ref().is_none_or(|c| c.any_left());
-            let served = plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some())
+            let mut served = plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some());
+            // Drawn before anything is spent for it: a sampled request is Python's (its span), and one handed back for
+            // another reason keeps its draw, so that no request is drawn twice.
+            let drawn = match (&served, self.sampling.as_mut()) {
+                (Some(_), Some(sampling)) => Some((sampling.draw(), sampling.bound)),
+                _ => None,
+            };
+            if drawn.is_some_and(|(draw, bound)| draw < bound) {
+                served = None;
+            }
+            let served = served
                 .filter(|&(_, idx, ..)| {
                     counted
                         && match self.table[&idx].metered {
@@ -1468,7 +1516,10 @@ impl Conn {
                 count.spend_over(1);
             }
             match served {
-                None => self.hold = true,
+                None => {
+                    self.hold = true;
+                    self.drawn = drawn.map(|(draw, _)| draw);
+                }
                 Some((correlation, idx, answered, note, renamed)) => {
                     let read = if self.tally.is_some() { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
                     let out = renamed.as_deref().unwrap_or(frame);
@@ -1823,13 +1874,16 @@ fn epoll_add(epfd: i32, fd: i32, token: u64, events: u32) -> io::Result<()> {
 }
 
 fn finish(shared: &Shared, conn: Conn, end: End) {
-    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, epoch, .. } = conn;
+    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, epoch, drawn, sampling, .. } = conn;
+    // Python's draw for the request it handed over at, when the phase ended before the forwarder looked at it.
+    let drawn = drawn.or(sampling.and_then(|s| s.first));
     for fd in [client, broker] {
         // SAFETY: the sockets stay open (Python's) until Python has this phase's outcome, so `fd` is still theirs.
         unsafe { libc::epoll_ctl(shared.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
     }
     let yielded = matches!(end, End::Yield);
     let outcome = Outcome {
+        drawn: if yielded { drawn } else { None },
         leftover: if yielded { cin } else { Vec::new() },
         broker_leftover: if yielded { bin.into_vec() } else { Vec::new() },
         in_flight: if yielded {
@@ -2001,7 +2055,9 @@ impl Forwarder {
     /// while `answer_allowance` has anything left: without one, none is. With `count` (a request rate), every request
     /// served spends one of it, and none is served once it has none left.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None))]
+    /// With `sampling` (tracing: the sampler's bound, and the draw Python made for the first request or None), a
+    /// request drawn under the bound is handed back with its draw (`Phase.outcome`): Python makes its span.
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None))]
     fn attach(
         &self,
         client: i32,
@@ -2017,6 +2073,7 @@ impl Forwarder {
         allowance: Option<&Allowance>,
         answer_allowance: Option<&Allowance>,
         count: Option<&Allowance>,
+        sampling: Option<(u64, Option<u64>)>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
@@ -2064,6 +2121,8 @@ impl Forwarder {
             requests: 0,
             responses: 0,
             published: Arc::clone(&published),
+            sampling: sampling.map(|(bound, first)| Sampling::new(bound, first)),
+            drawn: None,
         };
         self.shared.send(Command::Attach(Box::new(conn)));
         Ok(Phase { id, published, shared: Arc::clone(&self.shared) })
@@ -2120,12 +2179,14 @@ impl Phase {
 
     /// Once the phase has ended: (how it ended, why, requests forwarded, answers written, and on a hand-back: the
     /// client's bytes read and not served, the broker's bytes read and not written, the requests sent whose
-    /// answers were not written as (correlation id, api key, version)); None before.
+    /// answers were not written as (correlation id, api key, version), and the sampling draw of the first request not
+    /// served, if it was drawn); None before.
     #[allow(clippy::type_complexity)]
     fn outcome<'py>(
         &self,
         py: Python<'py>,
-    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Outstanding>)> {
+    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Outstanding>, Option<u64>)>
+    {
         let outcome = self.shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id)?;
         let (kind, why) = outcome.end.kind();
         Some((
@@ -2136,6 +2197,7 @@ impl Phase {
             PyBytes::new(py, &outcome.leftover),
             PyBytes::new(py, &outcome.broker_leftover),
             outcome.in_flight,
+            outcome.drawn,
         ))
     }
 }

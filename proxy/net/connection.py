@@ -162,10 +162,13 @@ class ClientConnection:
             telemetry.state = session.ctx
             if telemetry.metrics is not None and session.ctx.image is not None:
                 telemetry.metrics.quotas = session.ctx.image.quotas  # quota use and throttles, per entity
-        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP connection whose requests make
-        # no span or tap record (metrics it counts itself); the Python path hands it over when nothing is outstanding.
-        traced = telemetry is not None and telemetry.tracing is not None
-        plain = isinstance(client, trio.SocketStream) and not traced and tap_dir is None
+        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP connection with no tap, those no
+        # span samples (metrics it counts itself; a sampled request is handed back with its draw: Python makes its
+        # span), while few are sampled; the Python path hands it over when nothing is outstanding.
+        tracing = telemetry.tracing if telemetry is not None else None
+        self._sampling = tracing.forwarder_bound if tracing is not None else None
+        plain = isinstance(client, trio.SocketStream) and tap_dir is None
+        plain = plain and (tracing is None or self._sampling is not None)
         self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
         self._forward_want = 0  # the size of the Produce request the forwarder takes the connection at (else 0)
@@ -240,6 +243,11 @@ class ClientConnection:
                 return False
         finally:
             view.release()  # before the decoder may move its buffer
+        if self._sampling is not None:
+            assert self.telemetry is not None
+            drawn = self.telemetry.draw()
+            if drawn is not None and drawn < self._sampling:
+                return False  # sampled: its span is Python's (the session takes it with this draw)
         self._forward_table = table
         self._forward_want = want
         return True
@@ -288,8 +296,12 @@ class ClientConnection:
                 telemetry = self.telemetry
                 tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
                 table = self._forward_table
+                sampling = None
+                if self._sampling is not None and telemetry is not None:
+                    sampling = (self._sampling, telemetry.drawn)  # its draw for the first request, not sampled
+                    telemetry.drawn = None
                 outcome = await forwarder.serve(
-                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, held
+                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, held, sampling
                 )
             finally:
                 self._phase = None
@@ -312,6 +324,8 @@ class ClientConnection:
         log.debug("%s: the forwarder served %d requests (%s)", self.name, outcome.requests, outcome.kind)
         self.requests += outcome.requests
         self.forwarded += outcome.requests
+        if self.telemetry is not None:
+            self.telemetry.forwarded(outcome.requests, outcome.drawn)
         self._sent += outcome.responses + len(outcome.in_flight)
         self._received += outcome.responses
         self._last_active = self._clock.current_time()

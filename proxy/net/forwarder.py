@@ -10,8 +10,9 @@ requests it sent whose answers have not come: the session takes them as its own 
 Python's pumps answer them first, in order. Which requests are plain is the session's decision
 (proxy/core/forward_table.py; for a virtual cluster's connection, on the grant it made: proxy/core/grants.py).
 
-Only where both sockets are plain TCP (TLS is Python's), with tracing off (spans are made per request by Python)
-and no tap. With metrics on, the forwarder counts what it serves in a native tally that /metrics folds in
+Only where both sockets are plain TCP (TLS is Python's) and with no tap. With tracing on, the requests no span samples
+(the forwarder draws as the sampler would, and hands a sampled one back with its draw: Python makes its span), while
+few are sampled. With metrics on, the forwarder counts what it serves in a native tally that /metrics folds in
 (proxy/observability/metrics.py), and an API whose answer's error codes it cannot find stays Python's.
 `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does `VCPROXY_FORWARDER=0` alone.
 """
@@ -47,6 +48,7 @@ class Outcome:
     leftover: bytes = b""
     broker_leftover: bytes = b""
     in_flight: tuple[tuple[int, int, int, tuple[int, int] | None, int, int], ...] = ()
+    drawn: int | None = None  # tracing: the sampling draw of the first request not served, if it had one
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +121,13 @@ class Forwarder:
         grant: Any = None,
         tally: Any = None,
         allowances: Allowances | None = None,
+        sampling: tuple[int, int | None] | None = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
         (metrics on), each request served is counted in it. What a quota meters is served only within `allowances`
-        (proxy/net/allowances.py), renewed while the phase lasts."""
+        (proxy/net/allowances.py), renewed while the phase lasts. With `sampling` (tracing: the sampler's bound, and
+        the draw made for the first request), a request drawn under the bound is handed back with its draw."""
         phase = self._forwarder().attach(
             client.socket.fileno(),
             broker.socket.fileno(),
@@ -138,6 +142,7 @@ class Forwarder:
             allowances.request if allowances is not None else None,
             allowances.answer if allowances is not None else None,
             allowances.count if allowances is not None else None,
+            sampling,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)
@@ -163,10 +168,10 @@ class Forwarder:
                     await ended.wait()
         outcome = phase.outcome()
         assert outcome is not None
-        kind, reason, requests, responses, leftover, broker_leftover, in_flight = outcome
+        kind, reason, requests, responses, leftover, broker_leftover, in_flight, drawn = outcome
         if idle:
             kind, reason = "idle", f"idle for {limits.idle_timeout:g} s (connections_max_idle_ms)"
-        return Outcome(kind, reason, requests, responses, leftover, broker_leftover, tuple(in_flight))
+        return Outcome(kind, reason, requests, responses, leftover, broker_leftover, tuple(in_flight), drawn)
 
 
 def _load() -> Forwarder | None:

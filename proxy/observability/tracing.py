@@ -76,6 +76,10 @@ def _kinds() -> _Kinds:
 
 
 _ID_LIMIT = (1 << 64) - 1
+# The largest sample ratio at which the forwarder serves a traced connection's unsampled requests. A sampled one comes
+# back to the Python path and goes over again: about 300 µs of CPU more than the Python path's own span, against
+# 115 µs saved on each unsampled one (docs/performance.md, "Tracing on the forwarder"), even at about 0.27.
+FORWARD_SAMPLED_MAX = 0.25
 
 
 def _api_names() -> dict[int, str]:
@@ -152,10 +156,25 @@ class Tracing:
         self._Status = Status
         self._error = StatusCode.ERROR
 
-    def sample(self) -> int:
-        """A trace id if this request is sampled, else 0 (the TraceIdRatioBased rule on the id)."""
-        trace_id = random.getrandbits(128)
-        return trace_id if (trace_id & _ID_LIMIT) < self._bound and trace_id else 0
+    @property
+    def bound(self) -> int:
+        """A request is sampled when the low 64 bits of its trace id, drawn at random, are under this."""
+        return self._bound
+
+    @property
+    def forwarder_bound(self) -> int | None:
+        """The bound the forwarder samples with, or None where it serves no traced request: a sampled request it
+        hands back costs the Python path and a hand-over again, so above `FORWARD_SAMPLED_MAX` it saves nothing."""
+        return self._bound if self.sampler.rate <= FORWARD_SAMPLED_MAX else None
+
+    def sample(self, drawn: int | None = None) -> int:
+        """A trace id if this request is sampled, else 0 (the TraceIdRatioBased rule on the id). `drawn`: the id's low
+        64 bits, drawn before (by the forwarder, or as the connection was offered to it), so that no request is drawn
+        twice."""
+        if drawn is None:
+            trace_id = random.getrandbits(128)
+            return trace_id if (trace_id & _ID_LIMIT) < self._bound and trace_id else 0
+        return ((random.getrandbits(64) << 64) | drawn or 1 << 64) if drawn < self._bound else 0
 
     def emit(
         self, name: str, trace_id: int, start: int, end: int, attributes: dict[str, Any], error: str | None
@@ -299,6 +318,9 @@ class ConnectionTelemetry:
         self._auth_started: int | None = None
         self._auth_done = False
         self._closed = False
+        # The sampling draw of the next request the session takes (it was offered to the forwarder, or handed back by
+        # it): used for that request instead of a new one.
+        self.drawn: int | None = None
         self.span: Span | None = None
         if self.metrics is not None:
             self.metrics.connection_moved(self.listener, None, PHYSICAL_VC)
@@ -350,6 +372,7 @@ class ConnectionTelemetry:
     # -- requests --------------------------------------------------------------------------------
 
     def on_request(self, frame: memoryview, decision: RequestDecision, started: int) -> RequestTrace | None:
+        drawn, self.drawn = self.drawn, None  # this request's, if it was drawn before
         pending = decision.pending
         if pending is None:
             if decision.action is not Action.FORWARD:
@@ -363,7 +386,7 @@ class ConnectionTelemetry:
         if not self.requests:
             self._read_client_id(frame)
         self.requests += 1
-        trace_id = self.tracing.sample() if self.tracing is not None else 0
+        trace_id = self.tracing.sample(drawn) if self.tracing is not None else 0
         if not trace_id and self.metrics is None and api_key not in _kinds().sasl:
             return None
         trace = RequestTrace(started, trace_id, len(frame), api_key, version, correlation_id, pending)
@@ -389,6 +412,20 @@ class ConnectionTelemetry:
             metrics.connection_moved(self.listener, self._vc_label, vc_name)
             self._vc_label = vc_name
         return metrics.tally(module, vc_name, cluster_id)
+
+    def draw(self) -> int | None:
+        """The sampling draw of the request the connection is offered to the forwarder at (kept until the session
+        takes that request, if the forwarder does not); None with tracing off."""
+        if self.tracing is None:
+            return None
+        if self.drawn is None:
+            self.drawn = random.getrandbits(64)
+        return self.drawn
+
+    def forwarded(self, requests: int, drawn: int | None) -> None:
+        """The forwarder served `requests` (none sampled: no span) and handed back, or not, a request it drew for."""
+        self.requests += requests
+        self.drawn = drawn
 
     def adopted(self, ex: Exchange, bytes_in: int, age_ns: int) -> None:
         """A request the forwarder sent `age_ns` ago whose answer comes through the pumps: recorded when it is

@@ -33,7 +33,7 @@ from vcproxy_tools.process import ProxyProcess, proxy_config
 from .hardening_attacks import login
 from .ports import free_port, free_port_block
 from .tenants import login_files, scram_conf
-from .test_observability import metrics_port, scrape, total
+from .test_observability import metrics_port, read_spans, scrape, total
 from .test_tenant_hardening import fetch as fetch13
 from .test_tenant_hardening import ready_topic
 
@@ -111,6 +111,49 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
     # outstanding). A third of that is a margin for a loaded machine, and far above none.
     assert sum(served) >= 100, log[-3000:]
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
+
+
+def test_a_traced_proxy_serves_the_requests_no_span_samples_on_the_forwarder(kafka_cluster, tmp_path):
+    """Tracing at a sample ratio of a quarter (the most the forwarder serves at): it draws each request's trace id as
+    the sampler would and serves the unsampled ones; a sampled one is handed back with its draw and gets its span from
+    Python. So a quarter of the Produce requests have a span (no request drawn twice: drawn again, a sampled one would
+    keep its span one time in four), every span is one the sampler's rule keeps, and the connection span counts the
+    requests the forwarder served too."""
+    traces = tmp_path / "traces"
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        metrics={"enabled": True, "port": free_port()},
+        tracing={"enabled": True, "sample_ratio": 0.25, "jsonl_dir": str(traces)},
+    )
+    proxy = ProxyProcess(config, tmp_path).start()
+    client_id = f"sampled-{uuid.uuid4().hex[:8]}"
+    try:
+        bootstrap = {"bootstrap.servers": proxy.bootstrap, "client.id": client_id}
+        topic = f"traced-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(bootstrap)
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+        producer = Producer({**bootstrap, "linger.ms": 0, "acks": "all"})
+        for i in range(600):  # one Produce request each
+            producer.produce(topic, f"t-{i}".encode())
+            assert producer.flush(30) == 0
+        samples = scrape(metrics_port(proxy))
+        del producer, admin
+    finally:
+        assert proxy.stop(timeout=60) == 0  # the exporters flushed
+    produced = total(samples, "vcproxy_requests_total", api="Produce")
+    forwarded = total(samples, "vcproxy_forwarded_requests_total", api="Produce")
+    spans, _ = read_spans(traces)
+    sampled = [s for s in spans if s["name"] == "Produce"]
+    assert produced == 600
+    # Binomial(600, 1/4): a standard deviation of 10.6; six of them either way (drawn twice: about 38).
+    assert abs(len(sampled) - 150) <= 64, len(sampled)
+    assert forwarded >= 200 and forwarded + len(sampled) <= produced, (forwarded, len(sampled))
+    assert all(int(s["traceId"], 16) & (2**64 - 1) < 2**62 for s in sampled)  # TraceIdRatioBased(0.25)'s rule
+    assert all(s["attrs"]["vcproxy.topics"] == [topic] for s in sampled)
+    assert all(s["attrs"]["vcproxy.client_id"] == client_id for s in sampled)
+    connections = [s for s in spans if s["name"] == "connection" and s["attrs"].get("vcproxy.client_id") == client_id]
+    assert sum(s["attrs"]["vcproxy.requests"] for s in connections) >= produced
 
 
 def test_transactions_through_a_plain_proxy_commit_abort_and_carry_offsets(kafka_cluster, tmp_path):

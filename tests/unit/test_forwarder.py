@@ -64,7 +64,14 @@ class Pair:
         self.proxy_client, self.proxy_broker = trio.SocketStream(a), trio.SocketStream(b)
 
     async def run(
-        self, limits: ForwarderLimits = LIMITS, hook=None, started=lambda phase: None, table=TABLE, allowances=None
+        self,
+        limits: ForwarderLimits = LIMITS,
+        hook=None,
+        started=lambda phase: None,
+        table=TABLE,
+        allowances=None,
+        initial=b"",
+        sampling=None,
     ) -> Outcome:
         with trio.fail_after(30):  # a hang fails the test, not the suite
             return await FORWARDER.serve(
@@ -74,7 +81,9 @@ class Pair:
                 hook or (lambda *_: b""),
                 limits,
                 started,
+                initial,
                 allowances=allowances,
+                sampling=sampling,
             )
 
     async def read(self, sock: trio.socket.SocketType, n: int) -> bytes:
@@ -230,6 +239,46 @@ async def test_under_a_request_rate_a_request_is_served_only_while_the_count_has
     assert (counted.drain(), counted.left()) == (served, count - served)
     if spent is not None:
         assert spent.drain() == served * size
+
+
+LAST = 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    ("sampling", "served", "drawn"),
+    [
+        pytest.param((0, None), 3, None, id="none sampled: all served, the other request not drawn"),
+        pytest.param((2**62, 5), 0, 5, id="the first request sampled by the draw Python made: handed back with it"),
+        pytest.param((LAST, LAST), 1, "sampled", id="its draw not under the bound: served; the next one drawn in"),
+    ],
+)
+async def test_a_request_the_sampler_keeps_goes_back_with_its_draw(sampling, served, drawn):
+    """Tracing: a request the forwarder would serve is drawn as the sampler draws a trace id's low 64 bits; one drawn
+    under the bound is handed back with its draw (Python makes its span, with that draw: no request is drawn twice)."""
+    pair = Pair()
+    size = len(produce(1))
+    requests = produce(1) + produce(2) + produce(3)
+    await pair.broker.send(b"".join(produced(c) for c in range(1, served + 1)))
+    await pair.client.send(requests + API_VERSIONS)
+    outcome = await pair.run(sampling=sampling)
+    assert (outcome.kind, outcome.requests) == ("yield", served)
+    assert outcome.leftover == requests[served * size :] + API_VERSIONS
+    if drawn == "sampled":
+        assert outcome.drawn is not None and outcome.drawn < sampling[0]
+    else:
+        assert outcome.drawn == drawn
+
+
+async def test_a_request_handed_back_for_another_reason_keeps_its_draw():
+    """Drawn and not sampled, but not served (its quota's allowance has nothing left; or the phase ended before the
+    forwarder looked at it): its draw goes back with it, for the Python path to use."""
+    pair = Pair()
+    await pair.client.send(produce(1) + produce(2))
+    outcome = await pair.run(table=METERED, allowances=Held(request=native.module().Allowance(0)), sampling=(0, 7))
+    assert (outcome.requests, outcome.leftover, outcome.drawn) == (0, produce(1) + produce(2), 7)
+    held = Pair()
+    outcome = await held.run(started=lambda phase: phase.hold(), initial=produce(1), sampling=(0, 9))
+    assert (outcome.requests, outcome.leftover, outcome.drawn) == (0, produce(1), 9)
 
 
 def test_an_allowance_is_spent_whole_requests_at_a_time_and_kept_up_from_outside():

@@ -363,6 +363,25 @@ def test_sample_ratio_applies_per_request():
     assert len({s.context.trace_id for s in spans.named("Produce")}) == len(spans.named("Produce"))
 
 
+def test_a_request_drawn_before_is_sampled_by_that_draw_alone():
+    """The forwarder (or the offer to it) drew a request's trace id's low 64 bits: the span the session makes for it
+    has them, and a draw the sampler's rule does not keep gives no span, whatever a new draw would have said."""
+    session = physical_session()
+    connection, spans = recorder(session, metrics=False, ratio=0.25)
+    bound = connection.tracing.bound
+    assert bound == 2**62 and connection.tracing.forwarder_bound == bound
+    for cid, drawn in enumerate([0, 5, bound - 1, bound, 2**64 - 1], start=1):
+        connection.drawn = drawn
+        exchange(session, connection, 0, 9, produce_request("orders", [10]), produce_response("orders", [0]), cid)
+        assert connection.drawn is None  # one request's only
+    assert [s.context.trace_id & (2**64 - 1) for s in spans.named("Produce")] == [0, 5, bound - 1]
+    assert all(s.context.trace_id >> 64 for s in spans.named("Produce"))
+    # Above a quarter the forwarder serves no traced connection: a sampled request's hand-back costs more than it saves.
+    assert recorder(session, ratio=0.5)[0].tracing.forwarder_bound is None
+    assert recorder(session, ratio=1.0)[0].tracing.forwarder_bound is None
+    assert recorder(session, ratio=0.0)[0].tracing.forwarder_bound == 0
+
+
 # -- metrics ----------------------------------------------------------------------------------------
 
 
