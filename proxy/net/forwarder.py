@@ -67,7 +67,9 @@ class Forwarder:
         self._pipe_bytes = pipe_bytes  # a large answer's pipe (splice): None, the kernel's default; tests ask for less
         self._native: Any = None
         self._pid = 0
-        self._tables: dict[tuple[Any, ...], Any] = {}
+        # Per entries tuple (forward_entries' caches give one object per table: hashing its plans would cost tens of
+        # µs at each hand-over), with the tuple itself, so that its id is not another's while it is here.
+        self._tables: dict[int, tuple[tuple[Any, ...], Any]] = {}
         self._waiters: dict[int, trio.Event] = {}  # phase id -> set when it has ended
         self._token: Any = None  # the Trio run whose task reads the ends
 
@@ -102,11 +104,13 @@ class Forwarder:
         entries = forward_entries(session)
         if not entries:
             return None
-        table = self._tables.get(entries)
-        if table is None:
-            if len(self._tables) >= 64:  # a handful of distinct clients in practice; bounded all the same
-                self._tables.clear()
-            table = self._tables[entries] = self._module.ForwardTable(entries)
+        known = self._tables.get(id(entries))
+        if known is not None and known[0] is entries:
+            return known[1]
+        if len(self._tables) >= 64:  # a handful of distinct clients in practice; bounded all the same
+            self._tables.clear()
+        table = self._module.ForwardTable(entries)
+        self._tables[id(entries)] = (entries, table)
         return table
 
     async def serve(
