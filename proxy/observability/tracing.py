@@ -77,11 +77,11 @@ def _kinds() -> _Kinds:
 
 _ID_LIMIT = (1 << 64) - 1
 # The largest sample ratio at which the forwarder serves a traced connection's unsampled requests. A sampled one comes
-# back to the Python path and goes over again after it: about 400 µs of CPU more than the Python path's own span,
-# against about 100 µs saved on each unsampled one; with pipelining (5 requests in flight) the Python path keeps the
-# connection longer after each. Measured (docs/performance.md, "Tracing on the forwarder"): at 5% both ways cost less,
-# at 10% five in flight cost more.
-FORWARD_SAMPLED_MAX = 0.05
+# back to the Python path and goes over again only once nothing is outstanding: one at a time, about 400 µs of CPU more
+# than the Python path's own span, against about 100 µs saved on each unsampled one; with five in flight the Python
+# path keeps the connection for longer after each. Measured (docs/performance.md, "Tracing on the forwarder"): at 1%
+# and 2% both cost less than the Python path, at 5% five in flight cost as much or more.
+FORWARD_SAMPLED_MAX = 0.02
 
 
 def _api_names() -> dict[int, str]:
