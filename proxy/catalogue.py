@@ -61,8 +61,8 @@ class ApiSpec:
     sasl: bool  # part of the SASL exchange
     telemetry: bool  # a KIP-714 client-telemetry API
     answered_by: str | None  # the stage that answers it itself, where one does: see ANSWERED_BY
-    # A KIP-227 fetch session: the first version the forwarder reads for a VC (its topics by id), whose session id
-    # and replica id (a regular field before v15) sit where the schema says (proxy/core/grants.py).
+    # A KIP-227 fetch session: the first version that has one, whose session id and replica id (a regular field
+    # before v15) the forwarder reads for a VC where the schema says (proxy/core/grants.py); set for Fetch alone.
     fetch_session: int | None
 
     @property
@@ -196,8 +196,9 @@ _CONFIG_RESOURCES = frozenset({ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, Ap
 _SPLICED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
 _RECORDS_IN_RESPONSE = frozenset({ApiKey.FETCH, ApiKey.SHARE_FETCH})
 _SASL = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-# Fetch v15+: max_wait_ms, min_bytes, max_bytes, isolation_level, then session_id and session_epoch.
-_FETCH_SESSION = {ApiKey.FETCH: 13}
+# Fetch sessions (KIP-227), from Fetch v7: session_id and session_epoch after max_wait_ms, min_bytes, max_bytes and
+# isolation_level (and replica_id before v15).
+_FETCH_SESSION = {ApiKey.FETCH: 7}
 _TELEMETRY = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY})
 
 # The stage that answers an API itself (for whom: its module says): ApiVersions, the SASL exchange, the

@@ -18,8 +18,8 @@
 //! through this process. The whole answer is judged as any other once it has come; if Python must rewrite it and the
 //! rewrite differs in what was already sent (or in its size), the connection ends (`stream`, `answers`).
 //!
-//! A virtual cluster's connection has entries with a `Tenant` part (Produce and Fetch by topic id) and a `Grant`:
-//! the topic ids and fetch sessions the session let through unchanged, void once the VC state changes
+//! A virtual cluster's connection has entries with a `Tenant` part (Produce and Fetch, by topic id or by name) and a
+//! `Grant`: the topic ids, names and fetch sessions the session let through, void once the VC state changes
 //! (`Generation`). Such a request is served only when it validates and names nothing else; such an answer goes
 //! back untouched only when it has no message, no id outside the grant and no session change (proxy/core/grants.py).
 
@@ -1455,7 +1455,7 @@ fn streamable(entry: &Entry, key: i16, part: &[u8], grant: Option<&Granted>, not
             return None;
         }
         let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());
-        // Only a Fetch streams, and the forwarder serves a tenant's Fetch by topic id alone: no name is renamed here.
+        // Only a Fetch by topic id streams (one by name is renamed whole, with no `records` plan): no name here.
         match granted(&tenant.response, part, body, &ids, key, None, &mut Vec::new()) {
             Ok((_, true)) => {}
             // Every id read whole is granted; outside record batches, the last 16 bytes may hold one not whole yet.
@@ -1767,7 +1767,10 @@ impl Conn {
                 // A Fetch answer (and one that goes on as it arrives), a little at a time: the look after each
                 // receive finds the next partition's record batches before they are read, so that they are spliced,
                 // not copied (and their place in `bin` is never touched).
-                let fetch = self.in_flight.front().is_some_and(|sent| (sent.1 >> 16) as u16 as i16 == FETCH);
+                // (Not an answer that goes on whole: a tenant's Fetch by name, renamed once it has come.)
+                let fetch = self.in_flight.front().is_some_and(|sent| {
+                    (sent.1 >> 16) as u16 as i16 == FETCH && self.table.get(&sent.1).is_some_and(|e| e.records.is_some())
+                });
                 let (want, most) =
                     if self.streamed > 0 || fetch { (READ_CHUNK, READ_CHUNK) } else { (self.wanted(false), usize::MAX) };
                 match self.bin.receive(self.broker, want, most) {

@@ -14,8 +14,8 @@ version, from the same facts the stages decide from, so the two paths give one r
   answer to its tagged section with the walker's plan, as the endpoint stage does, and gives an answer that
   has one back to the stage's own rewrite.
 
-A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce by topic id or by name (its
-names renamed) and Fetch by topic id, served on a grant of the ids, names and fetch sessions the session let through
+A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce and Fetch by topic id or by
+name (its names renamed), served on a grant of the ids, names and fetch sessions the session let through
 (proxy/core/grants.py). Not while the connection is muted by a quota, nor an API a quota that applies to it meters
 (with a request-rate limit, none), but a byte rate: its Produce requests (a producer's) or Fetch requests (a
 consumer's) are served within a byte allowance the quota stage takes from its meters as it hands the connection
@@ -108,8 +108,22 @@ def tenant_entries_for(
         for version in range(low, high + 1):
             entry, tenant = _entry(key, version), tenant_plans(key, version)
             if entry is not None and tenant is not None:
-                out.append((*entry[:6], tenant, *entry[7:9], metering))
+                # An answer whose names are renamed back changes size with each: it goes on once it is whole, renamed
+                # (a Fetch by name), not as it comes.
+                records = None if renames(tenant[2]) else entry[8]
+                out.append((*entry[:6], tenant, entry[7], records, metering))
     return tuple(out)
+
+
+def renames(node: Any) -> bool:
+    """Whether a plan (grants.py) renames a name anywhere."""
+    if node[0] == "rename":
+        return True
+    if node[0] == "pstruct":
+        return any(renames(step) for step in node[2])
+    if node[0] == "parray":
+        return renames(node[2])
+    return False
 
 
 METERING = frozenset({PRODUCE, FETCH, MUTATION})  # the keys `_metered` knows the APIs of

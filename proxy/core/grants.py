@@ -1,22 +1,21 @@
 """What the forwarder may serve for a virtual cluster's connection (sans-I/O): the API versions, and the grant.
 
-An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing
-else, and its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12) and ids that may
-be null, or from the version the catalogue says for its fetch session (Fetch v13+). Such a request goes to the broker
-exactly when every topic id in it is one the VC owns and every topic name one of its links, each one the caller may
-use for the API (the VC's ACLs), its transactional id is null or one the caller may use, and its fetch session is
+An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing else, and
+its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12) and ids that may be null, or from
+the version the catalogue says for its fetch session (Fetch v7+: by name, v7-v12, or by id). Such a request goes to the
+broker exactly when every topic id in it is one the VC owns and every topic name one of its links, each one the caller
+may use for the API (the VC's ACLs), its transactional id is null or one the caller may use, and its fetch session is
 none or the VC's: as the client sent it, its topic names each replaced by the physical name the link gives and its
-transactional id by the VC's, as the session replaces them; its answer's names go back the same way. The tenancy
-stage says which ids, names and sessions those are as it lets them through (`grant_for(ctx)`; a name only where
-its link is the only name of its topic, so the answer's name is the one the client used): a grant is of one state
-of the connection's virtual cluster, void once it changes (`VirtualCluster.changes`: its links, ACLs, settings, the
-ids of its topics) or the whole state does (`TenancyImage.changes`: bindings, credentials, quotas, VCs made or
-deleted), so a right revoked or a topic unlinked takes effect at the next request, and another VC's records leave
-it standing; its sessions are void once the fetch-session table lets any id go (`FETCH_SESSIONS.changes`).
-The forwarder (native/src/forward.rs) reads a request with the plans made here, as the tenancy stage reads it: a
-body the strict walker accepts, each name null or granted, no tagged field of its own; an answer with a message,
-an id the grant does not hold or a session that changed goes back to the session's rewrite.
-"""
+transactional id by the VC's, as the session replaces them; its answer's names go back the same way. The tenancy stage
+says which ids, names and sessions those are as it lets them through (`grant_for(ctx)`; a name only where its link is
+the only name of its topic, so the answer's name is the one the client used): a grant is of one state of the
+connection's virtual cluster, void once it changes (`VirtualCluster.changes`: its links, ACLs, settings, the ids of its
+topics) or the whole state does (`TenancyImage.changes`: bindings, credentials, quotas, VCs made or deleted), so a right
+revoked or a topic unlinked takes effect at the next request, and another VC's records leave it standing; its sessions
+are void once the fetch-session table lets any id go (`FETCH_SESSIONS.changes`). The forwarder (native/src/forward.rs)
+reads a request with the plans made here, as the tenancy stage reads it: a body the strict walker accepts, each name
+null or granted, no tagged field of its own; an answer with a message, an id the grant does not hold or a session that
+changed goes back to the session's rewrite."""
 
 from __future__ import annotations
 
@@ -68,13 +67,12 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     # opens, closes or loses a session is the session's.
     session = replica = None
     if spec.fetch_session is not None:
-        if version < spec.fetch_session:
-            return None
         request = request_type(key, version)
+        fields = {f.name for f in plans.regular_fields(request)}
         session = plans.field_offset(request, "session_id")
-        if session is None:
-            return None
-        if "replica_id" in {f.name for f in plans.regular_fields(request)}:
+        if session is None or version < spec.fetch_session:
+            return None  # before fetch sessions (v4-v6: clients older than Kafka 1.1's), the session's
+        if "replica_id" in fields:
             replica = plans.field_offset(request, "replica_id")
             if replica is None:
                 return None
@@ -95,14 +93,13 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     answer = response_paths(response)
     if {kind for _, kind in answer} - {*TOPICS, MESSAGE}:
         return None
-    if session is not None and "topic" in kinds | {kind for _, kind in answer}:
-        return None  # a Fetch answer streams as it comes: the forwarder renames none of it
     read = _renames(plans.splice_entity(request, names))
-    if session is not None:  # decoded by the session: every string must be one kio decodes (UTF-8)
+    if spec.fetch_session is not None:  # decoded by the session: every string must be one kio decodes (UTF-8)
         strings = string_paths(request)
         if strings is None:
             return None
-        read = _utf8(plans.splice_entity(request, names | {(path, UTF8) for path in strings}))
+        renamed = {path for path, _ in names}  # a name the grant holds is one kio decoded
+        read = _utf8(_renames(plans.splice_entity(request, names | {(p, UTF8) for p in strings - renamed})))
     return plans.check_entity(request)[0], read, _renames(plans.splice_entity(response, answer)), session, replica
 
 

@@ -6,6 +6,7 @@ requests. Both with metrics on: /metrics counts every request the forwarder serv
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import re
 import subprocess
@@ -24,9 +25,13 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition as FetchPartition12
+from kio.schema.fetch.v12.request import FetchRequest as FetchRequest12
+from kio.schema.fetch.v12.request import FetchTopic as FetchTopic12
 
 from benchmarks.bench_peers import parse_consumer
 from proxy.auth.credentials import make_entry
+from proxy.protocol import codec
 from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
@@ -343,6 +348,24 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
     assert elapsed >= 2.0, elapsed  # faster would be requests past the meter
 
 
+def _fetch12(topic: str, session_id: int, epoch: int) -> Any:
+    """A consumer's Fetch v12 of partition 0 from its start, by name."""
+    partition = codec._empty(
+        FetchPartition12, partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1,
+        last_fetched_epoch=-1, log_start_offset=-1,
+    )  # fmt: skip
+    return codec._empty(
+        FetchRequest12,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=(codec._empty(FetchTopic12, topic=topic, partitions=(partition,)),),
+    )
+
+
 def _forwarded(proxy: ProxyProcess, api: str) -> float:
     return total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api=api, vc="team-a")
 
@@ -507,6 +530,19 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
                 assert incremental.error_code == 0 and incremental.session_id == opened.session_id
             _, follower = raw.request(1, 13, 40, dataclasses.replace(fetch13(0, -1, entry.topic_id), replica_id=1))
             assert follower.error_code == ErrorCode.cluster_authorization_failed
+        assert _forwarded(proxy, "Fetch") - before >= 15
+
+        # Fetch v12 by name (Java's before 3.1, sarama's): in its own session, her name for the topic renamed by the
+        # forwarder to the broker's and back in each answer, which goes on whole.
+        before = _forwarded(proxy, "Fetch")
+        with login(leader, "carol", USERS["carol"]) as raw:
+            _, opened = raw.request(1, 12, 50, _fetch12(topic, 0, 0))
+            assert opened.error_code == 0 and opened.session_id != 0
+            for epoch in range(1, 21):
+                _, answer = raw.request(1, 12, 50 + epoch, _fetch12(topic, opened.session_id, epoch))
+                assert answer.error_code == 0 and answer.session_id == opened.session_id
+                assert [t.topic for t in answer.responses] == [topic]
+                assert bytes(answer.responses[0].partitions[0].records or b"").count(b"r-") == len(sent)
         assert _forwarded(proxy, "Fetch") - before >= 15
     finally:
         proxy.stop()

@@ -191,11 +191,13 @@ def granted(s: ProxySession) -> bytes:
     return frame
 
 
-def test_only_produce_and_fetch_by_topic_id_are_a_tenants_to_forward():
-    """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+: a consumer's, read from its replica id
-    before v15)."""
+def test_only_produce_and_fetch_are_a_tenants_to_forward():
+    """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+) or by name (v7-v12, renamed): a
+    consumer's, read from its replica id before v15. A Fetch answer by name goes on whole (no plan to stream it)."""
     served = {(key, version) for key, version, *_ in ENTRIES}
-    assert served == {(ApiKey.PRODUCE, v) for v in range(3, 14)} | {(ApiKey.FETCH, v) for v in range(13, 19)}
+    assert served == {(ApiKey.PRODUCE, v) for v in range(3, 14)} | {(ApiKey.FETCH, v) for v in range(7, 19)}
+    streamed = {(key, version) for key, version, *rest in ENTRIES if rest[6] is not None}
+    assert streamed == {(ApiKey.FETCH, v) for v in range(13, 19)}
 
 
 def test_the_vcs_own_topic_is_granted_and_served_as_the_client_sent_it():
@@ -1187,3 +1189,171 @@ def test_wherever_the_forwarder_serves_a_fetch_v13_the_session_sends_it_unchange
         return
     assert sent(s, frame) == frame
     assert mine == (int.from_bytes(frame[8:12], "big", signed=True), True)
+
+
+# -- Fetch by name (v7-v12: Java's before 3.1, sarama's, older librdkafka's and kafka-python's) ---------------------
+
+FETCH_NAMED = (7, 11, 12)  # the first with a session, int16 strings; librdkafka's and sarama's; compact strings
+
+
+def fetch_named(
+    names: list[str], session_id: int = 0, epoch: int = -1, forget: tuple = (), version: int = 12, correlation: int = 6
+) -> bytes:
+    req, _ = _schema("fetch", version)
+    fields = {f.name for f in dataclasses.fields(req.FetchRequest)}
+    partition = {f.name for f in dataclasses.fields(req.FetchPartition)}
+    extra = {"partition_max_bytes": 1 << 20, "fetch_offset": 0}
+    if "log_start_offset" in partition:
+        extra["log_start_offset"] = -1
+    if "current_leader_epoch" in partition:
+        extra["current_leader_epoch"] = -1
+    topics = tuple(req.FetchTopic(topic=n, partitions=(req.FetchPartition(partition=0, **extra),)) for n in names)
+    body: dict[str, Any] = {
+        "replica_id": -1,
+        "max_wait": datetime.timedelta(milliseconds=500),
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": topics,
+    }
+    if "session_id" in fields:
+        forgotten = tuple(req.ForgottenTopic(topic=n, partitions=(0,)) for n in forget)
+        body |= {"session_id": session_id, "session_epoch": epoch, "forgotten_topics_data": forgotten}
+    if "rack_id" in fields:
+        body["rack_id"] = ""
+    return request_frame(ApiKey.FETCH, version, correlation, req.FetchRequest(**body))
+
+
+def fetched_named(names: list[str], session_id: int = 0, version: int = 12, error: int = 0) -> bytes:
+    _, res = _schema("fetch", version)
+    fields = {f.name for f in dataclasses.fields(res.PartitionData)}
+    extra = {k: v for k, v in {"last_stable_offset": 10, "log_start_offset": 0}.items() if k in fields}
+    if "preferred_read_replica" in fields:
+        extra["preferred_read_replica"] = -1
+    partition = res.PartitionData(
+        partition_index=0, error_code=ErrorCode.none, high_watermark=10, aborted_transactions=None,
+        records=b"\0" * 61, **extra,
+    )  # fmt: skip
+    body: dict[str, Any] = {
+        "throttle_time": datetime.timedelta(0),
+        "responses": tuple(res.FetchableTopicResponse(topic=n, partitions=(partition,)) for n in names),
+    }
+    if "session_id" in {f.name for f in dataclasses.fields(res.FetchResponse)}:
+        body |= {"error_code": ErrorCode(error), "session_id": session_id}
+    return response_frame(ApiKey.FETCH, version, 6, res.FetchResponse(**body))
+
+
+def in_named_session(s: ProxySession, version: int = 12, session_id: int = 77) -> bytes:
+    """`s` fetched `orders` by name and the broker opened fetch session `session_id` for it: the name and the session
+    granted. What the session sent."""
+    out = sent(s, fetch_named(["orders"], epoch=0, version=version))
+    assert out is not None and b"orders" in out and out != fetch_named(["orders"], epoch=0, version=version)
+    physical = _physical(s.tenancy.image, "team-a", "orders")
+    s.on_response(memoryview(bytearray(fetched_named([physical], session_id, version))))
+    return out
+
+
+@pytest.mark.parametrize("version", FETCH_NAMED)
+def test_a_fetch_by_name_of_the_vcs_link_is_renamed_as_the_session_renames_it_both_ways(version):
+    image = make_image()
+    s = session(image)
+    in_named_session(s, version)
+    grant = s.ctx.grant
+    physical = _physical(image, "team-a", "orders")
+    session_id, epoch = 77, 1
+    frame = fetch_named(["orders"], session_id, epoch, version=version)
+    assert grant.owns_session(77)
+    expected = TABLE.sent(frame, grant)
+    other = session(image)
+    in_named_session(other, version)
+    assert expected is not None and expected == sent(other, frame)
+    assert physical.encode() in expected and len(expected) == len(frame) + len(physical) - len("orders")
+    reply = fetched_named([physical], session_id, version)
+    back = TABLE.answered(ApiKey.FETCH, version, reply, grant, (session_id, epoch))
+    assert back is not None and back == session_answer(other, frame, reply)
+    assert physical.encode() not in back and b"orders" in back
+    assert TABLE.sent(fetch_named(["payments"], session_id, epoch, version=version), grant) is None  # not yet granted
+    assert TABLE.sent(fetch_named(["x"], session_id, epoch, version=version), grant) is None  # another VC's link
+    assert TABLE.sent(frame) is None  # no grant, nothing served
+
+
+def test_a_fetch_by_name_answer_naming_what_the_grant_does_not_hold_is_the_sessions():
+    image = make_image()
+    s = session(image)
+    in_named_session(s)
+    grant = s.ctx.grant
+    foreign = _physical(image, "team-b", "x")
+    mine = _physical(image, "team-a", "orders")
+    assert TABLE.answered(ApiKey.FETCH, 12, fetched_named([mine, foreign], 77), grant, (77, 1)) is None
+    assert TABLE.answered(ApiKey.FETCH, 12, fetched_named([mine], 78), grant, (77, 1)) is None  # a new session
+    assert TABLE.answered(ApiKey.FETCH, 12, fetched_named([mine], 77, error=70), grant, (77, 1)) is None
+
+
+def test_a_read_right_revoked_voids_the_fetch_by_name_grant():
+    image = make_image()
+    image.apply(*acl_record("team-a", _acl("orders", Operation.READ), True))
+    s = session(image, allow_if_no_acl=False)
+    in_named_session(s)
+    frame = fetch_named(["orders"], 77, 1)
+    assert TABLE.sent(frame, s.ctx.grant) is not None
+    image.apply(*acl_record("team-a", _acl("orders", Operation.READ), False))
+    assert TABLE.sent(frame, s.ctx.grant) is None
+    assert TABLE.sent(fetch_named(["orders"], 77, 1), s.ctx.grant) is None
+
+
+def test_a_write_grant_by_name_is_not_a_read_grant():
+    s = session(make_image())
+    granted_named(s)  # a Produce to orders by name
+    assert TABLE.sent(fetch_named(["orders"]), s.ctx.grant) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.lists(st.sampled_from(["orders", "payments", "x", "nope"]), max_size=2),
+    forget=st.lists(st.sampled_from(["orders", "x"]), max_size=1),
+    session_id=st.sampled_from([0, 77, 99]),
+    epoch=st.sampled_from([-1, 0, 1, 5]),
+    version=st.sampled_from(FETCH_NAMED),
+    seed=st.integers(0, 1 << 30),
+    cut=st.integers(0, 3),
+)
+def test_wherever_the_forwarder_serves_a_fetch_by_name_the_session_sends_the_same_bytes(
+    names, forget, session_id, epoch, version, seed, cut
+):
+    image = make_image()
+    s = session(image)
+    in_named_session(s, version)
+    FETCH_SESSIONS.record(image.vcs["team-b"].id, s.ctx.broker, 99)
+    frame = fetch_named(names, session_id, epoch, tuple(forget), version, correlation=9)
+    frame = mutated(frame, random.Random(seed), cut)
+    mine = TABLE.sent(frame, s.ctx.grant)
+    if mine is None:
+        return
+    assert sent(s, frame) == mine
+
+
+def test_every_fetch_by_name_answer_it_renames_is_the_sessions_rewrite():
+    rng = random.Random(7)
+    passed = held = 0
+    for _ in range(300):
+        version = rng.choice(FETCH_NAMED)
+        image = make_image()
+        s = session(image)
+        in_named_session(s, version)
+        request = fetch_named(["orders"], 77, 1, version=version)
+        assert sent(s, request) is not None
+        mine, foreign = _physical(image, "team-a", "orders"), _physical(image, "team-b", "x")
+        if rng.random() < 0.5:
+            _, res = _schema("fetch", version)
+            reply = response_frame(ApiKey.FETCH, version, 6, fuzz_session._body(res.FetchResponse, rng))
+        else:
+            reply = fetched_named(
+                rng.sample([mine, mine, foreign], rng.randrange(1, 3)), rng.choice([77, 77, 0]), version
+            )
+        back = TABLE.answered(ApiKey.FETCH, version, reply, s.ctx.grant, (77, 1))
+        if back is None:
+            held += 1
+            continue
+        passed += 1
+        assert back == b"".join(bytes(p) for p in s.on_response(memoryview(bytearray(reply))).pieces)
+    assert passed > 30 and held > 30
