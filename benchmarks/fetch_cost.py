@@ -1,0 +1,183 @@
+"""A virtual cluster's consumer CPU: the proxy's CPU per Fetch answer of about 1 MB, by name (v12: Java clients before
+3.1, sarama) and by topic id (v13+), for each checkout, in rounds.
+
+One client connection per (proxy, version) asks full fetches (no session) of partition 0 from offset 0, so that each
+answer carries the same megabyte from the broker's page cache; what differs between runs is the proxy's work. The
+proxies are `shell_cost.py`'s, in its `tenant` mode (a VC of client id `vcbench`), started side by side.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/fetch_cost.py --bootstrap 127.0.0.1:26092 \\
+        --checkout before=/tmp/base,PYTHONPATH=/tmp/base:/tmp/base-native --checkout after=. --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shell_cost import TOPIC, Proxy, create_topic, drive, producer, start_proxy  # this directory is on sys.path
+
+from proxy.protocol import codec
+from proxy.protocol.apis import api_info, request_type, response_type
+from proxy.protocol.entities import empty
+from proxy.protocol.framing import frame
+from proxy.protocol.headers import encode_request_header, response_body_offset
+
+PARTITION_MAX = 1 << 20
+CLIENT_ID = "vcbench"  # shell_cost's tenant mode binds it to its VC
+
+
+def request_bytes(key: int, version: int, correlation: int, body: Any) -> bytes:
+    header = encode_request_header(key, version, correlation, CLIENT_ID, api_info(key).request_header_version(version))
+    return frame(header + codec.encode(body))
+
+
+class Fetcher:
+    """A raw connection that asks the same full fetch again and again and reads each answer whole."""
+
+    def __init__(self, proxy: Proxy, version: int) -> None:
+        host, port = proxy.bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
+        self.correlation = 0
+        self.ask(18, 3, request_type(18, 3)(client_software_name="fetch-cost", client_software_version="1"))
+        metadata = request_type(3, 12)(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        answer = self.ask(3, 12, metadata)
+        (topic,) = [t for t in answer.topics if t.name == TOPIC]
+        self.frame = self._fetch(version, topic.topic_id)
+
+    @staticmethod
+    def _fetch(version: int, topic_id: Any) -> bytes:
+        req = request_type(1, version)
+        fields = set(req.__dataclass_fields__)
+        partition = empty(
+            _nested(version, "FetchPartition"),
+            partition=0,
+            fetch_offset=0,
+            partition_max_bytes=PARTITION_MAX,
+            current_leader_epoch=-1,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+        )
+        topic_cls = _nested(version, "FetchTopic")
+        topic = empty(topic_cls, topic=TOPIC, partitions=(partition,))
+        if version >= 13:
+            topic = empty(topic_cls, topic_id=topic_id, partitions=(partition,))
+        body: dict[str, Any] = {
+            "max_wait": datetime.timedelta(milliseconds=100),
+            "min_bytes": 1,
+            "max_bytes": 4 * PARTITION_MAX,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": (topic,),
+        }
+        if "replica_id" in fields:
+            body["replica_id"] = -1
+        return request_bytes(1, version, 0, empty(req, **body))
+
+    def ask(self, key: int, version: int, body: Any) -> Any:
+        self.correlation += 1
+        self.sock.sendall(request_bytes(key, version, self.correlation, body))
+        answer = self.read()
+        offset = response_body_offset(answer, api_info(key).response_header_version(version))
+        return codec.decode(response_type(key, version), memoryview(answer), offset)[0]
+
+    def read(self) -> bytes:
+        head = self._exactly(4)
+        return head + self._exactly(int.from_bytes(head, "big"))
+
+    def _exactly(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(min(n - len(out), 1 << 20))
+            if not chunk:
+                raise SystemExit("the proxy closed the connection")
+            out += chunk
+        return bytes(out)
+
+    def run(self, n: int) -> int:
+        """Bytes of `n` answers."""
+        total = 0
+        for _ in range(n):
+            self.sock.sendall(self.frame)
+            total += len(self.read())
+        return total
+
+
+def _nested(version: int, name: str) -> type:
+    import importlib
+
+    return getattr(importlib.import_module(f"kio.schema.fetch.v{version}.request"), name)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--checkout", action="append", required=True, help="NAME=DIR[,VAR=VALUE...], as shell_cost's")
+    ap.add_argument("--versions", default="12,13")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--answers", type=int, default=300)
+    ap.add_argument("--port", type=int, default=29700)
+    args = ap.parse_args()
+    versions = [int(v) for v in args.versions.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="fetch-cost-"))
+    proxies: list[Proxy] = []
+    try:
+        port = args.port
+        for spec in args.checkout:
+            name, _, rest = spec.partition("=")
+            src, *assignments = rest.split(",")
+            extra_env = dict(a.split("=", 1) for a in assignments)
+            python = extra_env.pop("python", sys.executable)
+            proxies.append(
+                start_proxy(work, name, Path(src).resolve(), "tenant", port, args.bootstrap, extra_env, python)
+            )
+            port += 20
+        create_topic(proxies[0])
+        drive(producer(proxies[0], 5), 5, 400)  # about 1.3 MB: every answer is a full megabyte
+        fetchers = {(x.name, v): Fetcher(x, v) for x in proxies for v in versions}
+        for fetcher in fetchers.values():
+            fetcher.run(20)  # warm-up
+        runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for r in range(args.rounds):
+            order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
+            for x in order:
+                for v in versions:
+                    u0, s0 = x.cpu()
+                    size = fetchers[x.name, v].run(args.answers)
+                    u1, s1 = x.cpu()
+                    cpu = u1 - u0 + s1 - s0
+                    runs.setdefault((x.name, v), []).append((cpu * 1e6 / args.answers, cpu / (size / 1e9)))
+            print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
+        print(
+            f"{args.answers} Fetch answers of ~{PARTITION_MAX >> 20} MB per run, {args.rounds} rounds, medians (range)"
+        )
+        print(f"{'proxy':24} {'Fetch':>6} {'µs CPU per answer':>22} {'s CPU per GB':>18}")
+        for (name, v), values in runs.items():
+            us, gb = [a for a, _ in values], [b for _, b in values]
+            print(
+                f"{name:24} {'v' + str(v):>6} {statistics.median(us):>10.0f} ({min(us):.0f}..{max(us):.0f})"
+                f" {statistics.median(gb):>8.2f} ({min(gb):.2f}..{max(gb):.2f})"
+            )
+    finally:
+        for x in proxies:
+            x.proc.send_signal(signal.SIGTERM)
+        for x in proxies:
+            try:
+                x.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                x.proc.kill()
+        print(f"logs: {work}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
