@@ -1,5 +1,6 @@
-"""A virtual cluster's consumer CPU: the proxy's CPU per Fetch answer of about 1 MB, by name (v12: Java clients before
-3.1, sarama) and by topic id (v13+), for each checkout, in rounds.
+"""A virtual cluster's consumer CPU: the proxy's CPU per Fetch answer of about 1 MB (or, with --empty, of none: a
+consumer that has caught up), by name (v12: Java clients before 3.1, sarama) and by topic id (v13+), for each
+checkout, in rounds.
 
 One client connection per (proxy, version) asks full fetches (no session) of partition 0 from offset 0, so that each
 answer carries the same megabyte from the broker's page cache; what differs between runs is the proxy's work. The
@@ -43,7 +44,7 @@ def request_bytes(key: int, version: int, correlation: int, body: Any) -> bytes:
 class Fetcher:
     """A raw connection that asks the same full fetch again and again and reads each answer whole."""
 
-    def __init__(self, proxy: Proxy, version: int) -> None:
+    def __init__(self, proxy: Proxy, version: int, empty_answers: bool = False) -> None:
         host, port = proxy.bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=60)
         self.correlation = 0
@@ -53,16 +54,27 @@ class Fetcher:
         )
         answer = self.ask(3, 12, metadata)
         (topic,) = [t for t in answer.topics if t.name == TOPIC]
-        self.frame = self._fetch(version, topic.topic_id)
+        offset = self._end() if empty_answers else 0
+        self.frame = self._fetch(version, topic.topic_id, offset, 0 if empty_answers else 100)
+
+    def _end(self) -> int:
+        """Partition 0's log end offset: a fetch from there is answered at once with no records."""
+        import kio.schema.list_offsets.v7.request as lo
+
+        partition = empty(lo.ListOffsetsPartition, partition_index=0, timestamp=-1, current_leader_epoch=-1)
+        topic = empty(lo.ListOffsetsTopic, name=TOPIC, partitions=(partition,))
+        return int(
+            self.ask(2, 7, empty(lo.ListOffsetsRequest, replica_id=-1, topics=(topic,))).topics[0].partitions[0].offset
+        )
 
     @staticmethod
-    def _fetch(version: int, topic_id: Any) -> bytes:
+    def _fetch(version: int, topic_id: Any, offset: int, wait_ms: int) -> bytes:
         req = request_type(1, version)
         fields = set(req.__dataclass_fields__)
         partition = empty(
             _nested(version, "FetchPartition"),
             partition=0,
-            fetch_offset=0,
+            fetch_offset=offset,
             partition_max_bytes=PARTITION_MAX,
             current_leader_epoch=-1,
             last_fetched_epoch=-1,
@@ -73,8 +85,8 @@ class Fetcher:
         if version >= 13:
             topic = empty(topic_cls, topic_id=topic_id, partitions=(partition,))
         body: dict[str, Any] = {
-            "max_wait": datetime.timedelta(milliseconds=100),
-            "min_bytes": 1,
+            "max_wait": datetime.timedelta(milliseconds=wait_ms),
+            "min_bytes": 0 if wait_ms == 0 else 1,
             "max_bytes": 4 * PARTITION_MAX,
             "session_id": 0,
             "session_epoch": -1,
@@ -127,6 +139,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--answers", type=int, default=300)
     ap.add_argument("--port", type=int, default=29700)
+    ap.add_argument("--empty", action="store_true", help="fetch from the log's end: answers with no records, at once")
     args = ap.parse_args()
     versions = [int(v) for v in args.versions.split(",")]
     work = Path(tempfile.mkdtemp(prefix="fetch-cost-"))
@@ -144,7 +157,7 @@ def main() -> None:
             port += 20
         create_topic(proxies[0])
         drive(producer(proxies[0], 5), 5, 400)  # about 1.3 MB: every answer is a full megabyte
-        fetchers = {(x.name, v): Fetcher(x, v) for x in proxies for v in versions}
+        fetchers = {(x.name, v): Fetcher(x, v, args.empty) for x in proxies for v in versions}
         for fetcher in fetchers.values():
             fetcher.run(20)  # warm-up
         runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
@@ -159,7 +172,8 @@ def main() -> None:
                     runs.setdefault((x.name, v), []).append((cpu * 1e6 / args.answers, cpu / (size / 1e9)))
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         print(
-            f"{args.answers} Fetch answers of ~{PARTITION_MAX >> 20} MB per run, {args.rounds} rounds, medians (range)"
+            f"{args.answers} Fetch answers of {'no records (from the log end)' if args.empty else '~1 MB'} per run,"
+            f" {args.rounds} rounds, medians (range)"
         )
         print(f"{'proxy':24} {'Fetch':>6} {'µs CPU per answer':>22} {'s CPU per GB':>18}")
         for (name, v), values in runs.items():
