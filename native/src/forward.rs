@@ -228,6 +228,8 @@ type Note = Option<(i32, i32)>;
 /// A request sent whose answer was not written, as Python adopts it: (correlation id, key, version, a Fetch's session,
 /// its size in bytes, ns since it was read).
 type Outstanding = (i32, i16, i16, Note, u64, u64);
+/// An outstanding request as Python adopts it: with a sampled one's draw and copy.
+type Adopted<'py> = (i32, i16, i16, Note, u64, u64, Option<(u64, Bound<'py, PyBytes>)>);
 
 /// A counter Python bumps whenever the virtual clusters' state changes (proxy/tenancy/model.py, `apply`): the whole
 /// state's, or one virtual cluster's. Every grant made before of what it counts is void from then on, read without
@@ -872,6 +874,7 @@ struct Outcome {
     leftover: Vec<u8>,        // the client's bytes read and not served
     broker_leftover: Vec<u8>, // the broker's bytes read and not yet an answer written
     in_flight: Vec<Outstanding>, // requests sent whose answers were not written
+    in_flight_sampled: Vec<Option<(u64, Vec<u8>)>>, // of those, a sampled one's draw and copy (its span is Python's)
     requests: u64,
     responses: u64,
 }
@@ -906,8 +909,47 @@ impl Shared {
 }
 
 /// A request forwarded whose answer has not been written: correlation id, table index, a Fetch's session, when it
-/// was read (ns since the epoch) and its size.
-type Sent = (i32, u32, Note, u64, u64);
+/// was read (ns since the epoch), its size, and whether a span samples it (its copy waits in `Conn::sampled`).
+type Sent = (i32, u32, Note, u64, u64, bool);
+
+/// A sampled request served, for Python to make its span of (`Phase.take_spans`): its draw (the trace id's low 64
+/// bits), API key and version, correlation id, when it was read and answered (ns since the forwarder's epoch), and
+/// copies of the request, of the broker's answer and of what the client got when that differs (renamed, rewritten).
+struct SpanRecord {
+    draw: u64,
+    key: i16,
+    version: i16,
+    correlation: i32,
+    start: u64,
+    end: u64,
+    request: Vec<u8>,
+    upstream: Option<Vec<u8>>,
+    sent: Option<Vec<u8>>,
+}
+
+/// The spans a phase's sampled requests wait in until Python takes them, bounded: past it, a sampled request is
+/// handed back instead (Python serves it and makes its span).
+#[derive(Default)]
+struct Spans {
+    records: Vec<SpanRecord>,
+    bytes: usize,
+}
+
+const SPANS_MOST: usize = 4096;
+const SPANS_MOST_BYTES: usize = 64 << 20;
+
+impl Spans {
+    fn room(&self, more: usize) -> bool {
+        self.records.len() < SPANS_MOST && self.bytes + more <= SPANS_MOST_BYTES
+    }
+
+    fn push(&mut self, record: SpanRecord) {
+        self.bytes += record.request.len()
+            + record.upstream.as_ref().map_or(0, Vec::len)
+            + record.sent.as_ref().map_or(0, Vec::len);
+        self.records.push(record);
+    }
+}
 
 struct Conn {
     id: u64,
@@ -958,19 +1000,23 @@ struct Conn {
     // Python makes, so it is handed back with its draw; the rest are served. None: no tracing.
     sampling: Option<Sampling>,
     drawn: Option<u64>, // the draw of the request the phase stopped at
+    // Sampled requests served here: their spans' records, for Python (None: a sampled request is handed back), and
+    // the copies of those still waiting for their answers, in the order sent.
+    spans: Option<Arc<Mutex<Spans>>>,
+    sampled: VecDeque<(u64, Vec<u8>)>,
 }
 
 /// The sampler's rule (OpenTelemetry's TraceIdRatioBased): a request is sampled when its trace id's low 64 bits, drawn
 /// at random, are under `bound`. The forwarder draws them for each request it would serve; Python makes the rest of the
 /// trace id, so the rule and the odds are the same whichever path drew.
 struct Sampling {
-    bound: u64,
+    bound: u128, // 2**64: every request
     first: Option<u64>, // the draw Python made for the request it handed over at
     state: u64,         // splitmix64
 }
 
 impl Sampling {
-    fn new(bound: u64, first: Option<u64>) -> Self {
+    fn new(bound: u128, first: Option<u64>) -> Self {
         let mut seed = [0u8; 8];
         // SAFETY: fills at most 8 bytes of a live buffer; a short or failed read leaves a seed of the clock's bits.
         let got = unsafe { libc::getrandom(seed.as_mut_ptr() as *mut libc::c_void, 8, 0) };
@@ -1500,7 +1546,14 @@ impl Conn {
                 (Some(_), Some(sampling)) => Some((sampling.draw(), sampling.bound)),
                 _ => None,
             };
-            if drawn.is_some_and(|(draw, bound)| draw < bound) {
+            // Sampled: served here when its span's record has room (Python makes the span from it), else handed back.
+            let sampled = drawn.is_some_and(|(draw, bound)| (draw as u128) < bound);
+            let kept = sampled
+                && self.spans.as_ref().is_some_and(|spans| {
+                    let held: usize = self.sampled.iter().map(|(_, copy)| copy.len()).sum();
+                    spans.lock().unwrap_or_else(|e| e.into_inner()).room(held + 2 * total)
+                });
+            if sampled && !kept {
                 served = None;
             }
             let served = served
@@ -1521,16 +1574,36 @@ impl Conn {
                     self.drawn = drawn.map(|(draw, _)| draw);
                 }
                 Some((correlation, idx, answered, note, renamed)) => {
-                    let read = if self.tally.is_some() { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
+                    let timed = self.tally.is_some() || kept;
+                    let read = if timed { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
                     let out = renamed.as_deref().unwrap_or(frame);
                     send_or_queue(self.broker, out, &mut self.bout, self.bout_at, &mut self.broker_writable)
                         .map_err(|e| End::BrokerClosed(e.to_string()))?;
+                    let draw = drawn.map_or(0, |(draw, _)| draw);
                     if answered {
-                        self.in_flight.push_back((correlation, idx, note, read, total as u64));
-                    } else if let Some(tally) = &self.tally {
-                        // An acks=0 Produce: done once sent on, as Python counts it.
+                        self.in_flight.push_back((correlation, idx, note, read, total as u64, kept));
+                        if kept {
+                            self.sampled.push_back((draw, frame.to_vec()));
+                        }
+                    } else {
+                        // An acks=0 Produce: done once sent on, as Python counts it (and ends its span).
                         let now = self.epoch.elapsed().as_nanos() as u64;
-                        tally.record((idx >> 16) as u16 as i16, now.saturating_sub(read), total as u64, 0, &[]);
+                        if let Some(tally) = &self.tally {
+                            tally.record((idx >> 16) as u16 as i16, now.saturating_sub(read), total as u64, 0, &[]);
+                        }
+                        if let (true, Some(spans)) = (kept, &self.spans) {
+                            spans.lock().unwrap_or_else(|e| e.into_inner()).push(SpanRecord {
+                                draw,
+                                key: (idx >> 16) as u16 as i16,
+                                version: idx as u16 as i16,
+                                correlation,
+                                start: read,
+                                end: now,
+                                request: frame.to_vec(),
+                                upstream: None,
+                                sent: None,
+                            });
+                        }
                     }
                     self.requests += 1;
                     at += total;
@@ -1556,7 +1629,7 @@ impl Conn {
                 break;
             };
             let frame = &self.bin[at..at + total];
-            let Some(&(expected, idx, note, read, size)) = self.in_flight.front() else {
+            let Some(&(expected, idx, note, read, size, kept)) = self.in_flight.front() else {
                 return Err(End::Protocol("response from the broker with no request outstanding".into()));
             };
             if total < 8 {
@@ -1606,12 +1679,27 @@ impl Conn {
                 let now = self.epoch.elapsed().as_nanos() as u64;
                 tally.record(key, now.saturating_sub(read), size, out.len() as u64, &codes);
             }
+            let sampled = if kept { self.sampled.pop_front() } else { None };
+            if let (Some(spans), Some((draw, request))) = (&self.spans, sampled) {
+                spans.lock().unwrap_or_else(|e| e.into_inner()).push(SpanRecord {
+                    draw,
+                    key,
+                    version,
+                    correlation,
+                    start: read,
+                    end: self.epoch.elapsed().as_nanos() as u64,
+                    request,
+                    upstream: Some(frame.to_vec()),
+                    sent: rewritten.as_ref().map(|_| out.to_vec()),
+                });
+            }
             self.in_flight.pop_front();
             self.responses += 1;
             at += total;
             progress = true;
         }
-        if partial {
+        // A sampled answer goes on whole: its span's record holds a copy of it all (none spliced past the process).
+        if partial && !self.in_flight.front().is_some_and(|sent| sent.5) {
             progress |= self.stream(at)?;
         }
         if at > 0 {
@@ -1638,7 +1726,7 @@ impl Conn {
         {
             return Ok(false);
         }
-        let Some(&(expected, idx, note, _, _)) = self.in_flight.front() else { return Ok(false) };
+        let Some(&(expected, idx, note, ..)) = self.in_flight.front() else { return Ok(false) };
         // The size was checked by `whole_frame`; a wrong correlation id is refused when the answer is whole.
         if (idx >> 16) as u16 as i16 != FETCH || 4 + be_i32(part) as usize <= STREAM_MIN || be_i32(&part[4..]) != expected
         {
@@ -1877,7 +1965,7 @@ fn epoll_add(epfd: i32, fd: i32, token: u64, events: u32) -> io::Result<()> {
 }
 
 fn finish(shared: &Shared, conn: Conn, end: End) {
-    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, epoch, drawn, sampling, .. } = conn;
+    let Conn { id, client, broker, cin, bin, in_flight, requests, responses, epoch, drawn, sampling, mut sampled, .. } = conn;
     // Python's draw for the request it handed over at, when the phase ended before the forwarder looked at it.
     let drawn = drawn.or(sampling.and_then(|s| s.first));
     for fd in [client, broker] {
@@ -1891,10 +1979,15 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
         broker_leftover: if yielded { bin.into_vec() } else { Vec::new() },
         in_flight: if yielded {
             let now = epoch.elapsed().as_nanos() as u64;
-            let outstanding = |&(c, idx, note, read, size): &Sent| -> Outstanding {
+            let outstanding = |&(c, idx, note, read, size, _): &Sent| -> Outstanding {
                 (c, (idx >> 16) as u16 as i16, idx as u16 as i16, note, size, now.saturating_sub(read))
             };
             in_flight.iter().map(outstanding).collect()
+        } else {
+            Vec::new()
+        },
+        in_flight_sampled: if yielded {
+            in_flight.iter().map(|sent| if sent.5 { sampled.pop_front() } else { None }).collect()
         } else {
             Vec::new()
         },
@@ -2058,8 +2151,9 @@ impl Forwarder {
     /// while `answer_allowance` has anything left: without one, none is. With `count` (a request rate), every request
     /// served spends one of it, and none is served once it has none left.
     #[allow(clippy::too_many_arguments)]
-    /// With `sampling` (tracing: the sampler's bound, and the draw Python made for the first request or None), a
-    /// request drawn under the bound is handed back with its draw (`Phase.outcome`): Python makes its span.
+    /// With `sampling` (tracing: the sampler's bound, the draw Python made for the first request or None, and whether to
+    /// keep spans), a request drawn under the bound is served and its span's record kept for Python
+    /// (`Phase.take_spans`) while there is room, else handed back with its draw (`Phase.outcome`).
     #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None))]
     fn attach(
         &self,
@@ -2076,12 +2170,13 @@ impl Forwarder {
         allowance: Option<&Allowance>,
         answer_allowance: Option<&Allowance>,
         count: Option<&Allowance>,
-        sampling: Option<(u64, Option<u64>)>,
+        sampling: Option<(u128, Option<u64>, bool)>,
     ) -> PyResult<Phase> {
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let spans = sampling.filter(|s| s.2).map(|_| Arc::new(Mutex::new(Spans::default())));
         let published =
             Arc::new(Published { last_active_ns: AtomicU64::new(self.shared.now_ns()), in_flight: AtomicUsize::new(0) });
         let conn = Conn {
@@ -2124,11 +2219,18 @@ impl Forwarder {
             requests: 0,
             responses: 0,
             published: Arc::clone(&published),
-            sampling: sampling.map(|(bound, first)| Sampling::new(bound, first)),
+            sampling: sampling.map(|(bound, first, _)| Sampling::new(bound, first)),
             drawn: None,
+            spans: spans.clone(),
+            sampled: VecDeque::new(),
         };
         self.shared.send(Command::Attach(Box::new(conn)));
-        Ok(Phase { id, published, shared: Arc::clone(&self.shared) })
+        Ok(Phase { id, published, shared: Arc::clone(&self.shared), spans })
+    }
+
+    /// Nanoseconds since the forwarder's epoch (what a span's record counts its times in).
+    fn now_ns(&self) -> u64 {
+        self.shared.now_ns()
     }
 
     /// The eventfd that is readable when phases have ended.
@@ -2151,6 +2253,7 @@ pub struct Phase {
     id: u64,
     published: Arc<Published>,
     shared: Arc<Shared>,
+    spans: Option<Arc<Mutex<Spans>>>,
 }
 
 #[pymethods]
@@ -2180,15 +2283,38 @@ impl Phase {
         self.published.in_flight.load(Ordering::Relaxed)
     }
 
+    /// The records of the sampled requests served since the last call, as (draw, api key, version, correlation id,
+    /// read and answered in ns since the forwarder's epoch, the request, the broker's answer or None (an acks=0
+    /// Produce), what the client got when it differs or None).
+    #[allow(clippy::type_complexity)]
+    fn take_spans<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Vec<(u64, i16, i16, i32, u64, u64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>, Option<Bound<'py, PyBytes>>)>
+    {
+        let Some(spans) = &self.spans else { return Vec::new() };
+        let taken = std::mem::take(&mut *spans.lock().unwrap_or_else(|e| e.into_inner()));
+        let bytes = |b: &Vec<u8>| PyBytes::new(py, b);
+        taken
+            .records
+            .iter()
+            .map(|r| {
+                let (upstream, sent) = (r.upstream.as_ref().map(bytes), r.sent.as_ref().map(bytes));
+                (r.draw, r.key, r.version, r.correlation, r.start, r.end, bytes(&r.request), upstream, sent)
+            })
+            .collect()
+    }
+
     /// Once the phase has ended: (how it ended, why, requests forwarded, answers written, and on a hand-back: the
     /// client's bytes read and not served, the broker's bytes read and not written, the requests sent whose
-    /// answers were not written as (correlation id, api key, version), and the sampling draw of the first request not
-    /// served, if it was drawn); None before.
+    /// answers were not written as (correlation id, api key, version, a Fetch's session, size, ns since read, and for
+    /// one a span samples: its draw and a copy of it), and the sampling draw of the first request not served, if it was
+    /// drawn); None before.
     #[allow(clippy::type_complexity)]
     fn outcome<'py>(
         &self,
         py: Python<'py>,
-    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Outstanding>, Option<u64>)>
+    ) -> Option<(&'static str, String, u64, u64, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Adopted<'py>>, Option<u64>)>
     {
         let outcome = self.shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id)?;
         let (kind, why) = outcome.end.kind();
@@ -2199,7 +2325,14 @@ impl Phase {
             outcome.responses,
             PyBytes::new(py, &outcome.leftover),
             PyBytes::new(py, &outcome.broker_leftover),
-            outcome.in_flight,
+            outcome
+                .in_flight
+                .into_iter()
+                .zip(outcome.in_flight_sampled)
+                .map(|((c, key, version, note, size, age), sampled)| {
+                    (c, key, version, note, size, age, sampled.map(|(draw, copy)| (draw, PyBytes::new(py, &copy))))
+                })
+                .collect(),
             outcome.drawn,
         ))
     }

@@ -162,13 +162,12 @@ class ClientConnection:
             telemetry.state = session.ctx
             if telemetry.metrics is not None and session.ctx.image is not None:
                 telemetry.metrics.quotas = session.ctx.image.quotas  # quota use and throttles, per entity
-        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP connection with no tap, those no
-        # span samples (metrics it counts itself; a sampled request is handed back with its draw: Python makes its
-        # span), while few are sampled; the Python path hands it over when nothing is outstanding.
+        # The forwarder (proxy/net/forwarder.py) serves plain requests of a plain-TCP connection with no tap (metrics
+        # it counts itself; with tracing, it samples as the sampler does and keeps a record of each sampled request for
+        # Python to make its span from); the Python path hands it over when nothing is outstanding.
         tracing = telemetry.tracing if telemetry is not None else None
-        self._sampling = tracing.forwarder_bound if tracing is not None else None
+        self._sampling = tracing.bound if tracing is not None else None
         plain = isinstance(client, trio.SocketStream) and tap_dir is None
-        plain = plain and (tracing is None or self._sampling is not None)
         self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
         self._forward_want = 0  # the size of the Produce request the forwarder takes the connection at (else 0)
@@ -243,11 +242,6 @@ class ClientConnection:
                 return False
         finally:
             view.release()  # before the decoder may move its buffer
-        if self._sampling is not None:
-            assert self.telemetry is not None
-            drawn = self.telemetry.draw()
-            if drawn is not None and drawn < self._sampling:
-                return False  # sampled: its span is Python's (the session takes it with this draw)
         self._forward_table = table
         self._forward_want = want
         return True
@@ -296,12 +290,12 @@ class ClientConnection:
                 telemetry = self.telemetry
                 tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
                 table = self._forward_table
-                sampling = None
+                sampling = spans = None
                 if self._sampling is not None and telemetry is not None:
-                    sampling = (self._sampling, telemetry.drawn)  # its draw for the first request, not sampled
-                    telemetry.drawn = None
+                    sampling = (self._sampling, telemetry.draw())  # the first request's draw, made here
+                    telemetry.drawn, spans = None, telemetry.forwarded_spans
                 outcome = await forwarder.serve(
-                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, held, sampling
+                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, held, sampling, spans
                 )
             finally:
                 self._phase = None
@@ -339,8 +333,8 @@ class ClientConnection:
             # Their answers come first, through the stages (and the metrics, as the Python path's own).
             adopted = self.session.adopt(item[:4] for item in outcome.in_flight)
             if self.telemetry is not None:
-                for ex, (*_, size, age_ns) in zip(adopted, outcome.in_flight, strict=True):
-                    self.telemetry.adopted(ex, size, age_ns)
+                for ex, (*_, size, age_ns, sampled) in zip(adopted, outcome.in_flight, strict=True):
+                    self.telemetry.adopted(ex, size, age_ns, sampled)
             return True
         if kind == "client-closed":
             return False

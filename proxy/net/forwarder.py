@@ -10,10 +10,11 @@ requests it sent whose answers have not come: the session takes them as its own 
 Python's pumps answer them first, in order. Which requests are plain is the session's decision
 (proxy/core/forward_table.py; for a virtual cluster's connection, on the grant it made: proxy/core/grants.py).
 
-Only where both sockets are plain TCP (TLS is Python's) and with no tap. With tracing on, the requests no span samples
-(the forwarder draws as the sampler would, and hands a sampled one back with its draw: Python makes its span), while
-few are sampled. With metrics on, the forwarder counts what it serves in a native tally that /metrics folds in
-(proxy/observability/metrics.py), and an API whose answer's error codes it cannot find stays Python's.
+Only where both sockets are plain TCP (TLS is Python's) and with no tap. With tracing on, the forwarder draws each
+request's trace id as the sampler would, and keeps a record of each sampled one it serves (copies of the request and
+its answer) from which Python makes the span, once a second and when the phase ends. With metrics on, the forwarder
+counts what it serves in a native tally that /metrics folds in (proxy/observability/metrics.py), and an API whose
+answer's error codes it cannot find stays Python's.
 `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does `VCPROXY_FORWARDER=0` alone.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,8 @@ from .allowances import Allowances
 
 log = logging.getLogger(__name__)
 
+SPANS_EVERY = 1.0  # seconds between two takes of a phase's span records (the exporters batch them once a second too)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -44,10 +48,10 @@ class Outcome:
     responses: int  # answers written
     # On a hand-back (kind "yield"): the client's bytes read and not served, the broker's read and not written,
     # and the requests sent whose answers were not written, as (correlation id, api key, version, a Fetch's session
-    # and epoch or None, the request's size, ns since it was read).
+    # and epoch or None, the request's size, ns since it was read, and for one a span samples: its draw and a copy).
     leftover: bytes = b""
     broker_leftover: bytes = b""
-    in_flight: tuple[tuple[int, int, int, tuple[int, int] | None, int, int], ...] = ()
+    in_flight: tuple[tuple[int, int, int, tuple[int, int] | None, int, int, tuple[int, bytes] | None], ...] = ()
     drawn: int | None = None  # tracing: the sampling draw of the first request not served, if it had one
 
 
@@ -126,13 +130,17 @@ class Forwarder:
         tally: Any = None,
         allowances: Allowances | None = None,
         sampling: tuple[int, int | None] | None = None,
+        spans: Callable[[list[Any], int], None] | None = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
         (metrics on), each request served is counted in it. What a quota meters is served only within `allowances`
         (proxy/net/allowances.py), renewed while the phase lasts. With `sampling` (tracing: the sampler's bound, and
-        the draw made for the first request), a request drawn under the bound is handed back with its draw."""
-        phase = self._forwarder().attach(
+        the draw made for the first request), a request drawn under the bound is served and its record handed to
+        `spans` (with the wall clock's ns at the forwarder's epoch) once a second and at the end, or, with no `spans`
+        or no room for it, handed back with its draw."""
+        native = self._forwarder()
+        phase = native.attach(
             client.socket.fileno(),
             broker.socket.fileno(),
             table,
@@ -146,21 +154,30 @@ class Forwarder:
             allowances.request if allowances is not None else None,
             allowances.answer if allowances is not None else None,
             allowances.count if allowances is not None else None,
-            sampling,
+            (*sampling, spans is not None) if sampling is not None else None,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)
         idle = False
         tick = allowances.tick() if allowances is not None else None
         next_tick = trio.current_time() + tick[0] if tick is not None else math.inf
+        next_spans = trio.current_time() + SPANS_EVERY if spans is not None else math.inf
+
+        def take_spans() -> None:
+            if spans is not None and (records := phase.take_spans()):
+                spans(records, time.time_ns() - native.now_ns())
+
         try:
             while not ended.is_set():
                 # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
                 now = trio.current_time()
-                with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick)):
+                with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick, next_spans)):
                     await ended.wait()
                 if tick is not None and not ended.is_set() and trio.current_time() >= next_tick:
                     next_tick = trio.current_time() + tick[1]()
+                if trio.current_time() >= next_spans:
+                    next_spans = trio.current_time() + SPANS_EVERY
+                    take_spans()
                 if not ended.is_set() and phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
                     idle = True
                     phase.detach()
@@ -170,6 +187,7 @@ class Forwarder:
                 phase.detach()  # the forwarder ignores it for a phase already over
                 with trio.CancelScope(shield=True):  # the sockets stay open until it has let them go
                     await ended.wait()
+        take_spans()
         outcome = phase.outcome()
         assert outcome is not None
         kind, reason, requests, responses, leftover, broker_leftover, in_flight, drawn = outcome

@@ -76,12 +76,6 @@ def _kinds() -> _Kinds:
 
 
 _ID_LIMIT = (1 << 64) - 1
-# The largest sample ratio at which the forwarder serves a traced connection's unsampled requests. A sampled one comes
-# back to the Python path and goes over again only once nothing is outstanding: one at a time, about 400 µs of CPU more
-# than the Python path's own span, against about 100 µs saved on each unsampled one; with five in flight the Python
-# path keeps the connection for longer after each. Measured (docs/performance.md, "Tracing on the forwarder"): at 1%
-# and 2% both cost less than the Python path, at 5% five in flight cost as much or more.
-FORWARD_SAMPLED_MAX = 0.02
 
 
 def _api_names() -> dict[int, str]:
@@ -163,12 +157,6 @@ class Tracing:
         """A request is sampled when the low 64 bits of its trace id, drawn at random, are under this."""
         return self._bound
 
-    @property
-    def forwarder_bound(self) -> int | None:
-        """The bound the forwarder samples with, or None where it serves no traced request: a sampled request it
-        hands back costs the Python path and a hand-over again, so above `FORWARD_SAMPLED_MAX` it saves nothing."""
-        return self._bound if self.sampler.rate <= FORWARD_SAMPLED_MAX else None
-
     def sample(self, drawn: int | None = None) -> int:
         """A trace id if this request is sampled, else 0 (the TraceIdRatioBased rule on the id). `drawn`: the id's low
         64 bits, drawn before (by the forwarder, or as the connection was offered to it), so that no request is drawn
@@ -202,6 +190,15 @@ class Tracing:
         self.provider.shutdown()
 
 
+class Served(NamedTuple):
+    """What the recorder reads of a request's exchange, for one the forwarder served: it went as the client sent it."""
+
+    api_version: int
+    response_header_version: int
+    exchange: None = None
+    close_after: bool = False
+
+
 class RequestTrace:
     """What is remembered about one request between its frame and its answer."""
 
@@ -225,7 +222,7 @@ class RequestTrace:
         api_key: int,
         api_version: int,
         correlation_id: int,
-        pending: Exchange | None,
+        pending: Exchange | Served | None,
     ):
         self.started = started
         self.trace_id = trace_id  # 0: not sampled (metrics only)
@@ -393,10 +390,8 @@ class ConnectionTelemetry:
             return None
         trace = RequestTrace(started, trace_id, len(frame), api_key, version, correlation_id, pending)
         trace.delay = decision.delay
-        if trace_id and api_key not in _kinds().records_in_response:
-            state = self.state
-            if api_key == ApiKey.PRODUCE or state is None or state.engine is None:
-                trace.request_topics = self._scan_request(wire_frame, api_key, wire_version)
+        if trace_id:
+            trace.request_topics = self._request_topics(wire_frame, api_key, wire_version)
         if pending is not None:
             pending.trace = trace
         return trace
@@ -429,12 +424,54 @@ class ConnectionTelemetry:
         self.requests += requests
         self.drawn = drawn
 
-    def adopted(self, ex: Exchange, bytes_in: int, age_ns: int) -> None:
+    def adopted(self, ex: Exchange, bytes_in: int, age_ns: int, sampled: tuple[int, bytes] | None = None) -> None:
         """A request the forwarder sent `age_ns` ago whose answer comes through the pumps: recorded when it is
-        answered, like any other (metrics only: no span is sampled while the forwarder serves)."""
-        if self.metrics is not None:
-            started = time.time_ns() - age_ns
-            ex.trace = RequestTrace(started, 0, bytes_in, ex.api_key, ex.api_version, ex.correlation_id, ex)
+        answered, like any other; with the span the forwarder's draw sampled (`sampled`: the draw, and a copy of the
+        request, which the forwarder read)."""
+        if self.metrics is None and sampled is None:
+            return
+        trace_id = self.tracing.sample(sampled[0]) if sampled is not None and self.tracing is not None else 0
+        started = time.time_ns() - age_ns
+        ex.trace = RequestTrace(started, trace_id, bytes_in, ex.api_key, ex.api_version, ex.correlation_id, ex)
+        if trace_id and sampled is not None:
+            ex.trace.request_topics = self._request_topics(memoryview(sampled[1]), ex.api_key, ex.api_version)
+
+    def forwarded_spans(self, records: list[Any], epoch_ns: int) -> None:
+        """Spans of the sampled requests the forwarder served (`Phase.take_spans`: each one's draw, API, correlation
+        id, times since the forwarder's epoch, which is `epoch_ns` on the wall clock, and copies of the request and
+        of its answer as the broker and as the client had it), made as the Python path makes them from the same
+        bytes; the forwarder's tally counted them (no metrics here)."""
+        tracing = self.tracing
+        if tracing is None:
+            return
+        from ..protocol.apis import api_info
+
+        for draw, key, version, correlation, start, end, request, upstream, sent in records:
+            trace_id = tracing.sample(draw)
+            info = api_info(key)
+            if not trace_id or info is None:
+                continue
+            try:
+                served = Served(version, info.response_header_version(version))
+                trace = RequestTrace(epoch_ns + start, trace_id, len(request), key, version, correlation, served)
+                trace.request_topics = self._request_topics(memoryview(request), key, version)
+                if upstream is None:  # an acks=0 Produce: over once it went on
+                    self._record(trace, None, 0, epoch_ns + end, False, count=False)
+                    continue
+                pieces: list[bytes | memoryview] = [sent if sent is not None else upstream]
+                facts = self._scan_response(trace, pieces, memoryview(upstream))
+                self._record(trace, facts, len(pieces[0]), epoch_ns + end, False, count=False)
+            except Exception as exc:  # telemetry never costs a connection
+                log.debug("cannot make the span of api %d v%d: %s", key, version, exc)
+
+    def _request_topics(self, frame: memoryview, api_key: int, version: int) -> dict[TopicKey, int] | None:
+        """A sampled request's topics, where they are read from the request (`on_request`)."""
+        if api_key in _kinds().records_in_response:
+            return None
+        state = self.state
+        if api_key == ApiKey.PRODUCE or state is None or state.engine is None:
+            return self._scan_request(frame, api_key, version)
+        return None
 
     def _labels(self) -> tuple[str, str]:
         """(vc, cluster_id) of the connection's virtual cluster as it is now; the physical cluster's for none."""
@@ -550,8 +587,11 @@ class ConnectionTelemetry:
         for args in unbound:
             self._record(*args)
 
-    def _record(self, trace: RequestTrace, facts: Facts | None, bytes_out: int, ended: int, local: bool) -> None:
-        """Metrics and the span of a finished request, with the connection's virtual cluster as it is now."""
+    def _record(
+        self, trace: RequestTrace, facts: Facts | None, bytes_out: int, ended: int, local: bool, count: bool = True
+    ) -> None:
+        """Metrics (unless `count` is false: the forwarder counted it) and the span of a finished request, with the
+        connection's virtual cluster as it is now."""
         api_key = trace.api_key
         state = self.state
         vc = state.vc if state is not None else None
@@ -560,7 +600,7 @@ class ConnectionTelemetry:
             self.telemetry.learn_topic_ids(facts.named_ids)
         errors = list(dict.fromkeys(facts.error_codes)) if facts is not None else []
         api_name = self.telemetry.api_names.get(api_key) or str(api_key)
-        metrics = self.metrics
+        metrics = self.metrics if count else None
         if metrics is not None:
             if vc_name != self._vc_label:
                 metrics.connection_moved(self.listener, self._vc_label, vc_name)

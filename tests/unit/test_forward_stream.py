@@ -102,10 +102,17 @@ class Pair:
         b, self.broker = make()
         self.proxy_client, self.proxy_broker = trio.SocketStream(a), trio.SocketStream(b)
 
-    async def run(self, hook=None, started=lambda phase: None) -> Outcome:
+    async def run(self, hook=None, started=lambda phase: None, sampling=None, spans=None) -> Outcome:
         with trio.fail_after(30):  # a hang fails the test, not the suite
             return await FORWARDER.serve(
-                self.proxy_client, self.proxy_broker, TABLE, hook or (lambda *_: b""), LIMITS, started
+                self.proxy_client,
+                self.proxy_broker,
+                TABLE,
+                hook or (lambda *_: b""),
+                LIMITS,
+                started,
+                sampling=sampling,
+                spans=spans,
             )
 
     @staticmethod
@@ -151,6 +158,31 @@ async def test_a_large_answer_reaches_the_client_before_the_broker_has_sent_all_
         nursery.start_soon(peers)
         outcome = await pair.run()
     assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 1, 1)
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+async def test_a_sampled_answer_goes_on_whole_and_its_spans_record_holds_all_of_it(kind):
+    """Tracing: the record a span is made from holds the whole answer, so a sampled one is neither sent on as it comes
+    nor spliced past the process; the client gets it byte for byte all the same."""
+    rng = random.Random(2)
+    answer = fetched(1, [[_blob(rng, 300_000)]])
+    pair = Pair(kind)
+    await pair.send(pair.client, fetch(1))
+    records: list = []
+
+    async def peers() -> None:
+        assert await pair.read(pair.broker, len(fetch(1))) == fetch(1)
+        await pair.send(pair.broker, answer)
+        assert await pair.read(pair.client, len(answer)) == answer
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run(sampling=(2**64, None), spans=lambda taken, epoch: records.extend(taken))
+    assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 1, 1)
+    ((_, key, version, correlation, start, end, request, upstream, sent),) = records
+    assert (key, version, correlation, request, upstream, sent) == (1, 17, 1, fetch(1), answer, None)
+    assert 0 < start <= end
 
 
 @pytest.mark.parametrize("kind", ["tcp", "unix"])

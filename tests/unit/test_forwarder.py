@@ -72,6 +72,7 @@ class Pair:
         allowances=None,
         initial=b"",
         sampling=None,
+        spans=None,
     ) -> Outcome:
         with trio.fail_after(30):  # a hang fails the test, not the suite
             return await FORWARDER.serve(
@@ -84,6 +85,7 @@ class Pair:
                 initial,
                 allowances=allowances,
                 sampling=sampling,
+                spans=spans,
             )
 
     async def read(self, sock: trio.socket.SocketType, n: int) -> bytes:
@@ -280,6 +282,39 @@ async def test_a_request_handed_back_for_another_reason_keeps_its_draw():
     part = produce(1)[:10]  # never whole: a drain ends the phase before the forwarder looks at it
     outcome = await held.run(started=lambda phase: phase.hold(), initial=part, sampling=(0, 9))
     assert (outcome.requests, outcome.leftover, outcome.drawn) == (0, part, 9)
+
+
+async def test_a_sampled_request_is_served_and_its_spans_record_kept_for_python():
+    """With a place for spans, a sampled request is the forwarder's too: it keeps a record of it (its draw, the request
+    and the answer as the client and the broker had them) that Python makes the span from, once a second and at the
+    end; an acks=0 Produce's has no answer. Sent back with requests outstanding, a sampled one's draw and copy go
+    with it (the session answers it, and makes its span)."""
+    pair = Pair()
+    requests = produce(1) + produce(2, acks=0) + produce(3)
+    await pair.broker.send(produced(1) + produced(3))
+    await pair.client.send(requests + API_VERSIONS)
+    records: list = []
+    outcome = await pair.run(sampling=(2**64, 5), spans=lambda taken, epoch: records.extend(taken))
+    assert (outcome.kind, outcome.requests, outcome.responses) == ("yield", 3, 2)
+    records.sort(key=lambda r: r[3])  # an acks=0 Produce's is kept once it went on, before the answers came
+    assert [(r[1], r[2], r[3], r[6], r[7], r[8]) for r in records] == [
+        (0, 9, 1, produce(1), produced(1), None),
+        (0, 9, 2, produce(2, acks=0), None, None),
+        (0, 9, 3, produce(3), produced(3), None),
+    ]
+    assert records[0][0] == 5 and all(r[4] <= r[5] for r in records)  # the first request's draw is Python's
+    assert await pair.read(pair.client, len(produced(1) + produced(3))) == produced(1) + produced(3)
+
+    outstanding = Pair()
+    await outstanding.client.send(produce(1) + produce(2) + API_VERSIONS)  # no answer comes before the hand-back
+    outcome = await outstanding.run(sampling=(2**64, 8), spans=lambda taken, epoch: None)
+    assert (outcome.kind, outcome.requests) == ("yield", 2)
+    assert outcome.in_flight[0][6] == (8, produce(1))
+    assert outcome.in_flight[1][6][1] == produce(2)
+    unsampled = Pair()
+    await unsampled.client.send(produce(1) + API_VERSIONS)
+    outcome = await unsampled.run(sampling=(0, None), spans=lambda taken, epoch: None)
+    assert [item[6] for item in outcome.in_flight] == [None]
 
 
 def test_an_allowance_is_spent_whole_requests_at_a_time_and_kept_up_from_outside():

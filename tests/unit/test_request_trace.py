@@ -376,11 +376,81 @@ def test_a_request_drawn_before_is_sampled_by_that_draw_alone():
         assert connection.drawn is None  # one request's only
     assert [s.context.trace_id & (2**64 - 1) for s in spans.named("Produce")] == [0, 5, bound - 1]
     assert all(s.context.trace_id >> 64 for s in spans.named("Produce"))
-    # Above 2% the forwarder serves no traced connection: a sampled request's hand-back costs more than it saves.
-    assert recorder(session, ratio=0.02)[0].tracing.forwarder_bound == round(0.02 * 2**64)
-    assert recorder(session, ratio=0.05)[0].tracing.forwarder_bound is None
-    assert recorder(session, ratio=1.0)[0].tracing.forwarder_bound is None
-    assert recorder(session, ratio=0.0)[0].tracing.forwarder_bound == 0
+
+
+def _forwarded_span(
+    session: ProxySession,
+    connection: ConnectionTelemetry,
+    spans: Collect,
+    key: int,
+    version: int,
+    request: Any,
+    response: Any | None,
+    cid: int,
+    client_id: str,
+) -> tuple[dict[str, Any], Any]:
+    """The span of one sampled request the forwarder served, made from its record: the client's frame, the broker's
+    answer and, where the session's answer differs (names renamed back), what the client got."""
+    frame = request_frame(key, version, cid, request, client_id=client_id)
+    upstream = response_frame(key, version, cid, response) if response is not None else None
+    sent = None
+    if upstream is not None:  # what the client gets: the session's answer (its stages run as the forwarder's would)
+        decision = session.on_request(memoryview(frame))
+        assert decision.action is Action.FORWARD
+        out = b"".join(bytes(p) for p in session.on_response(memoryview(bytearray(upstream))).pieces)
+        sent = out if out != upstream else None
+    connection.forwarded_spans([(2**62, key, version, cid, 10, 20, frame, upstream, sent)], 1_000)
+    span = [s for s in spans.spans if s.name not in ("connection", "authenticate")][-1]
+    return attrs(span), span
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["physical produce", "physical acks=0 produce", "tenant produce by name", "tenant fetch by id"],
+)
+def test_a_span_the_forwarder_recorded_says_what_the_python_paths_says(case):
+    """The same request and answer, served by the Python path or by the forwarder (its record): the same attributes
+    and status (the trace id is the forwarder's draw's, the times its)."""
+    from kio.schema.fetch.v16.request import FetchRequest
+
+    image, physical = make_image()
+    client_id = "team-a-app"
+    if case == "physical produce":
+        make = physical_session
+        key, version, request = 0, 9, produce_request("orders", [100, 50])
+        response = produce_response("orders", [0, 6])
+    elif case == "physical acks=0 produce":
+        make = physical_session
+        key, version, request, response = 0, 9, produce_request("orders", [10], acks=0), None
+    elif case == "tenant produce by name":
+        make = lambda: tenant_session(image)  # noqa: E731
+        key, version, request = 0, 9, produce_request("orders", [100, 50])
+        response = produce_response(physical["team-a"], [0, 6])
+    else:
+        make = lambda: tenant_session(image)  # noqa: E731
+        key, version = 1, 16
+        request = sample(FetchRequest, {"topic": "x", "group": "g", "txn": "t", "topic_id": TOPIC_ID})
+        response = fetch_response({TOPIC_ID: [1000, 24]})
+    python = make()
+    connection, spans = recorder(python, metrics=False)
+    for warm in range(1, 3):  # bound (a tenant's first requests) and the client id read, as on a real connection
+        exchange(python, connection, key, version, request, response, cid=warm, client_id=client_id)
+    exchange(python, connection, key, version, request, response, cid=7, client_id=client_id)
+    expected = [s for s in spans.spans if s.name not in ("connection", "authenticate")][-1]
+    forwarded = make()
+    connection, spans = recorder(forwarded, metrics=False)
+    for warm in range(1, 3):
+        exchange(forwarded, connection, key, version, request, response, cid=warm, client_id=client_id)
+    got, span = _forwarded_span(forwarded, connection, spans, key, version, request, response, 7, client_id)
+    want = attrs(expected)
+    for one in (want, got):  # each connection's own
+        one.pop("vcproxy.client_instance_id")
+    assert got == want
+    assert (span.name, span.status.status_code, span.status.description) == (
+        expected.name, expected.status.status_code, expected.status.description
+    )  # fmt: skip
+    assert span.context.trace_id & (2**64 - 1) == 2**62
+    assert (span.start_time, span.end_time) == (1_010, 1_020)
 
 
 # -- metrics ----------------------------------------------------------------------------------------
