@@ -890,6 +890,7 @@ struct Shared {
     wake: i32,   // Python -> the thread: commands waiting
     notify: i32, // the thread -> Python: phases ended (their ids in `ready`)
     ready: Mutex<Vec<u64>>,
+    spans_ready: Mutex<Vec<u64>>, // phases with span records waiting for Python (`Phase.take_spans`)
     epoch: Instant,
     commands: Mutex<Vec<Command>>,
     outcomes: Mutex<HashMap<u64, Outcome>>,
@@ -898,6 +899,13 @@ struct Shared {
 impl Shared {
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Wakes Python's reader of `notify` (phases ended, span records waiting).
+    fn notify_python(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to the forwarder's own eventfd.
+        unsafe { libc::write(self.notify, &one as *const u64 as *const libc::c_void, 8) };
     }
 
     fn send(&self, command: Command) {
@@ -1004,6 +1012,7 @@ struct Conn {
     // the copies of those still waiting for their answers, in the order sent.
     spans: Option<Arc<Mutex<Spans>>>,
     sampled: VecDeque<(u64, Vec<u8>)>,
+    spans_waiting: bool, // a record came to an empty `spans`: Python is told after this pump (`Shared::spans_ready`)
 }
 
 /// The sampler's rule (OpenTelemetry's TraceIdRatioBased): a request is sampled when its trace id's low 64 bits, drawn
@@ -1592,7 +1601,9 @@ impl Conn {
                             tally.record((idx >> 16) as u16 as i16, now.saturating_sub(read), total as u64, 0, &[]);
                         }
                         if let (true, Some(spans)) = (kept, &self.spans) {
-                            spans.lock().unwrap_or_else(|e| e.into_inner()).push(SpanRecord {
+                            let mut spans = spans.lock().unwrap_or_else(|e| e.into_inner());
+                            self.spans_waiting |= spans.records.is_empty();
+                            spans.push(SpanRecord {
                                 draw,
                                 key: (idx >> 16) as u16 as i16,
                                 version: idx as u16 as i16,
@@ -1681,7 +1692,9 @@ impl Conn {
             }
             let sampled = if kept { self.sampled.pop_front() } else { None };
             if let (Some(spans), Some((draw, request))) = (&self.spans, sampled) {
-                spans.lock().unwrap_or_else(|e| e.into_inner()).push(SpanRecord {
+                let mut spans = spans.lock().unwrap_or_else(|e| e.into_inner());
+                self.spans_waiting |= spans.records.is_empty();
+                spans.push(SpanRecord {
                     draw,
                     key,
                     version,
@@ -1906,6 +1919,11 @@ impl Conn {
             self.published.last_active_ns.store(shared.now_ns(), Ordering::Relaxed);
         }
         self.published.in_flight.store(self.in_flight.len(), Ordering::Relaxed);
+        if std::mem::take(&mut self.spans_waiting) {
+            // Told once per batch: the records that come before Python takes them wait with the first.
+            shared.spans_ready.lock().unwrap_or_else(|e| e.into_inner()).push(self.id);
+            shared.notify_python();
+        }
         for buf in [&mut self.cin, &mut self.cout, &mut self.bout] {
             // Grown with traffic up to receive_buffer_bytes and kept, as the Python path's buffers are; a larger
             // frame's room is let go once it has gone.
@@ -1997,9 +2015,7 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
     };
     shared.outcomes.lock().unwrap_or_else(|e| e.into_inner()).insert(id, outcome);
     shared.ready.lock().unwrap_or_else(|e| e.into_inner()).push(id);
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to the forwarder's own eventfd.
-    unsafe { libc::write(shared.notify, &one as *const u64 as *const libc::c_void, 8) };
+    shared.notify_python();
 }
 
 fn run(shared: Arc<Shared>) {
@@ -2132,6 +2148,7 @@ impl Forwarder {
             wake,
             notify,
             ready: Mutex::new(Vec::new()),
+            spans_ready: Mutex::new(Vec::new()),
             epoch: Instant::now(),
             commands: Mutex::new(Vec::new()),
             outcomes: Mutex::new(HashMap::new()),
@@ -2223,6 +2240,7 @@ impl Forwarder {
             drawn: None,
             spans: spans.clone(),
             sampled: VecDeque::new(),
+            spans_waiting: false,
         };
         self.shared.send(Command::Attach(Box::new(conn)));
         Ok(Phase { id, published, shared: Arc::clone(&self.shared), spans })
@@ -2236,6 +2254,11 @@ impl Forwarder {
     /// The eventfd that is readable when phases have ended.
     fn notify_fd(&self) -> i32 {
         self.shared.notify
+    }
+
+    /// The ids of the phases whose span records came since the last call to an empty store (`Phase.take_spans`).
+    fn spans_ready(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.shared.spans_ready.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The ids of the phases that ended since the last call (their outcomes wait in `Phase.outcome`).

@@ -12,7 +12,7 @@ Python's pumps answer them first, in order. Which requests are plain is the sess
 
 Only where both sockets are plain TCP (TLS is Python's) and with no tap. With tracing on, the forwarder draws each
 request's trace id as the sampler would, and keeps a record of each sampled one it serves (copies of the request and
-its answer) from which Python makes the span, once a second and when the phase ends. With metrics on, the forwarder
+its answer) from which Python makes the span, in batches and when the phase ends. With metrics on, the forwarder
 counts what it serves in a native tally that /metrics folds in (proxy/observability/metrics.py), and an API whose
 answer's error codes it cannot find stays Python's.
 `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does `VCPROXY_FORWARDER=0` alone.
@@ -37,7 +37,9 @@ from .allowances import Allowances
 
 log = logging.getLogger(__name__)
 
-SPANS_EVERY = 1.0  # seconds between two takes of a phase's span records (the exporters batch them once a second too)
+# How long after the first span record of a batch the others that come are taken with it (the exporters batch spans
+# once a second: a span written a little later costs nothing, a wake-up per sampled request would).
+SPANS_BATCH = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,9 @@ class Forwarder:
         # µs at each hand-over), with the tuple itself, so that its id is not another's while it is here.
         self._tables: dict[int, tuple[tuple[Any, ...], Any]] = {}
         self._waiters: dict[int, trio.Event] = {}  # phase id -> set when it has ended
+        self._span_takers: dict[int, Callable[[], None]] = {}  # phase id -> takes its span records (tracing)
+        self._spans_waiting: set[int] = set()  # phases the forwarder said have records, not taken since
+        self._spans_due = trio.Event()
         self._token: Any = None  # the Trio run whose task reads the ends
 
     @property
@@ -87,21 +92,47 @@ class Forwarder:
         if self._native is None or self._pid != os.getpid():
             self._native, self._pid = self._module.Forwarder(self._pipe_bytes), os.getpid()
             self._waiters.clear()
+            self._span_takers.clear()
         token = trio.lowlevel.current_trio_token()
         if self._token is not token:  # one reader of the ends per Trio run (a test suite runs many)
             self._token = token
             self._waiters.clear()
+            self._span_takers.clear()
+            self._spans_waiting.clear()
+            self._spans_due = trio.Event()
             trio.lowlevel.spawn_system_task(self._read_ends, self._native, name="forwarder ends")
+            trio.lowlevel.spawn_system_task(self._take_spans, name="forwarder spans")
         return self._native
 
     async def _read_ends(self, forwarder: Any) -> None:
-        """Wakes each phase's waiter when the forwarder says it ended: one descriptor for every connection."""
+        """Wakes each phase's waiter when the forwarder says it ended, and takes the span records of those that have
+        some waiting: one descriptor for every connection, and nothing to do for a connection with none."""
         while True:
             await trio.lowlevel.wait_readable(forwarder.notify_fd())
             for phase_id in forwarder.finished():
                 waiter = self._waiters.pop(phase_id, None)
                 if waiter is not None:
                     waiter.set()
+            ready = forwarder.spans_ready()
+            if ready:
+                self._spans_waiting.update(ready)
+                self._spans_due.set()
+
+    async def _take_spans(self) -> None:
+        """Takes the span records of the phases that have some, `SPANS_BATCH` after the first of them said so: one
+        wake-up for every connection's, whatever their number, and none while no sampled request is served."""
+        while True:
+            await self._spans_due.wait()
+            await trio.sleep(SPANS_BATCH)
+            self._spans_due = trio.Event()
+            waiting, self._spans_waiting = self._spans_waiting, set()
+            for phase_id in waiting:
+                taker = self._span_takers.get(phase_id)
+                if taker is not None:
+                    try:
+                        taker()
+                    except Exception:  # telemetry never costs a connection, nor this task the others' spans
+                        log.exception("forwarder: cannot make the spans of a phase")
 
     def table_for(self, session: ProxySession) -> Any | None:
         """The compiled table of the session's plain requests, or None when there are none."""
@@ -137,8 +168,8 @@ class Forwarder:
         (metrics on), each request served is counted in it. What a quota meters is served only within `allowances`
         (proxy/net/allowances.py), renewed while the phase lasts. With `sampling` (tracing: the sampler's bound, and
         the draw made for the first request), a request drawn under the bound is served and its record handed to
-        `spans` (with the wall clock's ns at the forwarder's epoch) once a second and at the end, or, with no `spans`
-        or no room for it, handed back with its draw."""
+        `spans` (with the wall clock's ns at the forwarder's epoch) when the forwarder says records wait and at the
+        end, or, with no `spans` or no room for it, handed back with its draw."""
         native = self._forwarder()
         phase = native.attach(
             client.socket.fileno(),
@@ -161,23 +192,22 @@ class Forwarder:
         idle = False
         tick = allowances.tick() if allowances is not None else None
         next_tick = trio.current_time() + tick[0] if tick is not None else math.inf
-        next_spans = trio.current_time() + SPANS_EVERY if spans is not None else math.inf
 
         def take_spans() -> None:
             if spans is not None and (records := phase.take_spans()):
                 spans(records, time.time_ns() - native.now_ns())
 
+        if spans is not None:
+            self._span_takers[phase.id] = take_spans
+
         try:
             while not ended.is_set():
                 # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
                 now = trio.current_time()
-                with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick, next_spans)):
+                with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick)):
                     await ended.wait()
                 if tick is not None and not ended.is_set() and trio.current_time() >= next_tick:
                     next_tick = trio.current_time() + tick[1]()
-                if trio.current_time() >= next_spans:
-                    next_spans = trio.current_time() + SPANS_EVERY
-                    take_spans()
                 if not ended.is_set() and phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
                     idle = True
                     phase.detach()
@@ -187,6 +217,7 @@ class Forwarder:
                 phase.detach()  # the forwarder ignores it for a phase already over
                 with trio.CancelScope(shield=True):  # the sockets stay open until it has let them go
                     await ended.wait()
+        self._span_takers.pop(phase.id, None)
         take_spans()
         outcome = phase.outcome()
         assert outcome is not None

@@ -317,6 +317,31 @@ async def test_a_sampled_request_is_served_and_its_spans_record_kept_for_python(
     assert [item[6] for item in outcome.in_flight] == [None]
 
 
+async def test_span_records_reach_python_while_the_phase_lasts():
+    """The forwarder says when records wait (no timer per connection): Python takes them then, not only at the end."""
+    pair = Pair()
+    records: list = []
+    taken = [trio.Event(), trio.Event()]
+
+    def spans(batch: list, epoch_ns: int) -> None:
+        records.extend(batch)
+        taken[len(records) - 1].set()
+
+    async def peers() -> None:
+        for c in (1, 2):
+            await pair.client.send(produce(c))
+            assert await pair.read(pair.broker, len(produce(c))) == produce(c)
+            await pair.broker.send(produced(c))
+            assert await pair.read(pair.client, len(produced(c))) == produced(c)
+            await taken[c - 1].wait()  # before the phase ends
+        pair.client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peers)
+        outcome = await pair.run(sampling=(2**64, None), spans=spans)
+    assert (outcome.kind, [r[3] for r in records]) == ("client-closed", [1, 2])
+
+
 def test_an_allowance_is_spent_whole_requests_at_a_time_and_kept_up_from_outside():
     allowance = native.module().Allowance(10)
     assert [allowance.spend(4), allowance.spend(7), allowance.spend(6), allowance.spend(1)] == [
