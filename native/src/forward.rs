@@ -891,6 +891,7 @@ struct Shared {
     notify: i32, // the thread -> Python: phases ended (their ids in `ready`)
     ready: Mutex<Vec<u64>>,
     spans_ready: Mutex<Vec<u64>>, // phases with span records waiting for Python (`Phase.take_spans`)
+    span_bytes: Arc<AtomicUsize>, // what every phase's span records hold
     epoch: Instant,
     commands: Mutex<Vec<Command>>,
     outcomes: Mutex<HashMap<u64, Outcome>>,
@@ -935,27 +936,48 @@ struct SpanRecord {
     sent: Option<Vec<u8>>,
 }
 
-/// The spans a phase's sampled requests wait in until Python takes them, bounded: past it, a sampled request is
-/// handed back instead (Python serves it and makes its span).
-#[derive(Default)]
+/// The spans a phase's sampled requests wait in until Python takes them, bounded per phase and for the process (`all`:
+/// the bytes every phase's hold): past either, a sampled request is handed back instead (Python serves it and makes
+/// its span).
 struct Spans {
     records: Vec<SpanRecord>,
     bytes: usize,
+    all: Arc<AtomicUsize>,
 }
 
 const SPANS_MOST: usize = 4096;
-const SPANS_MOST_BYTES: usize = 64 << 20;
+const SPANS_MOST_BYTES: usize = 16 << 20;
+const SPANS_ALL_BYTES: usize = 256 << 20;
 
 impl Spans {
+    fn new(all: Arc<AtomicUsize>) -> Self {
+        Spans { records: Vec::new(), bytes: 0, all }
+    }
+
     fn room(&self, more: usize) -> bool {
-        self.records.len() < SPANS_MOST && self.bytes + more <= SPANS_MOST_BYTES
+        self.records.len() < SPANS_MOST
+            && self.bytes + more <= SPANS_MOST_BYTES
+            && self.all.load(Ordering::Relaxed) + more <= SPANS_ALL_BYTES
     }
 
     fn push(&mut self, record: SpanRecord) {
-        self.bytes += record.request.len()
+        let size = record.request.len()
             + record.upstream.as_ref().map_or(0, Vec::len)
             + record.sent.as_ref().map_or(0, Vec::len);
+        self.bytes += size;
+        self.all.fetch_add(size, Ordering::Relaxed);
         self.records.push(record);
+    }
+
+    fn take(&mut self) -> Vec<SpanRecord> {
+        self.all.fetch_sub(std::mem::take(&mut self.bytes), Ordering::Relaxed);
+        std::mem::take(&mut self.records)
+    }
+}
+
+impl Drop for Spans {
+    fn drop(&mut self) {
+        self.all.fetch_sub(self.bytes, Ordering::Relaxed); // a phase's records Python never took
     }
 }
 
@@ -2149,6 +2171,7 @@ impl Forwarder {
             notify,
             ready: Mutex::new(Vec::new()),
             spans_ready: Mutex::new(Vec::new()),
+            span_bytes: Arc::new(AtomicUsize::new(0)),
             epoch: Instant::now(),
             commands: Mutex::new(Vec::new()),
             outcomes: Mutex::new(HashMap::new()),
@@ -2193,7 +2216,7 @@ impl Forwarder {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let spans = sampling.filter(|s| s.2).map(|_| Arc::new(Mutex::new(Spans::default())));
+        let spans = sampling.filter(|s| s.2).map(|_| Arc::new(Mutex::new(Spans::new(Arc::clone(&self.shared.span_bytes)))));
         let published =
             Arc::new(Published { last_active_ns: AtomicU64::new(self.shared.now_ns()), in_flight: AtomicUsize::new(0) });
         let conn = Conn {
@@ -2316,10 +2339,9 @@ impl Phase {
     ) -> Vec<(u64, i16, i16, i32, u64, u64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>, Option<Bound<'py, PyBytes>>)>
     {
         let Some(spans) = &self.spans else { return Vec::new() };
-        let taken = std::mem::take(&mut *spans.lock().unwrap_or_else(|e| e.into_inner()));
+        let taken = spans.lock().unwrap_or_else(|e| e.into_inner()).take();
         let bytes = |b: &Vec<u8>| PyBytes::new(py, b);
         taken
-            .records
             .iter()
             .map(|r| {
                 let (upstream, sent) = (r.upstream.as_ref().map(bytes), r.sent.as_ref().map(bytes));
