@@ -229,9 +229,11 @@ def drive(p: Producer, depth: int, n: int) -> None:
         raise SystemExit(f"{len(failed)} deliveries failed, e.g. {failed[0]}")
 
 
-def measure(proxy: Proxy, p: Producer, depth: int, n: int) -> tuple[float, float, float, float]:
+def measure(proxy: Proxy, p: Producer, depth: int, n: int, tail: float = 0) -> tuple[float, float, float, float]:
     (u0, s0), (v0, i0) = proxy.cpu(), proxy.switches()
     drive(p, depth, n)
+    if tail:
+        time.sleep(tail)  # the work a run leaves behind (spans made and written in batches) is the run's
     (u1, s1), (v1, i1) = proxy.cpu(), proxy.switches()
     return (u1 - u0 + s1 - s0) * 1e6 / n, (v1 - v0) / n, (i1 - i0) / n, (s1 - s0) * 1e6 / n
 
@@ -280,6 +282,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=29600)
     ap.add_argument("--strace", action="store_true")
     ap.add_argument("--idle", type=float, default=0, help="first measure idle CPU for this many seconds")
+    ap.add_argument("--tail", type=float, default=0, help="read a run's CPU this many seconds after its last answer")
     ap.add_argument("--clients", type=int, default=0, help="and per round this many fresh clients' CPU each")
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
@@ -319,7 +322,7 @@ def main() -> None:
             order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
             for x in order:
                 for d in depths if args.requests else ():
-                    x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests))
+                    x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests, args.tail))
                 if args.clients:
                     x.clients.append(clients_run(x, args.clients))
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
