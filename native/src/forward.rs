@@ -228,6 +228,20 @@ type Note = Option<(i32, i32)>;
 /// A request sent whose answer was not written, as Python adopts it: (correlation id, key, version, a Fetch's session,
 /// its size in bytes, ns since it was read).
 type Outstanding = (i32, i16, i16, Note, u64, u64);
+/// A span's record as Python takes it (`Phase.take_spans`).
+type SpanTuple<'py> = (
+    u64,
+    i16,
+    i16,
+    i32,
+    u64,
+    u64,
+    Bound<'py, PyBytes>,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    u64,
+    bool,
+);
 /// An outstanding request as Python adopts it: with a sampled one's draw and copy.
 type Adopted<'py> = (i32, i16, i16, Note, u64, u64, Option<(u64, Bound<'py, PyBytes>)>);
 
@@ -734,6 +748,13 @@ impl ForwardTable {
         self.entries.len()
     }
 
+    /// The sketch a span's record keeps of an answer with record batches (tests hold it to the whole answer's scan);
+    /// None when the API version is not in the table, has none, or its answer does not walk.
+    fn sketch<'py>(&self, py: Python<'py>, key: i16, version: i16, frame: &[u8]) -> Option<Bound<'py, PyBytes>> {
+        let entry = self.entries.get(&index(key, version))?;
+        answer_sketch(entry, frame).map(|out| PyBytes::new(py, &out))
+    }
+
     /// How the forwarder reads one request frame (size prefix included): (correlation id, whether an
     /// answer comes), or None when it leaves the request to Python. For the tests that hold it to the session.
     /// `counting`: as with a `Tally` (metrics on).
@@ -934,6 +955,8 @@ struct SpanRecord {
     request: Vec<u8>,
     upstream: Option<Vec<u8>>,
     sent: Option<Vec<u8>>,
+    size: u64,     // of the answer the client got
+    elided: bool,  // the answers' copies are sketches: record batches left out, their lengths kept (`sketch`)
 }
 
 /// The spans a phase's sampled requests wait in until Python takes them, bounded per phase and for the process (`all`:
@@ -1544,6 +1567,81 @@ fn streamable(entry: &Entry, key: i16, part: &[u8], grant: Option<&Granted>, not
     Some((safe, bytes))
 }
 
+/// `buf[off..]` walked with a skip plan and copied to `out`, but for the bytes of each field of bytes or records (a
+/// sized one with a 4-byte prefix: in a Fetch answer, its record batches) after their length: what a span's scan
+/// reads of an answer (proxy/observability/scan.py, `elided`), whatever the size of its batches (spliced ones read as
+/// zeros here, and are left out as well).
+fn sketch(node: &Node, buf: &[u8], off: u64, out: &mut Vec<u8>) -> Walk<u64> {
+    match node {
+        Node::Sized { flexible, prefix: 4 } => {
+            let (length, at) = if *flexible {
+                let (length, at) = uvarint(buf, off)?;
+                (length as i64 - 1, at)
+            } else {
+                let at = off + 4;
+                if at > buf.len() as u64 {
+                    return malformed("length past end of buffer");
+                }
+                (be_signed(&buf[off as usize..at as usize]), at)
+            };
+            out.extend_from_slice(&buf[off as usize..at as usize]);
+            let end = at + length.max(0) as u64;
+            if end > buf.len() as u64 {
+                return malformed("bytes past end of buffer");
+            }
+            Ok(end)
+        }
+        Node::Array { flexible, item } => {
+            let (n, at) = items(buf, off, *flexible)?;
+            out.extend_from_slice(&buf[off as usize..at as usize]);
+            let mut at = at;
+            for _ in 0..n {
+                at = sketch(item, buf, at, out)?;
+            }
+            Ok(at)
+        }
+        Node::Struct { flexible, steps } => {
+            let mut at = off;
+            for step in steps {
+                at = sketch(step, buf, at, out)?;
+            }
+            if !flexible {
+                return Ok(at);
+            }
+            let end = skip_tags(buf, at)?;
+            out.extend_from_slice(&buf[at as usize..end as usize]);
+            Ok(end)
+        }
+        Node::NullStruct(inner) => {
+            let Some(&first) = buf.get(off as usize) else { return malformed("struct past end of buffer") };
+            out.push(first);
+            if first == 0xFF {
+                Ok(off + 1)
+            } else {
+                sketch(inner, buf, off + 1, out)
+            }
+        }
+        other => {
+            let end = skip(other, buf, off)?;
+            out.extend_from_slice(&buf[off as usize..end as usize]);
+            Ok(end)
+        }
+    }
+}
+
+/// A copy of an answer with record batches (`Entry::records`: a Fetch's) as its `sketch`, its size set; None for one
+/// without, or one the plan cannot walk (its span then reads a whole copy).
+fn answer_sketch(entry: &Entry, frame: &[u8]) -> Option<Vec<u8>> {
+    let plan = entry.records.as_ref()?;
+    let body = response_body(entry, frame).ok()?;
+    let mut out = frame[..body as usize].to_vec();
+    let end = sketch(plan, frame, body, &mut out).ok()?;
+    out.extend_from_slice(frame.get(end as usize..)?);
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Some(out)
+}
+
 /// Where an answer's body starts: after the size, the correlation id and (response header v1) the tagged fields.
 fn response_body(entry: &Entry, frame: &[u8]) -> Result<u64, String> {
     if !entry.response_flexible {
@@ -1635,6 +1733,8 @@ impl Conn {
                                 request: frame.to_vec(),
                                 upstream: None,
                                 sent: None,
+                                size: 0,
+                                elided: false,
                             });
                         }
                     }
@@ -1714,6 +1814,11 @@ impl Conn {
             }
             let sampled = if kept { self.sampled.pop_front() } else { None };
             if let (Some(spans), Some((draw, request))) = (&self.spans, sampled) {
+                // An answer with record batches (a Fetch's) is kept as its sketch: what a span reads of it.
+                let (upstream, sent, elided) = match answer_sketch(entry, frame) {
+                    Some(sketch) => (sketch, rewritten.as_ref().and_then(|_| answer_sketch(entry, out)), true),
+                    None => (frame.to_vec(), rewritten.as_ref().map(|_| out.to_vec()), false),
+                };
                 let mut spans = spans.lock().unwrap_or_else(|e| e.into_inner());
                 self.spans_waiting |= spans.records.is_empty();
                 spans.push(SpanRecord {
@@ -1724,8 +1829,10 @@ impl Conn {
                     start: read,
                     end: self.epoch.elapsed().as_nanos() as u64,
                     request,
-                    upstream: Some(frame.to_vec()),
-                    sent: rewritten.as_ref().map(|_| out.to_vec()),
+                    upstream: Some(upstream),
+                    sent,
+                    size: out.len() as u64,
+                    elided,
                 });
             }
             self.in_flight.pop_front();
@@ -1733,8 +1840,7 @@ impl Conn {
             at += total;
             progress = true;
         }
-        // A sampled answer goes on whole: its span's record holds a copy of it all (none spliced past the process).
-        if partial && !self.in_flight.front().is_some_and(|sent| sent.5) {
+        if partial {
             progress |= self.stream(at)?;
         }
         if at > 0 {
@@ -2331,13 +2437,10 @@ impl Phase {
 
     /// The records of the sampled requests served since the last call, as (draw, api key, version, correlation id,
     /// read and answered in ns since the forwarder's epoch, the request, the broker's answer or None (an acks=0
-    /// Produce), what the client got when it differs or None).
+    /// Produce), what the client got when it differs or None, the size of what the client got, and whether the
+    /// answers are sketches: record batches left out, their lengths kept).
     #[allow(clippy::type_complexity)]
-    fn take_spans<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> Vec<(u64, i16, i16, i32, u64, u64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>, Option<Bound<'py, PyBytes>>)>
-    {
+    fn take_spans<'py>(&self, py: Python<'py>) -> Vec<SpanTuple<'py>> {
         let Some(spans) = &self.spans else { return Vec::new() };
         let taken = spans.lock().unwrap_or_else(|e| e.into_inner()).take();
         let bytes = |b: &Vec<u8>| PyBytes::new(py, b);
@@ -2345,7 +2448,8 @@ impl Phase {
             .iter()
             .map(|r| {
                 let (upstream, sent) = (r.upstream.as_ref().map(bytes), r.sent.as_ref().map(bytes));
-                (r.draw, r.key, r.version, r.correlation, r.start, r.end, bytes(&r.request), upstream, sent)
+                let request = bytes(&r.request);
+                (r.draw, r.key, r.version, r.correlation, r.start, r.end, request, upstream, sent, r.size, r.elided)
             })
             .collect()
     }

@@ -42,10 +42,12 @@ class Facts:
 Scanner = Callable[[Buf, int, Facts], int]
 
 
-def scan(cls: type, buf: Buf, body_offset: int) -> Facts:
-    """The facts of the body of type `cls` starting at `body_offset`; raises if it is malformed."""
+def scan(cls: type, buf: Buf, body_offset: int, elided: bool = False) -> Facts:
+    """The facts of the body of type `cls` starting at `body_offset`; raises if it is malformed. `elided`: a sketch
+    (the forwarder's copy of an answer for its span: the bytes of each bytes or records field left out, their length
+    kept), whose record bytes are counted from those lengths."""
     facts = Facts()
-    end = compile_scanner(cls)(buf, body_offset, facts)
+    end = compile_scanner(cls, elided)(buf, body_offset, facts)
     if end > len(buf):
         raise ValueError(f"{cls.__qualname__} body ends past the frame")
     return facts
@@ -77,7 +79,8 @@ def _array_item(f: dataclasses.Field) -> typing.Any:
 
 
 class _Gen:
-    def __init__(self) -> None:
+    def __init__(self, elided: bool = False) -> None:
+        self.elided = elided  # bytes and records fields have their length and not their bytes (`scan`)
         self.lines: list[str] = []
         self.indent = 1
         self.pending_skip = 0  # fixed bytes to skip, emitted lazily so runs merge into one add
@@ -145,6 +148,8 @@ def _scalar(gen: _Gen, kafka_type: str | None, flexible: bool) -> None:
         raise ValueError(f"no scanner for kafka_type {kafka_type!r}")
     n = gen.var("n")
     gen.length(n, flexible, prefix)
+    if prefix == 4 and gen.elided:
+        return
     gen.emit(f"if {n} > 0:")
     gen.emit(f"    o += {n}")
 
@@ -216,7 +221,8 @@ def _struct(gen: _Gen, cls: type, top: bool) -> None:
             n = gen.var("n")
             gen.length(n, flexible, 4)
             gen.emit(f"if {n} > 0:")
-            gen.emit(f"    o += {n}")
+            if not gen.elided:
+                gen.emit(f"    o += {n}")
             gen.emit("    if f.current is not None:")
             gen.emit(f"        f.topics[f.current] += {n}")
         elif item is not None:
@@ -263,8 +269,8 @@ def _struct(gen: _Gen, cls: type, top: bool) -> None:
 
 
 @functools.cache
-def compile_scanner(cls: type) -> Scanner:
-    gen = _Gen()
+def compile_scanner(cls: type, elided: bool = False) -> Scanner:
+    gen = _Gen(elided)
     _struct(gen, cls, True)
     gen.emit("return o")
     source = "def scanner(b, o, f):\n" + "\n".join(gen.lines) + "\n"

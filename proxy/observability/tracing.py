@@ -438,15 +438,16 @@ class ConnectionTelemetry:
 
     def forwarded_spans(self, records: list[Any], epoch_ns: int) -> None:
         """Spans of the sampled requests the forwarder served (`Phase.take_spans`: each one's draw, API, correlation
-        id, times since the forwarder's epoch, which is `epoch_ns` on the wall clock, and copies of the request and
-        of its answer as the broker and as the client had it), made as the Python path makes them from the same
-        bytes; the forwarder's tally counted them (no metrics here)."""
+        id, times since the forwarder's epoch, which is `epoch_ns` on the wall clock, copies of the request and of its
+        answer as the broker and as the client had it, or sketches of an answer with record batches, and the size of
+        the client's), made as the Python path makes them from the same bytes; the forwarder's tally counted them (no
+        metrics here)."""
         tracing = self.tracing
         if tracing is None:
             return
         from ..protocol.apis import api_info
 
-        for draw, key, version, correlation, start, end, request, upstream, sent in records:
+        for draw, key, version, correlation, start, end, request, upstream, sent, size, elided in records:
             trace_id = tracing.sample(draw)
             info = api_info(key)
             if not trace_id or info is None:
@@ -459,8 +460,8 @@ class ConnectionTelemetry:
                     self._record(trace, None, 0, epoch_ns + end, False, count=False)
                     continue
                 pieces: list[bytes | memoryview] = [sent if sent is not None else upstream]
-                facts = self._scan_response(trace, pieces, memoryview(upstream))
-                self._record(trace, facts, len(pieces[0]), epoch_ns + end, False, count=False)
+                facts = self._scan_response(trace, pieces, memoryview(upstream), elided)
+                self._record(trace, facts, size, epoch_ns + end, False, count=False)
             except Exception as exc:  # telemetry never costs a connection
                 log.debug("cannot make the span of api %d v%d: %s", key, version, exc)
 
@@ -512,7 +513,11 @@ class ConnectionTelemetry:
             return None
 
     def _scan_response(
-        self, trace: RequestTrace, pieces: list[bytes | memoryview], upstream_frame: memoryview | None
+        self,
+        trace: RequestTrace,
+        pieces: list[bytes | memoryview],
+        upstream_frame: memoryview | None,
+        elided: bool = False,
     ) -> Facts | None:
         """The response's facts. Fetch and ShareFetch bodies are walked only for a sampled span (they
         are the large ones); metrics take their top-level error code, read at a fixed offset."""
@@ -541,7 +546,7 @@ class ConnectionTelemetry:
                 buf: bytes | memoryview = upstream_frame
             else:
                 buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            facts = scan(cls, buf, response_body_offset(buf, pending.response_header_version))
+            facts = scan(cls, buf, response_body_offset(buf, pending.response_header_version), elided)
             facts.top_error = top.top_error
             return self._sent_throttle(trace, facts, pieces, buf)
         except Exception as exc:

@@ -20,8 +20,10 @@ from kio.schema.fetch.v17 import response as fs
 from proxy.core import apiversions
 from proxy.core.forward_table import entries_for
 from proxy.net.forwarder import Forwarder, ForwarderLimits, Outcome
+from proxy.observability.scan import scan
 from proxy.protocol import native
 from proxy.protocol.apikey import ApiKey
+from proxy.protocol.headers import response_body_offset
 
 from .wire import request_frame, response_frame
 
@@ -161,11 +163,12 @@ async def test_a_large_answer_reaches_the_client_before_the_broker_has_sent_all_
 
 
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
-async def test_a_sampled_answer_goes_on_whole_and_its_spans_record_holds_all_of_it(kind):
-    """Tracing: the record a span is made from holds the whole answer, so a sampled one is neither sent on as it comes
-    nor spliced past the process; the client gets it byte for byte all the same."""
+async def test_a_sampled_answer_still_goes_on_as_it_comes_and_its_record_keeps_a_sketch_of_it(kind):
+    """Tracing: a sampled Fetch answer is sent on as it comes and its batches spliced like any other; the record its
+    span is made from keeps a sketch of it (its batches left out, their lengths kept), whose scan says what the whole
+    answer's does, and the size the client got."""
     rng = random.Random(2)
-    answer = fetched(1, [[_blob(rng, 300_000)]])
+    answer = fetched(1, [[_blob(rng, 300_000), _blob(rng, 20)], [None]])
     pair = Pair(kind)
     await pair.send(pair.client, fetch(1))
     records: list = []
@@ -180,8 +183,12 @@ async def test_a_sampled_answer_goes_on_whole_and_its_spans_record_holds_all_of_
         nursery.start_soon(peers)
         outcome = await pair.run(sampling=(2**64, None), spans=lambda taken, epoch: records.extend(taken))
     assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 1, 1)
-    ((_, key, version, correlation, start, end, request, upstream, sent),) = records
-    assert (key, version, correlation, request, upstream, sent) == (1, 17, 1, fetch(1), answer, None)
+    ((_, key, version, correlation, start, end, request, upstream, sent, size, elided),) = records
+    assert (key, version, correlation, request, sent, size, elided) == (1, 17, 1, fetch(1), None, len(answer), True)
+    assert upstream == TABLE.sketch(1, 17, answer) and len(upstream) < 1_000
+    body = response_body_offset(answer, 1)
+    whole, sketch = scan(fs.FetchResponse, answer, body), scan(fs.FetchResponse, upstream, body, elided=True)
+    assert sketch == whole and sum(whole.topics.values()) > 300_000
     assert 0 < start <= end
 
 
