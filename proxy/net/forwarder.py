@@ -105,8 +105,8 @@ class Forwarder:
         return self._native
 
     async def _read_ends(self, forwarder: Any) -> None:
-        """Wakes each phase's waiter when the forwarder says it ended, and takes the span records of those that have
-        some waiting: one descriptor for every connection, and nothing to do for a connection with none."""
+        """Wakes each phase's waiter when the forwarder says it ended, and notes those it says have span records
+        waiting (`_take_spans` takes them): one descriptor for every connection, nothing for a connection with none."""
         while True:
             await trio.lowlevel.wait_readable(forwarder.notify_fd())
             for phase_id in forwarder.finished():
