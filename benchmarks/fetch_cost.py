@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from shell_cost import TOPIC, Proxy, create_topic, drive, producer, start_proxy  # this directory is on sys.path
+from shell_cost import TOPIC, Proxy, create_topic, drive, producer, start_checkout  # this directory is on sys.path
 
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
@@ -147,13 +147,7 @@ def main() -> None:
     try:
         port = args.port
         for spec in args.checkout:
-            name, _, rest = spec.partition("=")
-            src, *assignments = rest.split(",")
-            extra_env = dict(a.split("=", 1) for a in assignments)
-            python = extra_env.pop("python", sys.executable)
-            proxies.append(
-                start_proxy(work, name, Path(src).resolve(), "tenant", port, args.bootstrap, extra_env, python)
-            )
+            proxies.append(start_checkout(work, spec, "tenant", port, args.bootstrap))
             port += 20
         create_topic(proxies[0])
         drive(producer(proxies[0], 5), 5, 400)  # about 1.3 MB: every answer is a full megabyte

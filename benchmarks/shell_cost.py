@@ -110,6 +110,15 @@ class Proxy:
         return vol, invol
 
 
+def start_checkout(work: Path, spec: str, mode: str, port: int, upstream: str) -> Proxy:
+    """A proxy of a `--checkout` spec (NAME=DIR[,VAR=VALUE...]; python=PATH: its interpreter) in `mode`."""
+    name, _, rest = spec.partition("=")
+    src, *assignments = rest.split(",")
+    extra_env = dict(a.split("=", 1) for a in assignments)
+    python = extra_env.pop("python", sys.executable)
+    return start_proxy(work, name, Path(src).resolve(), mode, port, upstream, extra_env, python)
+
+
 def start_proxy(
     work: Path,
     checkout: str,
@@ -295,14 +304,8 @@ def main() -> None:
     try:
         port = args.port
         for spec in args.checkout:
-            name, _, rest = spec.partition("=")
-            src, *assignments = rest.split(",")
-            extra_env = dict(a.split("=", 1) for a in assignments)
-            python = extra_env.pop("python", sys.executable)
             for mode in args.modes.split(","):
-                proxies.append(
-                    start_proxy(work, name, Path(src).resolve(), mode, port, args.bootstrap, extra_env, python)
-                )
+                proxies.append(start_checkout(work, spec, mode, port, args.bootstrap))
                 port += 20
         if args.kroxylicious is not None:
             for mode in ("passthrough", "multitenant"):

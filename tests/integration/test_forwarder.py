@@ -6,7 +6,6 @@ requests. Both with metrics on: /metrics counts every request the forwarder serv
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import re
 import subprocess
@@ -25,13 +24,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition as FetchPartition12
-from kio.schema.fetch.v12.request import FetchRequest as FetchRequest12
-from kio.schema.fetch.v12.request import FetchTopic as FetchTopic12
 
 from benchmarks.bench_peers import parse_consumer
 from proxy.auth.credentials import make_entry
-from proxy.protocol import codec
 from vcproxy_tools.kafka.tools import run_tool, tool_argv
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
@@ -39,7 +34,7 @@ from .hardening_attacks import login
 from .ports import free_port, free_port_block
 from .tenants import login_files, scram_conf
 from .test_observability import metrics_port, read_spans, scrape, total
-from .test_tenant_hardening import fetch as fetch13
+from .test_tenant_hardening import fetch as fetch_request
 from .test_tenant_hardening import ready_topic
 
 SERVED = re.compile(r"the forwarder served (\d+) requests \((\w[\w-]*)\)")
@@ -348,24 +343,6 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
     assert elapsed >= 2.0, elapsed  # faster would be requests past the meter
 
 
-def _fetch12(topic: str, session_id: int, epoch: int) -> Any:
-    """A consumer's Fetch v12 of partition 0 from its start, by name."""
-    partition = codec._empty(
-        FetchPartition12, partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1,
-        last_fetched_epoch=-1, log_start_offset=-1,
-    )  # fmt: skip
-    return codec._empty(
-        FetchRequest12,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=100),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        session_id=session_id,
-        session_epoch=epoch,
-        topics=(codec._empty(FetchTopic12, topic=topic, partitions=(partition,)),),
-    )
-
-
 def _forwarded(proxy: ProxyProcess, api: str) -> float:
     return total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api=api, vc="team-a")
 
@@ -522,13 +499,15 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
             entry, leader = ready_topic(raw, topic)
         before = _forwarded(proxy, "Fetch")
         with login(leader, "carol", USERS["carol"]) as raw:
-            _, opened = raw.request(1, 13, 10, fetch13(0, 0, entry.topic_id))
+            _, opened = raw.request(1, 13, 10, fetch_request(0, 0, entry.topic_id))
             assert opened.error_code == 0 and opened.session_id != 0
             assert bytes(opened.responses[0].partitions[0].records or b"").count(b"r-") >= 1
             for epoch in range(1, 21):
-                _, incremental = raw.request(1, 13, 10 + epoch, fetch13(opened.session_id, epoch))
+                _, incremental = raw.request(1, 13, 10 + epoch, fetch_request(opened.session_id, epoch))
                 assert incremental.error_code == 0 and incremental.session_id == opened.session_id
-            _, follower = raw.request(1, 13, 40, dataclasses.replace(fetch13(0, -1, entry.topic_id), replica_id=1))
+            _, follower = raw.request(
+                1, 13, 40, dataclasses.replace(fetch_request(0, -1, entry.topic_id), replica_id=1)
+            )
             assert follower.error_code == ErrorCode.cluster_authorization_failed
         assert _forwarded(proxy, "Fetch") - before >= 15
 
@@ -536,10 +515,12 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         # forwarder to the broker's and back in each answer, which goes on whole.
         before = _forwarded(proxy, "Fetch")
         with login(leader, "carol", USERS["carol"]) as raw:
-            _, opened = raw.request(1, 12, 50, _fetch12(topic, 0, 0))
+            _, opened = raw.request(1, 12, 50, fetch_request(0, 0, name=topic, version=12))
             assert opened.error_code == 0 and opened.session_id != 0
             for epoch in range(1, 21):
-                _, answer = raw.request(1, 12, 50 + epoch, _fetch12(topic, opened.session_id, epoch))
+                _, answer = raw.request(
+                    1, 12, 50 + epoch, fetch_request(opened.session_id, epoch, name=topic, version=12)
+                )
                 assert answer.error_code == 0 and answer.session_id == opened.session_id
                 assert [t.topic for t in answer.responses] == [topic]
                 assert bytes(answer.responses[0].partitions[0].records or b"").count(b"r-") == len(sent)

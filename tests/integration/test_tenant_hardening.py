@@ -10,6 +10,7 @@ broker directly and the answers are compared.
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import re
 import statistics
@@ -28,7 +29,6 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.end_txn.v4.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v13.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.list_transactions.v2.request import ListTransactionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -211,11 +211,15 @@ def test_a_transactional_id_pattern_kafka_refuses_gets_kafkas_error(proxy, kafka
 # -- class 7: fetch sessions ----------------------------------------------------------------------
 
 
-def fetch(session_id: int, epoch: int, topic_id: uuid.UUID | None = None) -> FetchRequest:
+def fetch(
+    session_id: int, epoch: int, topic_id: uuid.UUID | None = None, *, name: str | None = None, version: int = 13
+) -> Any:
+    """A consumer's Fetch of partition 0 from its start, of the topic by id (v13+) or by `name` (before v13)."""
+    schema = importlib.import_module(f"kio.schema.fetch.v{version}.request")
     topics = ()
-    if topic_id is not None:
+    if topic_id is not None or name is not None:
         partition = codec._empty(
-            FetchPartition,
+            schema.FetchPartition,
             partition=0,
             fetch_offset=0,
             partition_max_bytes=1 << 20,
@@ -223,9 +227,10 @@ def fetch(session_id: int, epoch: int, topic_id: uuid.UUID | None = None) -> Fet
             last_fetched_epoch=-1,
             log_start_offset=-1,
         )
-        topics = (codec._empty(FetchTopic, topic_id=topic_id, partitions=(partition,)),)
+        key = {"topic_id": topic_id} if version >= 13 else {"topic": name}
+        topics = (codec._empty(schema.FetchTopic, **key, partitions=(partition,)),)
     return codec._empty(
-        FetchRequest,
+        schema.FetchRequest,
         replica_id=-1,
         max_wait=datetime.timedelta(milliseconds=100),
         min_bytes=0,
