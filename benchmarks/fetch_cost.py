@@ -15,16 +15,22 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from shell_cost import TOPIC, Proxy, create_topic, drive, producer, start_checkout  # this directory is on sys.path
+from shell_cost import (  # this directory is on sys.path
+    TOPIC,
+    Proxy,
+    create_topic,
+    drive,
+    producer,
+    start_checkout,
+    stop_proxies,
+)
 
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, request_type, response_type
@@ -177,14 +183,7 @@ def main() -> None:
                 f" {statistics.median(gb):>8.2f} ({min(gb):.2f}..{max(gb):.2f})"
             )
     finally:
-        for x in proxies:
-            x.proc.send_signal(signal.SIGTERM)
-        for x in proxies:
-            try:
-                x.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                x.proc.kill()
-        print(f"logs: {work}", file=sys.stderr)
+        stop_proxies(proxies, work)
 
 
 if __name__ == "__main__":

@@ -342,14 +342,19 @@ def main() -> None:
                 print(f"  {x.name:24} {statistics.median(ms):6.2f} ms CPU per client ({min(ms):.2f}..{max(ms):.2f})")
         producers.clear()  # closed before their proxies stop: no reconnect noise
     finally:
-        for x in proxies:
-            x.proc.send_signal(signal.SIGTERM)
-        for x in proxies:
-            try:
-                x.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                x.proc.kill()
-        print(f"logs: {work}", file=sys.stderr)
+        stop_proxies(proxies, work)
+
+
+def stop_proxies(proxies: list[Proxy], work: Path) -> None:
+    """SIGTERM to every proxy at once (each drains), then wait for each; one that outlives 30 s is killed."""
+    for x in proxies:
+        x.proc.send_signal(signal.SIGTERM)
+    for x in proxies:
+        try:
+            x.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            x.proc.kill()
+    print(f"logs: {work}", file=sys.stderr)
 
 
 def idle(proxies: list[Proxy], seconds: float) -> None:
