@@ -2,12 +2,16 @@
 being the bottleneck.
 
 On a 2-core machine the broker and the clients need CPU too, so "every core" cannot be shown by giving
-the proxy whole cores. Instead each worker gets the same slice of wall time, as `cpulimit` gives one: a
-thread of this script lets each worker run `--share` of every `--period-ms` and holds it stopped
-(SIGSTOP, SIGCONT) for the rest, the workers' windows staggered. A worker then uses at most that share of
-a core, and the proxy is the bottleneck at any N whose shares leave the rest of the machine to the broker
-and the clients: throughput with N workers against one worker is the scaling. (cgroup v1's CFS quota was
-the first choice; on this machine's sandboxed kernel a process in such a group did not run at all.)
+the proxy whole cores. Instead each worker gets the same share of a core, `--share`, in one of two ways:
+- `--limit cgroup`: each worker in a cgroup (v1, `cpu`) of its own whose CFS quota is that share of every
+  `--period-ms`, so it runs whenever it has CPU time left in the period (needs root and a writable
+  /sys/fs/cgroup/cpu);
+- `--limit windows`: as `cpulimit` gives one, a thread of this script lets each worker run `--share` of every
+  `--period-ms` of wall time and holds it stopped (SIGSTOP, SIGCONT) for the rest, the workers' windows staggered.
+  A request that arrives in a stopped window waits for the next, so a worker may be bound by its windows before
+  its CPU.
+A worker then uses at most that share of a core, and the proxy is the bottleneck at any N whose shares leave the
+rest of the machine to the broker and the clients: throughput with N workers against one worker is the scaling.
 `--share 0` runs unthrottled (then the machine, not the proxy, is the limit).
 
 The load: `--producers` librdkafka producers over `--processes` client processes, each sending ~3.3 KB
@@ -118,6 +122,38 @@ class Throttle(threading.Thread):
         self.join(5)
 
 
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+class CpuQuota:
+    """Each pid (every thread of it) in a cgroup of its own whose CFS quota is `share` of every `period` seconds."""
+
+    def __init__(self, pids: list[int], share: float, period: float):
+        self.groups: list[Path] = []
+        for pid in pids:
+            group = CGROUP_CPU / f"vcbench-workers-{pid}"
+            group.mkdir(exist_ok=True)
+            self.groups.append(group)
+            (group / "cpu.cfs_period_us").write_text(str(round(period * 1e6)))
+            (group / "cpu.cfs_quota_us").write_text(str(round(share * period * 1e6)))
+            (group / "cgroup.procs").write_text(str(pid))
+
+    def throttled(self) -> list[float]:
+        """The share of periods each group was throttled in so far."""
+        out = []
+        for group in self.groups:
+            stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+            out.append(int(stat["nr_throttled"]) / max(1, int(stat["nr_periods"])))
+        return out
+
+    def stop(self) -> None:
+        for group in self.groups:
+            with contextlib.suppress(OSError):  # its processes have ended or moved back
+                for pid in (group / "cgroup.procs").read_text().split():
+                    (CGROUP_CPU / "cgroup.procs").write_text(pid)
+                group.rmdir()
+
+
 def produce(bootstrap: str, producers: int, depth: int, seconds: float, start_at: float, out: object) -> None:
     """One client process: `producers` producers, as fast as they may, from `start_at` for `seconds`."""
     conf = {
@@ -185,7 +221,8 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.25, help="of the wall time each worker runs (0: all)")
     # Not a multiple of the kernel's 10 ms tick: CPU time is charged by ticks, and windows in step with them
     # would be charged all or nothing (measured: 0.38 and 0.21 core for two windows of 0.25 at 10 ms).
-    parser.add_argument("--period-ms", type=float, default=23.7, help="the throttle's window")
+    parser.add_argument("--period-ms", type=float, default=23.7, help="the throttle's period")
+    parser.add_argument("--limit", choices=("cgroup", "windows"), default="cgroup", help="how a share is held")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--producers", type=int, default=48)
@@ -195,6 +232,8 @@ def main() -> None:
     parser.add_argument("--tenancy", action="store_true", help="a VC bound by client id (else passthrough)")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
+    if args.limit == "cgroup" and 0 < args.share * args.period_ms < 1:
+        parser.error("a CFS quota is at least 1 ms: --share × --period-ms must be 1 or more")
     results: dict[int, list[tuple[float, float, list[float]]]] = {n: [] for n in counts}
     with tempfile.TemporaryDirectory(prefix="vcbench-workers-") as tmp:
         work = Path(tmp)
@@ -203,17 +242,21 @@ def main() -> None:
             for n in order:
                 port = args.port + 10 * n
                 proc = start(work, n, port, args.bootstrap, args.tenancy)
-                throttle: Throttle | None = None
+                throttle: Throttle | CpuQuota | None = None
                 try:
                     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "client.id": CLIENT_ID})
                     for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
                         with contextlib.suppress(Exception):
                             future.result(60)
                     workers = children_of(proc.pid) or [proc.pid]  # --workers 1: the proxy is one process
-                    if args.share > 0:
+                    if args.share > 0 and args.limit == "cgroup":
+                        throttle = CpuQuota(workers, args.share, args.period_ms / 1000)
+                    elif args.share > 0:
                         throttle = Throttle(workers, args.share, args.period_ms / 1000)
                         throttle.start()
                     rate, spent = run(f"127.0.0.1:{port}", args, sorted({proc.pid, *workers}))
+                    if isinstance(throttle, CpuQuota):
+                        print(f"  periods throttled: {[round(t, 2) for t in throttle.throttled()]}", end="")
                     rss = {pid: _rss_mib(pid) for pid in sorted({proc.pid, *workers})}
                     print(f"  resident MiB: parent {rss[proc.pid]:.0f}" if n > 1 else "", end="")
                     print(f", workers {[round(rss[p]) for p in workers]}" if n > 1 else "", flush=True)
