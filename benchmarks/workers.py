@@ -233,7 +233,7 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
     if args.limit == "cgroup" and 0 < args.share * args.period_ms < 1:
-        parser.error("a CFS quota is at least 1 ms: --share × --period-ms must be 1 or more")
+        parser.error("a CFS quota is at least 1 ms: --share times --period-ms must be 1 or more")
     results: dict[int, list[tuple[float, float, list[float]]]] = {n: [] for n in counts}
     with tempfile.TemporaryDirectory(prefix="vcbench-workers-") as tmp:
         work = Path(tmp)
