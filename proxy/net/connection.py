@@ -171,24 +171,23 @@ class ClientConnection:
         self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
         self._forward_want = 0  # the size of the Produce request the forwarder takes the connection at (else 0)
-        self._to_forwarder = False  # the pumps stopped to hand the connection to the forwarder
+        # A hand-over: the request pump serves the phase while the response pump stands aside (its wait on the broker's
+        # socket cancelled, through `_read_scope`), so that the pumps, the nursery and the watchdog live on across it.
+        self._handing_over = False
+        self._read_scope: trio.CancelScope | None = None  # the response pump's wait with nothing outstanding
+        self._aside = trio.Event()  # set once the response pump stands aside for a hand-over
+        self._back = trio.Event()  # set (and made anew) once the connection is back from the forwarder
         self._closing = False
         self._phase: Any = None  # the forwarder's phase while it has the connection
         self.forwarded = 0  # requests the forwarder served (of `requests`)
 
     async def run(self) -> None:
         try:
-            while True:
-                self._to_forwarder = False
-                async with trio.open_nursery() as nursery:
-                    self._scope = nursery.cancel_scope
-                    nursery.start_soon(self._request_pump, nursery.cancel_scope)
-                    nursery.start_soon(self._response_pump, nursery.cancel_scope)
-                    nursery.start_soon(self._watchdog, nursery.cancel_scope)
-                if not self._to_forwarder or self._closing:
-                    break
-                if self._quiet() and not await self._forwarded():
-                    break
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                nursery.start_soon(self._request_pump, nursery.cancel_scope)
+                nursery.start_soon(self._response_pump, nursery.cancel_scope)
+                nursery.start_soon(self._watchdog, nursery.cancel_scope)
         except* CONNECTION_ERRORS as group:
             for exc in group.exceptions:
                 level = logging.INFO if isinstance(exc, FrameError | ProtocolViolation) else logging.DEBUG
@@ -214,9 +213,9 @@ class ClientConnection:
     def _may_forward(self) -> bool:
         """Whether the forwarder takes the connection at the request the request pump has buffered (not taken):
         a plain one, with nothing outstanding, nothing held for either side, and the response pump waiting on
-        the broker's socket (each pump then waits where a cancel loses no byte)."""
+        the broker's socket with nothing outstanding (where a cancel loses no byte: `_hand_over`)."""
         forwarder = self._forwarder
-        if forwarder is None or self._draining or self._closing or not self._logged_in or not self._reading:
+        if forwarder is None or self._draining or self._closing or not self._logged_in or self._read_scope is None:
             return False
         if self.session.in_flight or self._to_client or self._to_upstream or self._received != self._sent:
             return False
@@ -247,8 +246,8 @@ class ClientConnection:
         return True
 
     def _quiet(self) -> bool:
-        """After the pumps stopped for the forwarder: still nothing outstanding or held (a pump that had already
-        been woken when they were cancelled ran on to its next wait)."""
+        """With the response pump aside for the forwarder: still nothing outstanding or held (had it been woken
+        before its wait was cancelled, it ran on to its next wait)."""
         reader = self.upstream_reader
         return (
             not self.session.in_flight
@@ -259,6 +258,25 @@ class ClientConnection:
             and not reader.decoder.buffered
             and self.client_reader.decoder.peek_frame() is not None
         )
+
+    async def _hand_over(self, connection_scope: trio.CancelScope) -> bool:
+        """The connection on the forwarder (`_may_forward`), the response pump standing aside meanwhile; False once
+        the connection has ended."""
+        assert self._read_scope is not None
+        self._handing_over, self._aside = True, trio.Event()
+        self._read_scope.cancel()
+        await self._aside.wait()
+        try:
+            again = not self._quiet() or await self._forwarded()
+        finally:
+            self._scope = connection_scope
+            self._handing_over = False
+            self._back.set()
+            self._back = trio.Event()
+        if not again or self._closing:
+            connection_scope.cancel()
+            return False
+        return True
 
     async def _forwarded(self) -> bool:
         """The connection on the forwarder; True when it comes back to the pumps (a request not the forwarder's)."""
@@ -405,6 +423,8 @@ class ClientConnection:
             idle_until = self._last_active + self.limits.idle_timeout
             if trio.current_time() < idle_until:
                 await trio.sleep_until(idle_until)
+            elif self._handing_over:  # the forwarder keeps connections.max.idle.ms meanwhile
+                await self._back.wait()
             elif not self.session.in_flight:
                 self._close(connection_scope, f"idle for {self.limits.idle_timeout:g} s (connections_max_idle_ms)")
                 return
@@ -499,9 +519,10 @@ class ClientConnection:
                 if self._forwarder is not None:
                     await reader.fill()  # a whole request, not taken: the forwarder may take it from here
                     if self._may_forward():
-                        self._to_forwarder = True
-                        connection_scope.cancel()
-                        return
+                        self._between_requests = False  # a drain now holds the phase (the forwarder hands back)
+                        if not await self._hand_over(connection_scope):
+                            return
+                        continue
                 frame = await reader.next_frame()
                 self._between_requests = False
                 if frame is None:
@@ -612,6 +633,10 @@ class ClientConnection:
                 if self._requests_done:
                     connection_scope.cancel()
                     return
+                if self._handing_over:  # the request pump serves the forwarder's phase: back once it has ended
+                    self._aside.set()
+                    await self._back.wait()
+                    continue
                 if reader is None:  # no broker connection yet: the request pump opens one, then wakes this
                     await self._wait_work()
                     continue
@@ -629,13 +654,21 @@ class ClientConnection:
                 assert reader is not None
             self._reading = True
             try:
-                frame = await reader.next_frame()
+                if session.in_flight:
+                    frame = await reader.next_frame()
+                else:  # the wait a hand-over cancels (the request pump's `_may_forward` needs it)
+                    with trio.CancelScope() as scope:
+                        self._read_scope = scope
+                        frame = await reader.next_frame()
+                    if scope.cancelled_caught:
+                        continue
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 if self.upstream_reader is not reader:  # closed under the wait: a relayed login's replaced it
                     continue
                 raise
             finally:
                 self._reading = False
+                self._read_scope = None
             if frame is None:
                 self.close_reason = "upstream broker closed the connection"
                 raise trio.BrokenResourceError(self.close_reason)

@@ -656,8 +656,8 @@ def _metadata_answer(correlation: int) -> bytes:
 
 class _Connection:
     """A ClientConnection on socket pairs: a passthrough session (or `session`), a broker that answers every request
-    (as `answer(api_key, version, correlation)` says, if given); `telemetry` its recorder, `forwarder` None for the
-    Python path alone."""
+    (as `answer(api_key, version, correlation)` says, if given; with a `gate`, only once it is set, `held` set when a
+    request waits for it); `telemetry` its recorder, `forwarder` None for the Python path alone."""
 
     def __init__(
         self,
@@ -666,6 +666,7 @@ class _Connection:
         answer=None,
         telemetry=None,
         forwarder: Forwarder | None = FORWARDER,
+        idle_timeout: float = 600.0,
     ):
         from proxy.net.connection import ClientConnection, ConnectionLimits
         from proxy.net.frames import FrameReader
@@ -678,13 +679,15 @@ class _Connection:
             trio.SocketStream(a),
             self._connect,
             session or ProxySession(ListenerLayout("proxy.example", 9192, 9193)),
-            limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16),
+            limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, idle_timeout=idle_timeout),
             on_brokers=self._on_brokers,
             name="t",
             telemetry=telemetry,
             forwarder=forwarder,
         )
         self.answer = answer
+        self.gate: trio.Event | None = None
+        self.held = trio.Event()
         self.done = trio.Event()
         self.answers = FrameReader(self.client, 1 << 20, 1 << 16)
         nursery.start_soon(self._run)
@@ -703,6 +706,9 @@ class _Connection:
         reader = FrameReader(stream, 1 << 20, 1 << 16)
         while (frame := await reader.next_frame()) is not None:
             api_key, version, correlation = peek_request(frame)
+            if self.gate is not None:
+                self.held.set()
+                await self.gate.wait()
             if self.answer is not None:
                 answer = self.answer(api_key, version, correlation)
             elif api_key == 3:
@@ -767,6 +773,41 @@ async def test_a_connection_goes_to_the_forwarder_and_back_with_every_answer_in_
     await peer.close()
     assert connection.requests == correlation and connection.forwarded >= 30
     assert connection.close_reason == "client closed the connection"
+
+
+async def test_a_forwarded_connection_busy_past_connections_max_idle_ms_stays_open_then_idle_closes(nursery):
+    peer = _Connection(nursery, idle_timeout=0.3)
+    await peer.exchange(produce(1))
+    end = trio.current_time() + 1.0  # three idle timeouts of requests, all the forwarder's
+    correlation = 1
+    while trio.current_time() < end:
+        correlation += 1
+        assert await peer.exchange(produce(correlation)) == [(correlation, produced(correlation))]
+        await trio.sleep(0.05)  # the client's pace: less than the idle timeout between requests
+    assert not peer.done.is_set() and peer.connection._phase is not None
+    with trio.fail_after(5):
+        await peer.done.wait()
+    assert peer.connection.close_reason == "idle for 0.3 s (connections_max_idle_ms)"
+    assert peer.connection.forwarded == correlation - 1
+
+
+async def test_a_drain_while_the_forwarder_has_the_connection_answers_what_is_outstanding_and_ends(nursery):
+    peer = _Connection(nursery)
+    await peer.exchange(produce(1))
+    await peer.exchange(produce(2))
+    assert peer.connection._phase is not None
+    peer.gate = trio.Event()
+    await peer.client.send_all(produce(3))
+    with trio.fail_after(5):
+        await peer.held.wait()  # the broker has it, unanswered
+    peer.connection.stop_reading()
+    peer.gate.set()
+    with trio.fail_after(5):
+        frame = await peer.answers.next_frame()
+        await peer.done.wait()
+    assert frame is not None and bytes(frame) == produced(3)
+    assert peer.connection.close_reason == "proxy draining"
+    assert (peer.connection.requests, peer.connection.forwarded) == (3, 2)
 
 
 async def test_leader_hints_in_a_forwarded_answer_point_at_the_proxy_once_its_listeners_know_them(nursery):
