@@ -47,14 +47,41 @@ def request_bytes(key: int, version: int, correlation: int, body: Any) -> bytes:
     return frame(header + codec.encode(body))
 
 
-class Fetcher:
-    """A raw connection that asks the same full fetch again and again and reads each answer whole."""
+class Raw:
+    """A raw client connection to a proxy: one request at a time, each answer read whole."""
 
-    def __init__(self, proxy: Proxy, version: int, empty_answers: bool = False) -> None:
+    def __init__(self, proxy: Proxy) -> None:
         host, port = proxy.bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=60)
         self.correlation = 0
-        self.ask(18, 3, request_type(18, 3)(client_software_name="fetch-cost", client_software_version="1"))
+        self.ask(18, 3, request_type(18, 3)(client_software_name="vcbench-raw", client_software_version="1"))
+
+    def ask(self, key: int, version: int, body: Any) -> Any:
+        self.correlation += 1
+        self.sock.sendall(request_bytes(key, version, self.correlation, body))
+        answer = self.read()
+        offset = response_body_offset(answer, api_info(key).response_header_version(version))
+        return codec.decode(response_type(key, version), memoryview(answer), offset)[0]
+
+    def read(self) -> bytes:
+        head = self._exactly(4)
+        return head + self._exactly(int.from_bytes(head, "big"))
+
+    def _exactly(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(min(n - len(out), 1 << 20))
+            if not chunk:
+                raise SystemExit("the proxy closed the connection")
+            out += chunk
+        return bytes(out)
+
+
+class Fetcher(Raw):
+    """A raw connection that asks the same full fetch again and again and reads each answer whole."""
+
+    def __init__(self, proxy: Proxy, version: int, empty_answers: bool = False) -> None:
+        super().__init__(proxy)
         metadata = request_type(3, 12)(
             topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
         )
@@ -101,26 +128,6 @@ class Fetcher:
         if "replica_id" in fields:
             body["replica_id"] = -1
         return request_bytes(1, version, 0, empty(req, **body))
-
-    def ask(self, key: int, version: int, body: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(request_bytes(key, version, self.correlation, body))
-        answer = self.read()
-        offset = response_body_offset(answer, api_info(key).response_header_version(version))
-        return codec.decode(response_type(key, version), memoryview(answer), offset)[0]
-
-    def read(self) -> bytes:
-        head = self._exactly(4)
-        return head + self._exactly(int.from_bytes(head, "big"))
-
-    def _exactly(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(min(n - len(out), 1 << 20))
-            if not chunk:
-                raise SystemExit("the proxy closed the connection")
-            out += chunk
-        return bytes(out)
 
     def run(self, n: int) -> int:
         """Bytes of `n` answers."""
