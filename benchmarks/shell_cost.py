@@ -110,13 +110,15 @@ class Proxy:
         return vol, invol
 
 
-def start_checkout(work: Path, spec: str, mode: str, port: int, upstream: str) -> Proxy:
+def start_checkout(
+    work: Path, spec: str, mode: str, port: int, upstream: str, settings: dict[str, dict] | None = None
+) -> Proxy:
     """A proxy of a `--checkout` spec (NAME=DIR[,VAR=VALUE...]; python=PATH: its interpreter) in `mode`."""
     name, _, rest = spec.partition("=")
     src, *assignments = rest.split(",")
     extra_env = dict(a.split("=", 1) for a in assignments)
     python = extra_env.pop("python", sys.executable)
-    return start_proxy(work, name, Path(src).resolve(), mode, port, upstream, extra_env, python)
+    return start_proxy(work, name, Path(src).resolve(), mode, port, upstream, extra_env, python, settings)
 
 
 def start_proxy(
@@ -128,7 +130,9 @@ def start_proxy(
     upstream: str,
     extra_env: dict[str, str],
     python: str = sys.executable,
+    settings: dict[str, dict] | None = None,
 ) -> Proxy:
+    """`settings`: config sections to add (their keys over the mode's)."""
     cfg: dict[str, object] = {
         "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
         "upstream": {"bootstrap_servers": [upstream]},
@@ -145,6 +149,8 @@ def start_proxy(
         principal = f"User:{USER}"
         vc = {"name": "bench", "principals": [principal], "admins": [principal]}
         cfg["tenancy"] = {"enabled": True, "virtual_clusters": [vc]}
+    for section, values in (settings or {}).items():
+        cfg[section] = {**cfg.get(section, {}), **values}  # type: ignore[dict-item]
     path = work / f"{checkout}-{mode}.json"
     path.write_text(json.dumps(cfg))
     log = (work / f"{checkout}-{mode}.log").open("wb")

@@ -2060,6 +2060,11 @@ impl Conn {
             }
         }
         self.bin.let_go(self.limit);
+        if self.in_flight.is_empty() && self.cin.is_empty() && self.bin.is_empty() {
+            // Quiet: a connection idle here holds no room for its next request or answer (a receive makes it again).
+            self.cin = Vec::new();
+            self.bin.let_go(0);
+        }
         let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len() && self.piped == 0;
         if flushed && self.hold && self.streamed == 0 {
             // The next request (or a drain) is Python's: everything read before it has been sent on, and the

@@ -305,6 +305,9 @@ class ClientConnection:
         with trio.CancelScope() as self._scope:
             try:
                 initial, grant = self.client_reader.decoder.take_buffered(), self.session.ctx.grant
+                self.client_reader.decoder.park()
+                assert self.upstream_reader is not None
+                self.upstream_reader.decoder.park()
                 telemetry = self.telemetry
                 tally = telemetry.forwarded_tally(forwarder.module) if telemetry is not None else None
                 table = self._forward_table
@@ -520,6 +523,7 @@ class ClientConnection:
                     await reader.fill()  # a whole request, not taken: the forwarder may take it from here
                     if self._may_forward():
                         self._between_requests = False  # a drain now holds the phase (the forwarder hands back)
+                        frame = decision = result = trace = out = None  # nothing holds the buffers the phase lets go
                         if not await self._hand_over(connection_scope):
                             return
                         continue
@@ -634,6 +638,7 @@ class ClientConnection:
                     connection_scope.cancel()
                     return
                 if self._handing_over:  # the request pump serves the forwarder's phase: back once it has ended
+                    frame = result = answered = None  # nothing holds the buffers the phase lets go
                     self._aside.set()
                     await self._back.wait()
                     continue

@@ -37,7 +37,8 @@ class FrameDecoder:
         # The buffer starts small and grows towards buffer_limit with traffic: an idle or unauthenticated
         # connection must cost kilobytes, a bulk consumer needs the large buffer (see docs/architecture.md).
         self.buffer_limit = buffer_size
-        self._buf = bytearray(min(initial_size or buffer_size, buffer_size))
+        self._initial_size = min(initial_size or buffer_size, buffer_size)
+        self._buf = bytearray(self._initial_size)
         self._start = 0  # first unconsumed byte
         self._end = 0  # one past the last received byte
         self._filled = False  # the last receive filled all the room it was given: grow before the next one
@@ -76,11 +77,20 @@ class FrameDecoder:
         """Received bytes go to the big frame's own buffer (once it is whole, what follows goes to the main one)."""
         return self._big is not None and self._big_filled < len(self._big)
 
+    def park(self) -> None:
+        """Let the buffers go while the stream is another reader's (the forwarder's), with nothing buffered: an idle
+        connection there costs none of them. The next receive takes a buffer of the initial size again."""
+        if self.buffered:
+            raise ValueError("bytes are buffered")
+        self._buf, self._start, self._end, self._filled, self._spare = bytearray(), 0, 0, False, None
+
     def write_buffer(self) -> memoryview:
         """Where the next received bytes go; call ``commit(n)`` after writing n bytes into it."""
         if self._filling_big():
             assert self._big is not None
             return self._big[self._big_filled :]
+        if not self._buf:  # parked
+            self._buf = bytearray(self._initial_size)
         if self._filled:
             self._filled = False
             if len(self._buf) < self.buffer_limit:

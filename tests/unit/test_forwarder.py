@@ -753,6 +753,8 @@ async def test_a_connection_goes_to_the_forwarder_and_back_with_every_answer_in_
     assert await exchange(produce(1)) == [(1, produced(1))]  # the Python path opens the broker connection
     assert await exchange(produce(2)) == [(2, produced(2))]  # then the forwarder takes it
     assert connection._phase is not None  # the forwarder has it
+    assert connection.client_reader.decoder.buffer_size == 0  # and the Python path's buffers are let go meanwhile
+    assert connection.upstream_reader is not None and connection.upstream_reader.decoder.buffer_size == 0
     got = await exchange(_metadata_request(3))  # not plain: back to the pumps, rewritten
     assert got[0][0] == 3 and _rewritten(got[0][1])
     pipelined = [produce(c) for c in (4, 5, 6)] + [_metadata_request(7)] + [produce(c) for c in (8, 9)]

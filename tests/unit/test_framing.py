@@ -137,6 +137,23 @@ def test_a_frame_larger_than_the_buffer_grows_it_when_within_the_limit():
     assert frames == [big] and 10_004 <= d.buffer_size <= 64 * 1024
 
 
+def test_parked_it_holds_no_buffer_and_the_next_receive_starts_at_the_initial_size():
+    d = FrameDecoder(max_frame_bytes=1 << 20, buffer_size=4096, initial_size=1024)
+    stream = b"".join(frame(b"x" * 100) for _ in range(50)) + frame(b"b" * 10_000)
+    offset = 0
+    while offset < len(stream):
+        offset += _recv_into(d, stream[offset:])
+        drain(d)
+    assert d.buffer_size > 1024 and d._spare is not None  # grown by traffic, a big frame's room kept
+    d.park()  # the forwarder has the connection
+    assert d.buffer_size == 0 and d._spare is None and not d.frame_ready() and d.peek_frame() is None
+    d.receive_data(frame(b"after"))  # the forwarder's leftover, handed back
+    assert d.buffer_size == 1024 and drain(d) == [frame(b"after")]
+    _recv_into(d, frame(b"x" * 100)[:10])
+    with pytest.raises(ValueError):
+        d.park()  # part of a frame is buffered: not the forwarder's to take
+
+
 def test_limits_before_login_are_small_and_change_after():
     d = FrameDecoder(max_frame_bytes=100 << 20, buffer_size=1 << 20, initial_size=4096)
     d.set_limits(512 * 1024, 4096, keep_spare=False)
