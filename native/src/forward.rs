@@ -287,9 +287,9 @@ struct Granted {
 /// A name and the one it stands for: the client's -> the broker's (requests), or back (answers).
 type Renames = HashMap<Box<[u8]>, Box<[u8]>>;
 
-/// What the forwarder renames, by kind (grants.py `RENAMED`): topic names, which are never null (a null one is the
-/// session's), and transactional ids, whose null passes as it is.
-const KINDS: usize = 2;
+/// What the forwarder renames, by kind (grants.py `RENAMED`): topic names and group ids, which are never null (a null
+/// one is the session's), and transactional ids, whose null passes as it is.
+const KINDS: usize = 3;
 const TXN: usize = 1;
 /// At most this many names of a kind per API in one grant: a client may name as many transactional ids as it likes,
 /// and past this many the rest go by the session (the grant's memory stays bounded).

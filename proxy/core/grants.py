@@ -41,9 +41,11 @@ if TYPE_CHECKING:
 # which only a consumer's (negative) lets the forwarder serve it.
 TenantPlans = tuple[Any, Any, Any, int | None, int | None]
 
-# What a served tenant request may name: granted topic ids, granted topic names (renamed), and null ids.
-NAMES = frozenset({"topic_id", "topic", "txn"})
+# What a served tenant request may name: granted topic ids, granted topic names, transactional ids and group ids
+# (renamed), and null ids. At least one topic or group: what the grant is of.
+NAMES = frozenset({"topic_id", "topic", "txn", "group"})
 TOPICS = frozenset({"topic_id", "topic"})
+GRANTED = TOPICS | {"group"}
 
 
 def tenant_plans(key: int, version: int) -> TenantPlans | None:
@@ -83,12 +85,12 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     request, response = request_type(key, version), response_type(key, version)
     names = splice_paths(request)
     kinds = {kind for _, kind in names}
-    # At least one topic, by id or by name: a request that names none would be served on a grant it has nothing to
-    # do with (InitProducerId without a transactional id is IDEMPOTENT_WRITE's to decide). Another id only where it
-    # may be null (Produce's transactional id): one that never is would hand every request back.
-    if not kinds & TOPICS or kinds - NAMES or not message_paths(response)[1]:
+    # At least one topic, by id or by name, or a group: a request that names none would be served on a grant it has
+    # nothing to do with (InitProducerId without a transactional id is IDEMPOTENT_WRITE's to decide). A transactional
+    # id only where it may be null (Produce's): one that never is would hand every request back.
+    if not kinds & GRANTED or kinds - NAMES or not message_paths(response)[1]:
         return None
-    if not all(_nullable(request, path) for path, kind in names if kind not in TOPICS):
+    if not all(_nullable(request, path) for path, kind in names if kind == "txn"):
         return None
     answer = response_paths(response)
     if {kind for _, kind in answer} - {*TOPICS, MESSAGE}:
@@ -114,12 +116,13 @@ def _nullable(cls: type, path: str) -> bool:
 
 
 # The names the forwarder renames by a grant (`Grant.add_names`), each with its map's index in vcproxy_native: a topic
-# name (never null) and a transactional id (null: none, passed as it is).
-RENAMED = {"topic": 0, "txn": 1}
+# name (never null), a transactional id (null: none, passed as it is) and a group id (never null).
+RENAMED = {"topic": 0, "txn": 1, "group": 2}
 
 
 def _renames(node: Any) -> Any:
-    """The plan with each topic name and transactional id turned into the forwarder's rename (by the grant)."""
+    """The plan with each topic name, transactional id and group id turned into the forwarder's rename (by the
+    grant)."""
     if node[0] == "string" and node[2] in RENAMED:
         return ("rename", node[1], RENAMED[node[2]])
     if node[0] == "pstruct":
@@ -184,7 +187,8 @@ def renames(vc: Any, tx: Any) -> dict[int, list[tuple[bytes, bytes]]] | None:
             return None
         topics.append((name.encode(), physical.encode()))
     txns = [(name.encode(), physical.encode()) for physical, name in tx.txn_ids.items()]
-    return {RENAMED["topic"]: topics, RENAMED["txn"]: txns}
+    groups = [(name.encode(), physical.encode()) for physical, name in tx.group_ids.items()]
+    return {RENAMED["topic"]: topics, RENAMED["txn"]: txns, RENAMED["group"]: groups}
 
 
 def grant_for(ctx: ConnectionState) -> Any:

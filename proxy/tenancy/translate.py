@@ -58,6 +58,9 @@ class Translation:
     # Transactional ids sent as the VC's own (the caller may use them): physical -> the client's, what the tenancy
     # stage grants the forwarder with a Produce's topic names (proxy/core/grants.py).
     txn_ids: dict[str, str] = field(default_factory=dict)
+    # Group ids sent as the VC's own (the caller may use them): physical -> the client's, what the tenancy stage grants
+    # the forwarder with a Heartbeat, an OffsetCommit or a LeaveGroup (proxy/core/grants.py).
+    group_ids: dict[str, str] = field(default_factory=dict)
 
     # -- requests: virtual -> physical -------------------------------------------------------------
     def to_physical(self, kind: str, value: Any) -> Any:
@@ -71,7 +74,9 @@ class Translation:
             if self.access is not None and not self.access.permits(kind, value):
                 return self._refused_id(value)
             if kind == "group":
-                return self.vc.physical_group(value)
+                physical = self.vc.physical_group(value)
+                self.group_ids[physical] = value
+                return physical
             physical = self.vc.physical_txn(value)
             self.txn_ids[physical] = value
             return physical

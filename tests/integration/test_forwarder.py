@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -343,6 +343,53 @@ def _quota_held_on_the_forwarder(proxy: ProxyProcess, admin: AdminClient, carol:
     assert elapsed >= 2.0, elapsed  # faster would be requests past the meter
 
 
+def _group_member_on_the_forwarder(proxy: ProxyProcess, alice: dict, carol: dict) -> None:
+    """carol's consumer in a group: its Heartbeats and offset commits go by the forwarder, the group renamed as
+    team-a's, once the session has let the first of each through. Then alice denies carol READ on the group: the
+    very next one is refused (GROUP_AUTHORIZATION_FAILED), although the coordinator's connection was forwarded."""
+    topic, group = f"fwg-{uuid.uuid4().hex[:8]}", f"gm-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(alice)
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+    producer = Producer({**carol, "linger.ms": 0})
+    member = Consumer(
+        {**carol, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+         "heartbeat.interval.ms": 200, "session.timeout.ms": 6000}
+    )  # fmt: skip
+    member.subscribe([topic])
+    errors: list[int] = []
+    hb, oc = _forwarded(proxy, "Heartbeat"), _forwarded(proxy, "OffsetCommit")
+    deadline = time.monotonic() + 90
+    commits = 0
+    # A record, read, committed: an OffsetCommit each (the offset moves); Heartbeats every 200 ms meanwhile.
+    while commits < 8 or _forwarded(proxy, "Heartbeat") - hb < 5:
+        assert time.monotonic() < deadline, (commits, _forwarded(proxy, "Heartbeat") - hb)
+        producer.produce(topic, f"m-{commits}".encode())
+        producer.flush(30)
+        msg = member.poll(1.0)
+        if msg is not None and msg.error() is None:
+            member.commit(msg, asynchronous=False)
+            commits += 1
+    assert _forwarded(proxy, "OffsetCommit") - oc >= 5  # the first is the session's (the grant), at a rebalance more
+    deny = AclBinding(
+        ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:carol", "*",
+        AclOperation.READ, AclPermissionType.DENY,
+    )  # fmt: skip
+    for done in admin.create_acls([deny]).values():
+        done.result(timeout=60)
+    at_deny = _forwarded(proxy, "Heartbeat") + _forwarded(proxy, "OffsetCommit")
+    deadline = time.monotonic() + 30
+    while not errors and time.monotonic() < deadline:
+        msg = member.poll(0.5)
+        if msg is not None and msg.error() is not None:
+            errors.append(msg.error().code())
+    member.close()
+    assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors, errors
+    # At most one already on its way when the ACL was applied; none after.
+    assert _forwarded(proxy, "Heartbeat") + _forwarded(proxy, "OffsetCommit") - at_deny <= 1
+    refused = total(scrape(metrics_port(proxy)), "vcproxy_request_errors_total", vc="team-a", error_code="30")
+    assert refused >= 1
+
+
 def _forwarded(proxy: ProxyProcess, api: str) -> float:
     return total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api=api, vc="team-a")
 
@@ -525,6 +572,8 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
                 assert [t.topic for t in answer.responses] == [topic]
                 assert bytes(answer.responses[0].partitions[0].records or b"").count(b"r-") == len(sent)
         assert _forwarded(proxy, "Fetch") - before >= 15
+
+        _group_member_on_the_forwarder(proxy, alice, carol)
     finally:
         proxy.stop()
     log = proxy.log_path.read_text()

@@ -191,11 +191,18 @@ def granted(s: ProxySession) -> bytes:
     return frame
 
 
-def test_only_produce_and_fetch_are_a_tenants_to_forward():
+def test_a_tenants_to_forward_are_produce_fetch_and_a_group_members_own_requests():
     """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+) or by name (v7-v12, renamed): a
-    consumer's, read from its replica id before v15. A Fetch answer by name goes on whole (no plan to stream it)."""
+    consumer's, read from its replica id before v15. A Fetch answer by name goes on whole (no plan to stream it).
+    And a group member's Heartbeat, OffsetCommit (by name, renamed, or by id) and LeaveGroup, its group renamed."""
     served = {(key, version) for key, version, *_ in ENTRIES}
-    assert served == {(ApiKey.PRODUCE, v) for v in range(3, 14)} | {(ApiKey.FETCH, v) for v in range(7, 19)}
+    assert served == (
+        {(ApiKey.PRODUCE, v) for v in range(3, 14)}
+        | {(ApiKey.FETCH, v) for v in range(7, 19)}
+        | {(ApiKey.OFFSET_COMMIT, v) for v in range(2, 11)}
+        | {(ApiKey.HEARTBEAT, v) for v in range(0, 5)}
+        | {(ApiKey.LEAVE_GROUP, v) for v in range(0, 6)}
+    )
     streamed = {(key, version) for key, version, *rest in ENTRIES if rest[6] is not None}
     assert streamed == {(ApiKey.FETCH, v) for v in range(13, 19)}
 
@@ -362,7 +369,8 @@ def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served, len
     image.apply(*quota_record(entity, key, 1e9))  # never reached: nothing muted
     sent(s, produce([ORDERS]))  # granted again, in the state with the quota
     assert s.quota is not None and s.ctx.grant is not None and s.ctx.grant.valid()
-    assert {entry[0]: entry[9] for entry in forward_entries(s)} == served
+    members = dict.fromkeys((ApiKey.OFFSET_COMMIT, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP), NO)  # metered by none
+    assert {entry[0]: entry[9] for entry in forward_entries(s)} == served | members
     assert s.quota.allowances() == lent
 
 
@@ -449,6 +457,9 @@ def test_a_consumers_byte_rate_lends_fetch_an_allowance_and_an_answer_past_it_mu
     assert s.quota.metered() == {FETCH_RATE} and {e[0]: e[9] for e in forward_entries(s)} == {
         ApiKey.PRODUCE: METERED_NO,
         ApiKey.FETCH: METERED_ANSWER,
+        ApiKey.OFFSET_COMMIT: METERED_NO,
+        ApiKey.HEARTBEAT: METERED_NO,
+        ApiKey.LEAVE_GROUP: METERED_NO,
     }
 
 
@@ -1357,3 +1368,175 @@ def test_every_fetch_by_name_answer_it_renames_is_the_sessions_rewrite():
         passed += 1
         assert back == b"".join(bytes(p) for p in s.on_response(memoryview(bytearray(reply))).pieces)
     assert passed > 30 and held > 30
+
+
+# -- A group member's own requests: its group id renamed by the grant ---------------------------------------------
+
+
+def heartbeat(group: str, version: int = 4, member: str = "m-1") -> bytes:
+    req, _ = _schema("heartbeat", version)
+    fields = {f.name for f in dataclasses.fields(req.HeartbeatRequest)}
+    optional = {"group_instance_id": None} if "group_instance_id" in fields else {}
+    body = req.HeartbeatRequest(group_id=group, generation_id=3, member_id=member, **optional)
+    return request_frame(ApiKey.HEARTBEAT, version, 5, body)
+
+
+def heartbeat_answer(version: int = 4, error: ErrorCode = ErrorCode.none) -> bytes:
+    _, res = _schema("heartbeat", version)
+    fields = {f.name for f in dataclasses.fields(res.HeartbeatResponse)}
+    optional = {"throttle_time": datetime.timedelta(0)} if "throttle_time" in fields else {}
+    return response_frame(ApiKey.HEARTBEAT, version, 5, res.HeartbeatResponse(error_code=error, **optional))
+
+
+def _present(cls: type, **values: Any) -> Any:
+    """`cls` made of those of `values` it has (the fields an API version has)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in fields})
+
+
+def offset_commit(group: str, names: list[str], version: int = 8) -> bytes:
+    req, _ = _schema("offset_commit", version)
+    partition = _present(
+        req.OffsetCommitRequestPartition,
+        partition_index=0,
+        committed_offset=42,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+        commit_timestamp=-1,
+    )
+    topics = tuple(req.OffsetCommitRequestTopic(name=n, partitions=(partition,)) for n in names)
+    body = _present(
+        req.OffsetCommitRequest,
+        group_id=group,
+        generation_id_or_member_epoch=3,
+        member_id="m-1",
+        group_instance_id=None,
+        retention_time_ms=datetime.timedelta(milliseconds=-1),
+        topics=topics,
+    )
+    return request_frame(ApiKey.OFFSET_COMMIT, version, 5, body)
+
+
+def offset_commit_answer(names: list[str], version: int = 8) -> bytes:
+    _, res = _schema("offset_commit", version)
+    partition = res.OffsetCommitResponsePartition(partition_index=0, error_code=ErrorCode.none)
+    topics = tuple(res.OffsetCommitResponseTopic(name=n, partitions=(partition,)) for n in names)
+    body = _present(res.OffsetCommitResponse, throttle_time=datetime.timedelta(0), topics=topics)
+    return response_frame(ApiKey.OFFSET_COMMIT, version, 5, body)
+
+
+def granted_group(s: ProxySession, frame: bytes, reply: bytes) -> bytes:
+    """A session that let `frame` through, its group renamed as the VC's; what it sent."""
+    out = sent(s, frame)
+    assert out is not None and out != frame
+    s.on_response(memoryview(bytearray(reply)))
+    return out
+
+
+@pytest.mark.parametrize("version", [0, 3, 4])
+def test_a_heartbeat_the_session_let_through_is_granted_and_renamed_as_the_session_renames_it(version):
+    image = make_image()
+    s = session(image)
+    frame = heartbeat("g", version)
+    expected = granted_group(s, frame, heartbeat_answer(version))
+    assert image.vcs["team-a"].physical_group("g").encode() in expected
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.sent(heartbeat("g", version, member="m-2"), s.ctx.grant) is not None  # the group is granted
+    assert TABLE.sent(heartbeat("h", version), s.ctx.grant) is None  # another group: not yet
+    assert TABLE.sent(frame) is None  # no grant, nothing served
+    reply = heartbeat_answer(version, ErrorCode.rebalance_in_progress)
+    assert TABLE.answered(ApiKey.HEARTBEAT, version, reply, s.ctx.grant) == session_answer(session(image), frame, reply)
+
+
+def test_a_group_granted_on_one_vcs_connection_is_renamed_as_that_vcs_on_another():
+    image = make_image()
+    carol = session(image)
+    granted_group(carol, heartbeat("g"), heartbeat_answer())
+    bob = session(image, principal="User:bob")
+    mine = granted_group(bob, heartbeat("g"), heartbeat_answer())
+    assert TABLE.sent(heartbeat("g"), bob.ctx.grant) == mine
+    assert image.vcs["team-b"].physical_group("g").encode() in mine
+    assert image.vcs["team-a"].physical_group("g").encode() not in mine
+
+
+def test_a_group_is_granted_for_its_api_alone():
+    """A Heartbeat's grant of group `g` is not an OffsetCommit's, nor a LeaveGroup's: each is the session's first."""
+    s = session(make_image())
+    granted_group(s, heartbeat("g"), heartbeat_answer())
+    assert TABLE.sent(offset_commit("g", ["orders"]), s.ctx.grant) is None
+    assert TABLE.sent(heartbeat("g"), s.ctx.grant) is not None
+
+
+def _group_acl(group: str, op: Operation = Operation.READ) -> AclBinding:
+    return AclBinding(ResourceType.GROUP, group, PatternType.LITERAL, "User:carol", "*", op, Permission.ALLOW)
+
+
+def test_a_group_the_caller_may_not_use_is_never_granted():
+    image = make_image()
+    image.apply(*acl_record("team-a", _group_acl("other"), True))  # another group, not this one
+    s = session(image, allow_if_no_acl=False)
+    granted_group(s, heartbeat("other"), heartbeat_answer())
+    frame = heartbeat("g")
+    assert sent(s, frame) is None  # refused before it leaves: GROUP_AUTHORIZATION_FAILED
+    assert s.ctx.grant is not None and TABLE.sent(heartbeat("other"), s.ctx.grant) is not None
+    assert TABLE.sent(frame, s.ctx.grant) is None
+
+
+def test_a_group_right_revoked_voids_its_grant():
+    image = make_image()
+    read = _group_acl("g")
+    image.apply(*acl_record("team-a", read, True))
+    s = session(image, allow_if_no_acl=False)
+    granted_group(s, heartbeat("g"), heartbeat_answer())
+    grant = s.ctx.grant
+    assert TABLE.sent(heartbeat("g"), grant) is not None
+    image.apply(*acl_record("team-a", read, False))
+    assert TABLE.sent(heartbeat("g"), grant) is None
+
+
+@pytest.mark.parametrize("version", [2, 8, 9])
+def test_an_offset_commit_by_name_is_granted_and_renamed_both_ways_as_the_session_renames_it(version):
+    image = make_image()
+    s = session(image)
+    physical = _physical(image, "team-a", "orders")
+    frame = offset_commit("g", ["orders"], version)
+    expected = granted_group(s, frame, offset_commit_answer([physical], version))
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.sent(offset_commit("g", ["x"], version), s.ctx.grant) is None  # another VC's link
+    assert TABLE.sent(offset_commit("g", ["payments"], version), s.ctx.grant) is None  # not granted yet
+    reply = offset_commit_answer([physical], version)
+    back = TABLE.answered(ApiKey.OFFSET_COMMIT, version, reply, s.ctx.grant)
+    assert back == session_answer(session(image), frame, reply)
+    assert back is not None and physical.encode() not in back and b"orders" in back
+
+
+def test_a_write_grant_of_a_topic_is_not_an_offset_commits():
+    s = session(make_image())
+    granted_named(s)  # Produce by name to orders
+    assert TABLE.sent(offset_commit("g", ["orders"]), s.ctx.grant) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["g", "h", "x" * 300, ""]),
+    st.lists(st.sampled_from(["orders", "payments", "x", "nope"]), max_size=3),
+    st.sampled_from(
+        [(ApiKey.HEARTBEAT, 0), (ApiKey.HEARTBEAT, 4), (ApiKey.OFFSET_COMMIT, 2), (ApiKey.OFFSET_COMMIT, 9)]
+    ),
+    st.integers(0, 2**32),
+    st.integers(0, 2),
+)
+def test_wherever_the_forwarder_serves_a_group_members_request_the_session_sends_the_same_bytes(
+    group, names, api, seed, cut
+):
+    key, version = api
+    image = make_image()
+    s = session(image)
+    physical = _physical(image, "team-a", "orders")
+    granted_group(s, heartbeat("g", version if key == ApiKey.HEARTBEAT else 4), heartbeat_answer())
+    granted_group(s, offset_commit("g", ["orders"], 9), offset_commit_answer([physical], 9))
+    base = heartbeat(group, version) if key == ApiKey.HEARTBEAT else offset_commit(group, names, version)
+    frame = mutated(base, random.Random(seed), cut)
+    mine = TABLE.sent(frame, s.ctx.grant)
+    if mine is not None:
+        assert mine == sent(session(image), frame)

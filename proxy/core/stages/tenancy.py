@@ -94,7 +94,7 @@ class TenancyStage:
         frame = ex.frame
         assert frame is not None
         names = None
-        if call.tx.topics or call.tx.txn_ids:  # names renamed as the VC's, nothing else changed (the plans' walk)
+        if call.tx.topics or call.tx.txn_ids or call.tx.group_ids:  # renamed as the VC's, nothing else changed
             names = grants.renames(call.tx.vc, call.tx)
             if names is None:
                 return
