@@ -39,7 +39,11 @@ class Member(Raw):
         member, generation = self._join("")
         assignment = empty(_nested("sync_group", 3, "SyncGroupRequestAssignment"), member_id=member, assignment=b"")
         sync = empty(
-            request_type(14, 3), group_id=self.group, generation_id=generation, member_id=member, assignments=(assignment,)
+            request_type(14, 3),
+            group_id=self.group,
+            generation_id=generation,
+            member_id=member,
+            assignments=(assignment,),
         )
         answer = self.ask(14, 3, sync)
         assert int(answer.error_code) == 0, answer
