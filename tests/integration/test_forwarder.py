@@ -484,7 +484,8 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
     of the names the session let through, and the answer's back; a transactional producer's id too. carol's records
     land intact and in order under her own name for the topic, the forwarder having served most of them, and only
     her committed transaction's are read; a consumer's Fetch v13 (Java's 3.1-3.4) in its own session is served too;
-    once alice denies her WRITE, her very next record is refused, although her connection was on the forwarder."""
+    once alice denies her WRITE, her very next record is refused, although her connection was on the forwarder. Then
+    a group member's Heartbeats and commits, its group renamed (`_group_member_on_the_forwarder`)."""
     proxy = ProxyProcess(_team_a(kafka_cluster, "PLAIN"), tmp_path, name="renamed-vc").start(timeout=120)
     try:
         alice = scram_conf(proxy, "alice", USERS["alice"])

@@ -1425,6 +1425,20 @@ def offset_commit_answer(names: list[str], version: int = 8) -> bytes:
     return response_frame(ApiKey.OFFSET_COMMIT, version, 5, body)
 
 
+def leave_group(group: str, version: int = 5) -> bytes:
+    req, _ = _schema("leave_group", version)
+    if version < 3:
+        return request_frame(ApiKey.LEAVE_GROUP, version, 5, req.LeaveGroupRequest(group_id=group, member_id="m-1"))
+    member = _present(req.MemberIdentity, member_id="m-1", group_instance_id=None, reason="bye")
+    return request_frame(ApiKey.LEAVE_GROUP, version, 5, req.LeaveGroupRequest(group_id=group, members=(member,)))
+
+
+def leave_group_answer(version: int = 5) -> bytes:
+    _, res = _schema("leave_group", version)
+    body = _present(res.LeaveGroupResponse, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, members=())
+    return response_frame(ApiKey.LEAVE_GROUP, version, 5, body)
+
+
 def granted_group(s: ProxySession, frame: bytes, reply: bytes) -> bytes:
     """A session that let `frame` through, its group renamed as the VC's; what it sent."""
     out = sent(s, frame)
@@ -1516,13 +1530,14 @@ def test_a_write_grant_of_a_topic_is_not_an_offset_commits():
     assert TABLE.sent(offset_commit("g", ["orders"]), s.ctx.grant) is None
 
 
+MEMBER_APIS = {ApiKey.HEARTBEAT: (0, 4), ApiKey.OFFSET_COMMIT: (2, 9), ApiKey.LEAVE_GROUP: (0, 5)}
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(["g", "h", "x" * 300, ""]),
     st.lists(st.sampled_from(["orders", "payments", "x", "nope"]), max_size=3),
-    st.sampled_from(
-        [(ApiKey.HEARTBEAT, 0), (ApiKey.HEARTBEAT, 4), (ApiKey.OFFSET_COMMIT, 2), (ApiKey.OFFSET_COMMIT, 9)]
-    ),
+    st.sampled_from([(k, v) for k, vs in MEMBER_APIS.items() for v in vs]),
     st.integers(0, 2**32),
     st.integers(0, 2),
 )
@@ -1535,7 +1550,13 @@ def test_wherever_the_forwarder_serves_a_group_members_request_the_session_sends
     physical = _physical(image, "team-a", "orders")
     granted_group(s, heartbeat("g", version if key == ApiKey.HEARTBEAT else 4), heartbeat_answer())
     granted_group(s, offset_commit("g", ["orders"], 9), offset_commit_answer([physical], 9))
-    base = heartbeat(group, version) if key == ApiKey.HEARTBEAT else offset_commit(group, names, version)
+    granted_group(s, leave_group("g"), leave_group_answer())
+    if key == ApiKey.HEARTBEAT:
+        base = heartbeat(group, version)
+    elif key == ApiKey.LEAVE_GROUP:
+        base = leave_group(group, version)
+    else:
+        base = offset_commit(group, names, version)
     frame = mutated(base, random.Random(seed), cut)
     mine = TABLE.sent(frame, s.ctx.grant)
     if mine is not None:
