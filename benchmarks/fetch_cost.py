@@ -12,7 +12,6 @@ proxies are `shell_cost.py`'s, in its `tenant` mode (a VC of client id `vcbench`
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import socket
@@ -25,10 +24,12 @@ from typing import Any
 from shell_cost import (  # this directory is on sys.path
     TOPIC,
     Proxy,
-    create_topic,
+    checkout_args,
+    cpu_us,
     drive,
     producer,
-    start_checkout,
+    rotated,
+    start_checkouts,
     stop_proxies,
 )
 
@@ -105,7 +106,7 @@ class Fetcher(Raw):
         req = request_type(1, version)
         fields = set(req.__dataclass_fields__)
         partition = empty(
-            _nested(version, "FetchPartition"),
+            nested("fetch", version, "FetchPartition"),
             partition=0,
             fetch_offset=offset,
             partition_max_bytes=PARTITION_MAX,
@@ -113,7 +114,7 @@ class Fetcher(Raw):
             last_fetched_epoch=-1,
             log_start_offset=-1,
         )
-        topic_cls = _nested(version, "FetchTopic")
+        topic_cls = nested("fetch", version, "FetchTopic")
         topic = empty(topic_cls, topic=TOPIC, partitions=(partition,))
         if version >= 13:
             topic = empty(topic_cls, topic_id=topic_id, partitions=(partition,))
@@ -138,45 +139,34 @@ class Fetcher(Raw):
         return total
 
 
-def _nested(version: int, name: str) -> type:
+def nested(api: str, version: int, name: str) -> type:
+    """A class of kio's request schema of `api` (its package, e.g. "fetch") at `version`."""
     import importlib
 
-    return getattr(importlib.import_module(f"kio.schema.fetch.v{version}.request"), name)
+    return getattr(importlib.import_module(f"kio.schema.{api}.v{version}.request"), name)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--checkout", action="append", required=True, help="NAME=DIR[,VAR=VALUE...], as shell_cost's")
+    ap = checkout_args(__doc__, 29700)
     ap.add_argument("--versions", default="12,13")
-    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--answers", type=int, default=300)
-    ap.add_argument("--port", type=int, default=29700)
     ap.add_argument("--empty", action="store_true", help="fetch from the log's end: answers with no records, at once")
     args = ap.parse_args()
     versions = [int(v) for v in args.versions.split(",")]
     work = Path(tempfile.mkdtemp(prefix="fetch-cost-"))
     proxies: list[Proxy] = []
     try:
-        port = args.port
-        for spec in args.checkout:
-            proxies.append(start_checkout(work, spec, "tenant", port, args.bootstrap))
-            port += 20
-        create_topic(proxies[0])
+        proxies += start_checkouts(work, args, ["tenant"])
         drive(producer(proxies[0], 5), 5, 400)  # about 1.3 MB: every answer is a full megabyte
         fetchers = {(x.name, v): Fetcher(x, v, args.empty) for x in proxies for v in versions}
         for fetcher in fetchers.values():
             fetcher.run(20)  # warm-up
         runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for r in range(args.rounds):
-            order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
-            for x in order:
+            for x in rotated(proxies, r):
                 for v in versions:
-                    u0, s0 = x.cpu()
-                    size = fetchers[x.name, v].run(args.answers)
-                    u1, s1 = x.cpu()
-                    cpu = u1 - u0 + s1 - s0
-                    runs.setdefault((x.name, v), []).append((cpu * 1e6 / args.answers, cpu / (size / 1e9)))
+                    us, size = cpu_us(x, args.answers, lambda f=fetchers[x.name, v]: f.run(args.answers))
+                    runs.setdefault((x.name, v), []).append((us, us * args.answers / 1e6 / (size / 1e9)))
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         print(
             f"{args.answers} Fetch answers of {'no records (from the log end)' if args.empty else '~1 MB'} per run,"

@@ -11,7 +11,6 @@ proxy's CPU per request of each. The first of each kind is the session's (it gra
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import statistics
@@ -21,8 +20,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fetch_cost import Raw, request_bytes  # this directory is on sys.path
-from shell_cost import TOPIC, Proxy, create_topic, start_checkout, stop_proxies
+from fetch_cost import Raw, nested, request_bytes  # this directory is on sys.path
+from shell_cost import TOPIC, Proxy, checkout_args, cpu_us, rotated, start_checkouts, stop_proxies
 
 from proxy.protocol.apis import request_type
 from proxy.protocol.entities import empty
@@ -37,7 +36,7 @@ class Member(Raw):
         super().__init__(proxy)
         self.group = f"g-{uuid.uuid4().hex[:8]}"
         member, generation = self._join("")
-        assignment = empty(_nested("sync_group", 3, "SyncGroupRequestAssignment"), member_id=member, assignment=b"")
+        assignment = empty(nested("sync_group", 3, "SyncGroupRequestAssignment"), member_id=member, assignment=b"")
         sync = empty(
             request_type(14, 3),
             group_id=self.group,
@@ -56,7 +55,7 @@ class Member(Raw):
 
     def _join(self, member: str) -> tuple[str, int]:
         join = request_type(11, 5)
-        protocol = empty(_nested("join_group", 5, "JoinGroupRequestProtocol"), name="range", metadata=b"")
+        protocol = empty(nested("join_group", 5, "JoinGroupRequestProtocol"), name="range", metadata=b"")
         body = empty(
             join,
             group_id=self.group,
@@ -74,9 +73,9 @@ class Member(Raw):
 
     def _commit(self, member: str, generation: int) -> Any:
         partition = empty(
-            _nested("offset_commit", 8, "OffsetCommitRequestPartition"), partition_index=0, committed_offset=1
+            nested("offset_commit", 8, "OffsetCommitRequestPartition"), partition_index=0, committed_offset=1
         )
-        topic = empty(_nested("offset_commit", 8, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(partition,))
+        topic = empty(nested("offset_commit", 8, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(partition,))
         return empty(
             request_type(8, 8),
             group_id=self.group,
@@ -92,40 +91,24 @@ class Member(Raw):
             self.read()
 
 
-def _nested(api: str, version: int, name: str) -> type:
-    import importlib
-
-    return getattr(importlib.import_module(f"kio.schema.{api}.v{version}.request"), name)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--checkout", action="append", required=True, help="NAME=DIR[,VAR=VALUE...], as shell_cost's")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = checkout_args(__doc__, 29950)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--port", type=int, default=29950)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="group-cost-"))
     proxies: list[Proxy] = []
     try:
-        port = args.port
-        for spec in args.checkout:
-            proxies.append(start_checkout(work, spec, "tenant", port, args.bootstrap))
-            port += 20
-        create_topic(proxies[0])
+        proxies += start_checkouts(work, args, ["tenant"])
         members = {x.name: Member(x) for x in proxies}
         for member in members.values():
             for kind in member.frames:
                 member.run(kind, 50)  # the first is the session's; the rest warm up
         runs: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
-            for x in proxies[r % len(proxies) :] + proxies[: r % len(proxies)]:
+            for x in rotated(proxies, r):
                 for kind in members[x.name].frames:
-                    u0, s0 = x.cpu()
-                    members[x.name].run(kind, args.requests)
-                    u1, s1 = x.cpu()
-                    runs.setdefault((x.name, kind), []).append((u1 - u0 + s1 - s0) * 1e6 / args.requests)
+                    us, _ = cpu_us(x, args.requests, lambda m=members[x.name], k=kind: m.run(k, args.requests))
+                    runs.setdefault((x.name, kind), []).append(us)
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         print(f"{args.requests} requests one at a time a run, {args.rounds} rounds, µs CPU a request: median (range)")
         print(f"{'proxy':20} {'Heartbeat v3':>16} {'OffsetCommit v8':>16}")

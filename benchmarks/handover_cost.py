@@ -12,7 +12,6 @@ Produce and Fetch is the Python path's), one per checkout and mode, started side
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import io
 import os
@@ -25,7 +24,7 @@ from fetch_cost import Raw, request_bytes  # this directory is on sys.path
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
-from shell_cost import TOPIC, Proxy, create_topic, start_checkout, stop_proxies
+from shell_cost import TOPIC, Proxy, checkout_args, cpu_us, rotated, start_checkouts, stop_proxies
 
 from proxy.protocol.apis import request_type
 from proxy.protocol.entities import empty
@@ -68,36 +67,23 @@ class Asker(Raw):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--checkout", action="append", required=True, help="NAME=DIR[,VAR=VALUE...], as shell_cost's")
+    ap = checkout_args(__doc__, 29800)
     ap.add_argument("--modes", default="passthrough,tenant")
-    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--port", type=int, default=29800)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="handover-cost-"))
     proxies: list[Proxy] = []
     try:
-        port = args.port
-        for mode in args.modes.split(","):
-            for spec in args.checkout:
-                proxies.append(start_checkout(work, spec, mode, port, args.bootstrap))
-                port += 20
-        for mode in args.modes.split(","):
-            create_topic(next(x for x in proxies if x.mode == mode))
+        proxies += start_checkouts(work, args, args.modes.split(","))
         askers = {x.name: Asker(x) for x in proxies}
         for asker in askers.values():
             asker.run(KINDS["alternating"], 200)  # warm-up: the grant, the tables, the interpreter's caches
         runs: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
-            order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
-            for x in order:
+            for x in rotated(proxies, r):
                 for kind, apis in KINDS.items():
-                    u0, s0 = x.cpu()
-                    askers[x.name].run(apis, args.requests)
-                    u1, s1 = x.cpu()
-                    runs.setdefault((x.name, kind), []).append((u1 - u0 + s1 - s0) * 1e6 / args.requests)
+                    us, _ = cpu_us(x, args.requests, lambda a=askers[x.name], k=apis: a.run(k, args.requests))
+                    runs.setdefault((x.name, kind), []).append(us)
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         print(f"{args.requests} requests one at a time a run, {args.rounds} rounds, µs CPU a request: median (range)")
         print(f"{'proxy':24} {'produce':>16} {'metadata':>16} {'alternating':>16} {'a cycle':>8}")

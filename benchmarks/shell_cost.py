@@ -37,8 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bench_peers import kroxylicious_argv, kroxylicious_config  # this directory is on sys.path (a script's)
 from confluent_kafka import Producer
@@ -53,6 +55,7 @@ USER, PASSWORD = "bench", "bench-secret"  # modes `quota` and `rate`
 # Per mode, the quota its user sets itself, never reached (what metering costs, not throttling).
 QUOTAS = {"quota": ("producer_byte_rate", 1e9), "rate": ("request_rate", 1e6)}
 TOPIC = "shellcost"
+T = TypeVar("T")
 RECORD = b"x" * 3300
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -255,11 +258,52 @@ def measure(proxy: Proxy, p: Producer, depth: int, n: int, tail: float = 0) -> t
 
 def clients_run(proxy: Proxy, n: int) -> float:
     """ms of the proxy's CPU per client: a fresh admin client that connects and asks Metadata, then goes."""
+
+    def clients() -> None:
+        for _ in range(n):
+            AdminClient({**proxy.client_conf(), "log_level": 0}).list_topics(timeout=30)
+
+    return cpu_us(proxy, n, clients)[0] / 1000
+
+
+def cpu_us(proxy: Proxy, n: int, run: Callable[[], T]) -> tuple[float, T]:
+    """µs of the proxy's CPU (user and system) per item of `run`'s `n`, and what `run` gave."""
     u0, s0 = proxy.cpu()
-    for _ in range(n):
-        AdminClient({**proxy.client_conf(), "log_level": 0}).list_topics(timeout=30)
+    out = run()
     u1, s1 = proxy.cpu()
-    return (u1 - u0 + s1 - s0) * 1000 / n
+    return (u1 - u0 + s1 - s0) * 1e6 / n, out
+
+
+def rotated(proxies: list[Proxy], r: int) -> list[Proxy]:
+    """Round `r`'s order: each proxy first in turn, so that the machine's load hits all alike."""
+    return proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
+
+
+CHECKOUT_HELP = (
+    "NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy and its environment (e.g. VCPROXY_PURE=1);"
+    " python=PATH runs it on another interpreter (one with vcproxy's dependencies: a virtualenv's)"
+)
+
+
+def checkout_args(description: str | None, port: int) -> argparse.ArgumentParser:
+    """A bench's arguments for proxies of checkouts side by side: the cluster, the checkouts, the first port, rounds."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--checkout", action="append", required=True, help=CHECKOUT_HELP)
+    ap.add_argument("--port", type=int, default=port)
+    ap.add_argument("--rounds", type=int, default=5)
+    return ap
+
+
+def start_checkouts(work: Path, args: argparse.Namespace, modes: list[str]) -> list[Proxy]:
+    """A proxy of each `--checkout` in each mode, side by side (20 ports apart from `--port`), each with the bench's
+    topic."""
+    proxies = []
+    for i, (mode, spec) in enumerate((m, s) for m in modes for s in args.checkout):
+        proxies.append(start_checkout(work, spec, mode, args.port + 20 * i, args.bootstrap))
+    for proxy in proxies:
+        create_topic(proxy)
+    return proxies
 
 
 def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tuple[float, dict[str, float]]:
@@ -281,20 +325,10 @@ def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tup
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument(
-        "--checkout",
-        action="append",
-        required=True,
-        help="NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy and its environment (e.g. VCPROXY_PURE=1);"
-        " python=PATH runs it on another interpreter (one with vcproxy's dependencies: a virtualenv's)",
-    )
+    ap = checkout_args(__doc__, 29600)
     ap.add_argument("--modes", default="passthrough,tenant", help="also quota, rate, tracedP (tracing, P%% sampled)")
     ap.add_argument("--depths", default="1,5")
-    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--port", type=int, default=29600)
     ap.add_argument("--strace", action="store_true")
     ap.add_argument("--idle", type=float, default=0, help="first measure idle CPU for this many seconds")
     ap.add_argument("--tail", type=float, default=0, help="read a run's CPU this many seconds after its last answer")
@@ -308,17 +342,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="shell-cost-"))
     proxies: list[Proxy] = []
     try:
-        port = args.port
-        for spec in args.checkout:
-            for mode in args.modes.split(","):
-                proxies.append(start_checkout(work, spec, mode, port, args.bootstrap))
-                port += 20
+        proxies += start_checkouts(work, args, args.modes.split(","))
         if args.kroxylicious is not None:
-            for mode in ("passthrough", "multitenant"):
+            for i, mode in enumerate(("passthrough", "multitenant")):
+                port = args.port + 20 * (len(proxies) + i)
                 proxies.append(start_kroxylicious(work, args.kroxylicious.resolve(), mode, port, args.bootstrap))
-                port += 20
-        for proxy in proxies:
-            create_topic(proxy)
+                create_topic(proxies[-1])
         producers = {(x.name, d): producer(x, d) for x in proxies for d in depths}
         for x in proxies:  # warm-up, unmeasured (longer for a JVM's JIT)
             for d in depths:
@@ -328,8 +357,7 @@ def main() -> None:
         if args.idle:
             idle(proxies, args.idle)
         for r in range(args.rounds):
-            order = proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
-            for x in order:
+            for x in rotated(proxies, r):
                 for d in depths if args.requests else ():
                     x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests, args.tail))
                 if args.clients:
