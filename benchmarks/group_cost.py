@@ -12,16 +12,14 @@ proxy's CPU per request of each. The first of each kind is the session's (it gra
 from __future__ import annotations
 
 import datetime
-import os
-import statistics
-import sys
+import functools
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
 from fetch_cost import Raw, nested, request_bytes  # this directory is on sys.path
-from shell_cost import TOPIC, Proxy, checkout_args, cpu_us, rotated, start_checkouts, stop_proxies
+from shell_cost import TOPIC, Proxy, checkout_args, rounds_of, spread, start_checkouts, stop_proxies
 
 from proxy.protocol.apis import request_type
 from proxy.protocol.entities import empty
@@ -103,21 +101,16 @@ def main() -> None:
         for member in members.values():
             for kind in member.frames:
                 member.run(kind, 50)  # the first is the session's; the rest warm up
-        runs: dict[tuple[str, str], list[float]] = {}
-        for r in range(args.rounds):
-            for x in rotated(proxies, r):
-                for kind in members[x.name].frames:
-                    us, _ = cpu_us(x, args.requests, lambda m=members[x.name], k=kind: m.run(k, args.requests))
-                    runs.setdefault((x.name, kind), []).append(us)
-            print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
+        runs = rounds_of(
+            proxies,
+            args.rounds,
+            args.requests,
+            lambda x: {k: functools.partial(members[x.name].run, k, args.requests) for k in members[x.name].frames},
+        )
         print(f"{args.requests} requests one at a time a run, {args.rounds} rounds, µs CPU a request: median (range)")
         print(f"{'proxy':20} {'Heartbeat v3':>16} {'OffsetCommit v8':>16}")
         for x in proxies:
-            cells = []
-            for kind in ("Heartbeat", "OffsetCommit"):
-                us = runs[x.name, kind]
-                cells.append(f"{statistics.median(us):.0f} ({min(us):.0f}..{max(us):.0f})")
-            print(f"{x.name:20} {cells[0]:>16} {cells[1]:>16}")
+            print(f"{x.name:20} {spread(runs[x.name, 'Heartbeat']):>16} {spread(runs[x.name, 'OffsetCommit']):>16}")
     finally:
         stop_proxies(proxies, work)
 

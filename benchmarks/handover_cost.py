@@ -13,10 +13,9 @@ Produce and Fetch is the Python path's), one per checkout and mode, started side
 from __future__ import annotations
 
 import datetime
+import functools
 import io
-import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from fetch_cost import Raw, request_bytes  # this directory is on sys.path
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
-from shell_cost import TOPIC, Proxy, checkout_args, cpu_us, rotated, start_checkouts, stop_proxies
+from shell_cost import TOPIC, Proxy, checkout_args, rounds_of, spread, start_checkouts, stop_proxies
 
 from proxy.protocol.apis import request_type
 from proxy.protocol.entities import empty
@@ -78,18 +77,17 @@ def main() -> None:
         askers = {x.name: Asker(x) for x in proxies}
         for asker in askers.values():
             asker.run(KINDS["alternating"], 200)  # warm-up: the grant, the tables, the interpreter's caches
-        runs: dict[tuple[str, str], list[float]] = {}
-        for r in range(args.rounds):
-            for x in rotated(proxies, r):
-                for kind, apis in KINDS.items():
-                    us, _ = cpu_us(x, args.requests, lambda a=askers[x.name], k=apis: a.run(k, args.requests))
-                    runs.setdefault((x.name, kind), []).append(us)
-            print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
+        runs = rounds_of(
+            proxies,
+            args.rounds,
+            args.requests,
+            lambda x: {k: functools.partial(askers[x.name].run, apis, args.requests) for k, apis in KINDS.items()},
+        )
         print(f"{args.requests} requests one at a time a run, {args.rounds} rounds, µs CPU a request: median (range)")
         print(f"{'proxy':24} {'produce':>16} {'metadata':>16} {'alternating':>16} {'a cycle':>8}")
         for x in proxies:
             med = {k: statistics.median(runs[x.name, k]) for k in KINDS}
-            cells = [f"{med[k]:.0f} ({min(runs[x.name, k]):.0f}..{max(runs[x.name, k]):.0f})" for k in KINDS]
+            cells = [spread(runs[x.name, k]) for k in KINDS]
             cycle = 2 * med["alternating"] - med["produce"] - med["metadata"]
             print(f"{x.name:24} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {cycle:>8.0f}")
     finally:

@@ -279,6 +279,25 @@ def rotated(proxies: list[Proxy], r: int) -> list[Proxy]:
     return proxies[r % len(proxies) :] + proxies[: r % len(proxies)]
 
 
+def rounds_of(
+    proxies: list[Proxy], rounds: int, n: int, runs: Callable[[Proxy], dict[str, Callable[[], object]]]
+) -> dict[tuple[str, str], list[float]]:
+    """Per (proxy, kind): µs of CPU per request of each round's run of `n` requests (`runs(proxy)`: each kind's run),
+    the proxies in `rotated` order."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in range(rounds):
+        for x in rotated(proxies, r):
+            for kind, run in runs(x).items():
+                out.setdefault((x.name, kind), []).append(cpu_us(x, n, run)[0])
+        print(f"round {r + 1}/{rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
+    return out
+
+
+def spread(values: list[float]) -> str:
+    """A run's figures as "median (lowest..highest)"."""
+    return f"{statistics.median(values):.0f} ({min(values):.0f}..{max(values):.0f})"
+
+
 CHECKOUT_HELP = (
     "NAME=DIR[,VAR=VALUE...]: a source tree of vcproxy and its environment (e.g. VCPROXY_PURE=1);"
     " python=PATH runs it on another interpreter (one with vcproxy's dependencies: a virtualenv's)"
