@@ -80,6 +80,10 @@ class ListenerTlsConfig(_Strict):
     principal_mapping_rules: str | list[str] = "DEFAULT"
     """Kafka's ssl.principal.mapping.rules, mapping the certificate subject DN to a user name."""
     handshake_timeout_seconds: float = Field(10.0, gt=0)
+    engine: Literal["auto", "native", "openssl"] = "auto"
+    """Whose TLS serves the listener: native (rustls, in the compiled parts: the forwarder then serves TLS connections'
+    plain requests too), openssl (Python's ssl: every request on the Python path), or auto (native where the compiled
+    parts are built and load this certificate, key and CA; else openssl, said once at start)."""
 
     _files = field_validator("certfile", "keyfile", "cafile")(_file)
 
@@ -101,6 +105,10 @@ class ListenerTlsConfig(_Strict):
             server_context(self.certfile, self.keyfile, self.cafile, self.client_auth)
         except (ssl.SSLError, OSError) as exc:
             raise ValueError(f"cannot load the certificate, key or CA: {exc}") from None
+        if self.engine == "native":
+            from .net.native_tls import native_context
+
+            native_context(self)  # ValueError: why the compiled TLS cannot serve it
         return self
 
 

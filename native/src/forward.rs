@@ -34,6 +34,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::tls;
 use crate::{
     be_signed, count, items, malformed, parse, put_string, skip, skip_tags, uvarint, validate, Fail, Node, Walk, MAX_STRING,
 };
@@ -1008,6 +1009,7 @@ struct Conn {
     id: u64,
     client: i32, // Python's sockets: Python closes them only after the phase has ended (and left epoll)
     broker: i32,
+    tls: Option<tls::Shared>, // a TLS client's session (tls.rs): `cin` and `cout` hold its plaintext
     table: Arc<HashMap<u32, Entry>>,
     grant: Option<Arc<Granted>>, // a tenant connection's: the ids its requests may name
     // What quotas let metered requests spend, and metered answers (none: no such request is served); under a request
@@ -1395,6 +1397,24 @@ fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: 
         }
     }
     out.extend_from_slice(&frame[sent..]);
+    Ok(())
+}
+
+/// Sends `frame` to the client: as `send_or_queue`, or through its TLS session (queued as plaintext, then encrypted and
+/// sent as far as the socket takes it).
+fn to_client(
+    tls: Option<&tls::Shared>,
+    fd: i32,
+    frame: &[u8],
+    out: &mut Vec<u8>,
+    at: &mut usize,
+    writable: &mut bool,
+) -> io::Result<()> {
+    let Some(state) = tls else { return send_or_queue(fd, frame, out, *at, writable) };
+    out.extend_from_slice(frame);
+    if *writable {
+        *writable = tls::flush(state, fd, out, at)?;
+    }
     Ok(())
 }
 
@@ -1805,7 +1825,7 @@ impl Conn {
                 let fitted = self.answer_allowance.as_ref().is_some_and(|a| a.spend_over(out.len() as u64));
                 self.hold |= !fitted;
             }
-            send_or_queue(self.client, &out[sent..], &mut self.cout, self.cout_at, &mut self.client_writable)
+            to_client(self.tls.as_ref(), self.client, &out[sent..], &mut self.cout, &mut self.cout_at, &mut self.client_writable)
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
             if let (Some(tally), Some(errors)) = (&self.tally, &entry.errors) {
                 let codes = answer_errors(entry, errors, out); // the client's: as the Python path counts them
@@ -1879,7 +1899,14 @@ impl Conn {
         };
         let mut progress = false;
         if safe > self.streamed {
-            send_or_queue(self.client, &part[self.streamed..safe], &mut self.cout, self.cout_at, &mut self.client_writable)
+            to_client(
+                self.tls.as_ref(),
+                self.client,
+                &part[self.streamed..safe],
+                &mut self.cout,
+                &mut self.cout_at,
+                &mut self.client_writable,
+            )
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
             self.streamed = safe;
             progress = true;
@@ -1887,7 +1914,8 @@ impl Conn {
         if let Some(end) = bytes {
             // Never past the answer's own end: batches that claim more are malformed, found so once it is whole.
             let left = end.min(4 + be_i32(part) as usize) - part.len();
-            let spliceable = *self.spliceable.get_or_insert_with(|| is_tcp(self.client) && is_tcp(self.broker));
+            let plain = self.tls.is_none(); // a TLS client's bytes are encrypted here: never spliced
+            let spliceable = *self.spliceable.get_or_insert_with(|| plain && is_tcp(self.client) && is_tcp(self.broker));
             if spliceable && self.streamed == part.len() && self.cout_at == self.cout.len() && left >= SPLICE_MIN {
                 if self.pipe.is_none() {
                     // Without one (the process' descriptor limit), the answer goes on as it arrives, copied.
@@ -1961,8 +1989,13 @@ impl Conn {
                     Err(e) => return Some(End::BrokerClosed(e.to_string())),
                 }
             }
-            if self.client_writable && self.cout_at < self.cout.len() {
-                match send_out(self.client, &mut self.cout, &mut self.cout_at) {
+            let sealed = self.tls.as_ref().is_some_and(tls::pending); // records the session made while reading
+            if self.client_writable && (self.cout_at < self.cout.len() || sealed) {
+                let sent = match &self.tls {
+                    Some(state) => tls::flush(state, self.client, &mut self.cout, &mut self.cout_at),
+                    None => send_out(self.client, &mut self.cout, &mut self.cout_at),
+                };
+                match sent {
                     Ok(all) => {
                         self.client_writable = all;
                         progress = true;
@@ -2025,7 +2058,11 @@ impl Conn {
             {
                 let want = self.wanted(true);
                 let in_flight = self.in_flight.len();
-                match receive(self.client, &mut self.cin, want, usize::MAX) {
+                let got = match &self.tls {
+                    Some(state) => tls::receive(state, self.client, &mut self.cin).map(|(n, drained)| Received { n, drained }),
+                    None => receive(self.client, &mut self.cin, want, usize::MAX),
+                };
+                match got {
                     Ok(Received { n: 0, .. }) => {
                         self.client_eof = true;
                         progress = true;
@@ -2065,7 +2102,10 @@ impl Conn {
             self.cin = Vec::new();
             self.bin.let_go(0);
         }
-        let flushed = self.bout_at == self.bout.len() && self.cout_at == self.cout.len() && self.piped == 0;
+        let flushed = self.bout_at == self.bout.len()
+            && self.cout_at == self.cout.len()
+            && self.piped == 0
+            && !self.tls.as_ref().is_some_and(tls::pending);
         if flushed && self.hold && self.streamed == 0 {
             // The next request (or a drain) is Python's: everything read before it has been sent on, and the
             // answers not yet read go back with it (Python's pumps read them, in order, before its answer). An
@@ -2305,7 +2345,8 @@ impl Forwarder {
     /// With `sampling` (tracing: the sampler's bound, the draw Python made for the first request or None, and whether to
     /// keep spans), a request drawn under the bound is served and its span's record kept for Python
     /// (`Phase.take_spans`) while there is room, else handed back with its draw (`Phase.outcome`).
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None))]
+    /// With `tls`, the client's TLS session (tls.rs), the connection's bytes to and from the client go through it.
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None, tls=None))]
     fn attach(
         &self,
         client: i32,
@@ -2322,7 +2363,12 @@ impl Forwarder {
         answer_allowance: Option<&Allowance>,
         count: Option<&Allowance>,
         sampling: Option<(u128, Option<u64>, bool)>,
+        tls: Option<&tls::TlsSession>,
     ) -> PyResult<Phase> {
+        let tls = match tls {
+            Some(session) => Some(session.shared().ok_or_else(|| PyValueError::new_err("the TLS handshake is not done"))?),
+            None => None,
+        };
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
         }
@@ -2334,6 +2380,7 @@ impl Forwarder {
             id,
             client,
             broker,
+            tls,
             table: Arc::clone(&table.entries),
             grant: grant.map(|g| Arc::clone(&g.inner)),
             allowance: allowance.map(|a| Arc::clone(&a.inner)),

@@ -6,6 +6,7 @@
 //! stays the reference: tests/unit/test_native_walk.py checks the two agree byte for byte.
 
 mod forward;
+mod tls;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -591,5 +592,8 @@ fn vcproxy_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<forward::Generation>()?;
     m.add_class::<forward::Grant>()?;
     m.add_class::<forward::Tally>()?;
+    m.add_class::<tls::TlsConfig>()?;
+    m.add_class::<tls::TlsSession>()?;
+    m.add("TlsError", m.py().get_type::<tls::TlsError>())?;
     Ok(())
 }

@@ -36,6 +36,7 @@ from ..protocol.framing import FrameError
 from . import allowances
 from .forwarder import Forwarder, ForwarderLimits, Outcome
 from .frames import FrameReader, FrameWriter
+from .native_tls import NativeTlsStream
 
 if TYPE_CHECKING:
     from ..core.exchange import Exchange
@@ -167,7 +168,7 @@ class ClientConnection:
         # Python to make its span from); the Python path hands it over when nothing is outstanding.
         tracing = telemetry.tracing if telemetry is not None else None
         self._sampling = tracing.bound if tracing is not None else None
-        plain = isinstance(client, trio.SocketStream) and tap_dir is None
+        plain = isinstance(client, trio.SocketStream | NativeTlsStream) and tap_dir is None
         self._forwarder = forwarder if plain else None
         self._forward_table: Any = None
         self._forward_want = 0  # the size of the Produce request the forwarder takes the connection at (else 0)
@@ -281,7 +282,7 @@ class ClientConnection:
     async def _forwarded(self) -> bool:
         """The connection on the forwarder; True when it comes back to the pumps (a request not the forwarder's)."""
         forwarder, upstream = self._forwarder, self.upstream
-        assert forwarder is not None and isinstance(self.client, trio.SocketStream)
+        assert forwarder is not None and isinstance(self.client, trio.SocketStream | NativeTlsStream)
         assert isinstance(upstream, trio.SocketStream)
         limits = ForwarderLimits(
             self.limits.max_in_flight, self.limits.max_frame_bytes, self.limits.buffer_size, self.limits.idle_timeout

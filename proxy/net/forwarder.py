@@ -10,7 +10,8 @@ requests it sent whose answers have not come: the session takes them as its own 
 Python's pumps answer them first, in order. Which requests are plain is the session's decision
 (proxy/core/forward_table.py; for a virtual cluster's connection, on the grant it made: proxy/core/grants.py).
 
-Only where both sockets are plain TCP (TLS is Python's) and with no tap. With tracing on, the forwarder draws each
+Only where the broker's socket is plain TCP, the client's plain TCP or TLS in the compiled parts (native_tls.py: the
+forwarder reads and writes through the connection's session), and with no tap. With tracing on, the forwarder draws each
 request's trace id as the sampler would, and keeps a record of each sampled one it serves (copies of the request and
 its answer) from which Python makes the span, in batches and when the phase ends. With metrics on, the forwarder
 counts what it serves in a native tally that /metrics folds in (proxy/observability/metrics.py), and an API whose
@@ -34,6 +35,7 @@ from ..core.forward_table import forward_entries
 from ..core.session import ProxySession
 from ..protocol import native
 from .allowances import Allowances
+from .native_tls import NativeTlsStream
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +152,7 @@ class Forwarder:
 
     async def serve(
         self,
-        client: trio.SocketStream,
+        client: trio.SocketStream | NativeTlsStream,
         broker: trio.SocketStream,
         table: Any,
         hook: Callable[[int, int, bytes, tuple[int, int] | None], bytes],
@@ -171,8 +173,10 @@ class Forwarder:
         `spans` (with the wall clock's ns at the forwarder's epoch) when the forwarder says records wait and at the
         end, or, with no `spans` or no room for it, handed back with its draw."""
         native = self._forwarder()
+        tls = client.session if isinstance(client, NativeTlsStream) else None  # its bytes go through its session
+        socket = client.transport_stream.socket if isinstance(client, NativeTlsStream) else client.socket
         phase = native.attach(
-            client.socket.fileno(),
+            socket.fileno(),
             broker.socket.fileno(),
             table,
             hook,
@@ -186,6 +190,7 @@ class Forwarder:
             allowances.answer if allowances is not None else None,
             allowances.count if allowances is not None else None,
             (*sampling, spans is not None) if sampling is not None else None,
+            tls,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)

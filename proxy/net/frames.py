@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import trio
 
 from ..protocol.framing import FrameDecoder, FrameError
+from .native_tls import NativeTlsStream
 
 # Frames handed out from buffered bytes before the reader lets other tasks run: a client pipelining small
 # requests into a 1 MiB buffer must not hold the event loop for the whole of it.
@@ -129,6 +130,9 @@ class FrameWriter:
     async def send(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
         """All of `pieces` (bytes, bytearrays, or memoryviews of bytes: format "B"), in order."""
         sock = self._socket
+        if isinstance(self.stream, NativeTlsStream):
+            await self.stream.send_pieces(pieces)  # one record run and one send for them all
+            return
         if sock is None:
             for piece in pieces:
                 await self.stream.send_all(piece)

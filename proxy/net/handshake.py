@@ -16,6 +16,8 @@ from ..auth import ANONYMOUS
 from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
 from ..config import ListenerTlsConfig, ProxyConfig
 from ..core.endpoints import SniRouting, UnknownServerName
+from .native_tls import HandshakeRefused, NativeTlsContext, native_context
+from .native_tls import handshake as native_handshake
 
 if TYPE_CHECKING:
     from ..observability.tracing import ConnectionTelemetry
@@ -33,15 +35,35 @@ class _ServerName:
     refused: str | None = None  # why no broker answers to it
 
 
-def listener_context(config: ProxyConfig, sni: SniRouting | None) -> ssl.SSLContext | None:
-    """The client listeners' TLS context (None: plaintext), routing by server name with SNI."""
+ListenerContext = ssl.SSLContext | NativeTlsContext
+
+
+def listener_context(config: ProxyConfig, sni: SniRouting | None) -> ListenerContext | None:
+    """The client listeners' TLS context (None: plaintext), routing by server name with SNI: the compiled one
+    (native_tls.py) unless the config asks for OpenSSL's or it cannot serve these settings."""
     tls = config.listeners.tls
     if tls is None:
         return None
+    if tls.engine != "openssl":
+        try:
+            return native_context(tls, sni.route if sni is not None else None)
+        except ValueError as exc:
+            if tls.engine == "native":
+                raise
+            _say_openssl(str(exc))
     context = server_context(tls.certfile, tls.keyfile, tls.cafile, tls.client_auth)
     if sni is not None:
         context.sni_callback = _sni_callback(sni)
     return context
+
+
+_said: set[str] = set()
+
+
+def _say_openssl(why: str) -> None:
+    if why not in _said:  # once per reason, not at each reload
+        _said.add(why)
+        log.warning("TLS listeners on OpenSSL (Python's ssl), every request on the Python path: %s", why)
 
 
 def principal_mapper(config: ProxyConfig) -> PrincipalMapper:
@@ -51,7 +73,7 @@ def principal_mapper(config: ProxyConfig) -> PrincipalMapper:
 
 async def secure(
     client: trio.SocketStream,
-    context: ssl.SSLContext | None,
+    context: ListenerContext | None,
     tls: ListenerTlsConfig | None,
     mapper: PrincipalMapper,
     name: str,
@@ -61,21 +83,27 @@ async def secure(
     the client asked for (SNI). None: closed."""
     if context is None or tls is None:
         return client, None, None
-    stream = trio.SSLStream(client, context, server_side=True)
+    stream: trio.abc.Stream = client
+    der: bytes | None = None
     server_name = _ServerName()
     _handshake.set(server_name)
     try:
         with trio.fail_after(tls.handshake_timeout_seconds):
-            await stream.do_handshake()
+            if isinstance(context, NativeTlsContext):
+                native_stream, server_name.name = await native_handshake(client, context)
+                stream, der = native_stream, native_stream.session.peer_certificate
+            else:
+                stream = ssl_stream = trio.SSLStream(client, context, server_side=True)
+                await ssl_stream.do_handshake()
+                der = ssl_stream.getpeercert(binary_form=True)
     except trio.TooSlowError:
         log.info("%s: closing: TLS handshake timed out", name)
-    except (trio.BrokenResourceError, OSError) as exc:  # the ssl.SSLError (bad certificate...) is the cause
+    except (trio.BrokenResourceError, OSError, HandshakeRefused) as exc:  # ssl.SSLError (bad certificate...): the cause
         why = server_name.refused or exc.__cause__ or exc
         log.info("%s: closing: TLS handshake failed: %s", name, why)
         if telemetry is not None:
             telemetry.tls_handshake(None, str(why))
     else:
-        der = stream.getpeercert(binary_form=True)
         if not der:
             if telemetry is not None:
                 telemetry.tls_handshake(ANONYMOUS)

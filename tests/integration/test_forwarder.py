@@ -113,6 +113,85 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
     assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
 
 
+def test_tls_clients_are_served_by_the_forwarder_through_their_session(kafka_cluster, tmp_path):
+    """TLS listeners on the compiled TLS (engine auto): librdkafka with a client certificate (its principal read from
+    it) and Kafka's own producer with none (client_auth requested). Their plain requests are served by the forwarder,
+    reading and writing through each connection's TLS session, and everything arrives, in order."""
+    import trustme
+
+    ca = trustme.CA()
+    server, alice = ca.issue_cert("127.0.0.1", "localhost"), ca.issue_cert("alice", common_name="alice")
+    files = {name: tmp_path / f"{name}.pem" for name in ("server", "ca", "alice", "alice-key")}
+    server.private_key_and_cert_chain_pem.write_to_path(str(files["server"]))
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    alice.cert_chain_pems[0].write_to_path(str(files["alice"]))
+    alice.private_key_pem.write_to_path(str(files["alice-key"]))
+    tls = {"certfile": str(files["server"]), "cafile": str(files["ca"]), "client_auth": "requested"}
+    config = proxy_config(
+        kafka_cluster.bootstrap,
+        free_port_block(),
+        listeners={"security_protocol": "SSL", "tls": tls},
+        metrics={"enabled": True, "port": free_port()},
+    )
+    proxy = ProxyProcess(config, tmp_path).start()
+    try:
+        client = {
+            "bootstrap.servers": proxy.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(files["ca"]),
+            "ssl.certificate.location": str(files["alice"]),
+            "ssl.key.location": str(files["alice-key"]),
+        }
+        topic = f"tls-forwarded-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(client)
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(timeout=60)
+        sent = [f"s-{i}".encode() * (1 + i % 50) for i in range(2000)]
+        producer = Producer({**client, "linger.ms": 0, "batch.num.messages": 10})
+        for i, value in enumerate(sent):
+            producer.produce(topic, value, key=str(i % 5).encode())
+            if i % 200 == 0:
+                producer.poll(0)
+        assert producer.flush(60) == 0
+        properties = tmp_path / "java-ssl.properties"
+        properties.write_text(
+            f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={files['ca']}\n"
+        )
+        perf = run_tool(
+            "kafka-producer-perf-test",
+            ["--topic", topic, "--num-records", "1000", "--record-size", "100", "--throughput", "-1",
+             "--producer-props", f"bootstrap.servers={proxy.bootstrap}", "acks=all", "linger.ms=0",
+             "--producer.config", str(properties)],
+            timeout=180,
+        )  # fmt: skip
+        assert perf.returncode == 0, perf.stderr
+        consumer = Consumer({**client, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        got: dict[bytes, list[bytes]] = {}
+        received = 0
+        deadline = time.monotonic() + 120
+        while received < 3000 and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is None or message.error() is not None:
+                continue
+            received += 1
+            if message.key() is not None:
+                got.setdefault(message.key(), []).append(message.value())
+        consumer.close()
+        samples = scrape(metrics_port(proxy))
+    finally:
+        proxy.stop()
+    assert received == 3000
+    for k in range(5):  # one key, one partition: in the order produced
+        assert got[str(k).encode()] == [v for i, v in enumerate(sent) if i % 5 == k]
+    produced = total(samples, "vcproxy_requests_total", api="Produce")
+    assert total(samples, "vcproxy_forwarded_requests_total", api="Produce") >= produced / 3 >= 60, samples
+    assert total(samples, "vcproxy_forwarded_requests_total", api="Fetch") >= 1, samples
+    log = proxy.log_path.read_text()
+    assert re.search(r"TLS client certificate 'CN=alice\b[^']*' -> principal User:CN=alice", log), log[-3000:]
+    assert "TLS listeners on OpenSSL" not in log
+    assert not re.search(r"closing: (ProtocolViolation|FrameError)|internal error|panicked", log), log[-3000:]
+
+
 def test_a_traced_proxy_serves_on_the_forwarder_and_spans_what_the_sampler_keeps(kafka_cluster, tmp_path):
     """Tracing at a sample ratio of one half: the forwarder serves the requests, draws each one's trace id as the
     sampler would, and keeps a record of each sampled one, from which Python makes its span. So about half the Produce

@@ -667,16 +667,20 @@ class _Connection:
         telemetry=None,
         forwarder: Forwarder | None = FORWARDER,
         idle_timeout: float = 600.0,
+        streams: tuple[trio.abc.Stream, trio.abc.Stream] | None = None,
     ):
+        """`streams`: the proxy's end and the client's (a TLS connection's), else a socket pair's."""
         from proxy.net.connection import ClientConnection, ConnectionLimits
         from proxy.net.frames import FrameReader
 
         self.nursery = nursery
         self.brokers_seen: list[object] = []
-        a, b = trio.socket.socketpair()
-        self.client = trio.SocketStream(b)
+        if streams is None:
+            a, b = trio.socket.socketpair()
+            streams = trio.SocketStream(a), trio.SocketStream(b)
+        self.client = streams[1]
         self.connection = ClientConnection(
-            trio.SocketStream(a),
+            streams[0],
             self._connect,
             session or ProxySession(ListenerLayout("proxy.example", 9192, 9193)),
             limits=ConnectionLimits(max_frame_bytes=1 << 20, buffer_size=1 << 16, idle_timeout=idle_timeout),

@@ -1,0 +1,154 @@
+"""TLS on the client listeners in the compiled parts (native/src/tls.rs, rustls), so that the forwarder can serve
+a TLS connection's plain requests as it serves a plaintext one's: the session is one both sides use in turn.
+
+The Trio side is a `trio.abc.Stream` over the socket that moves the session's bytes (`NativeTlsStream`) and the
+handshake (`handshake`), which stops after the ClientHello for the SNI routing to accept or refuse the server name
+before a certificate is chosen. Where the compiled parts are not there (or `tls.engine: openssl`), Python's `ssl`
+serves the listener instead (handshake.py); both offer TLS 1.2 and 1.3 with the same certificate, key and CAs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+if TYPE_CHECKING:
+    from ..config import ListenerTlsConfig
+
+RECEIVE_BYTES = 64 * 1024
+# A TLS alert record, fatal, unrecognized_name (RFC 6066): what OpenSSL's SNI callback sends for a name it refuses.
+UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
+
+
+class HandshakeRefused(Exception):
+    """The client's handshake failed or was refused (the reason is the message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativeTlsContext:
+    """A listener's compiled TLS settings; `route` raises for a server name no broker answers to (SNI)."""
+
+    module: Any
+    config: Any  # vcproxy_native.TlsConfig
+    route: Callable[[str | None], object] | None = None
+
+    @classmethod
+    def load(
+        cls, module: Any, certfile: str, keyfile: str | None, cafile: str | None, client_auth: str, route: Any = None
+    ) -> NativeTlsContext:
+        """Raises ValueError naming what could not be loaded."""
+        with open(certfile, "rb") as f:  # read once, at start and at a reload, as the ssl context's files are
+            chain = f.read()
+        key = chain
+        if keyfile:
+            with open(keyfile, "rb") as f:
+                key = f.read()
+        ca = None
+        if cafile:
+            with open(cafile, "rb") as f:
+                ca = f.read()
+        return cls(module, module.TlsConfig(chain, key, ca, client_auth), route)
+
+
+def native_context(tls: ListenerTlsConfig, route: Callable[[str | None], object] | None = None) -> NativeTlsContext:
+    """The compiled TLS for a listener's settings; ValueError when it cannot serve them (not built, turned off with
+    the compiled parts, or a certificate, key or CA it does not load)."""
+    from ..protocol import native
+
+    module = native.module()
+    if module is None or not hasattr(module, "TlsConfig"):
+        raise ValueError(f"the compiled TLS is not available: {native.REASON or 'vcproxy_native has no TlsConfig'}")
+    return NativeTlsContext.load(module, tls.certfile, tls.keyfile, tls.cafile, tls.client_auth, route)
+
+
+class NativeTlsStream(trio.abc.Stream):
+    """A client's TLS connection: its socket's bytes through its session, which the forwarder then uses itself
+    (`session`, `transport_stream`). Sends are not concurrent (the pumps send to the client in turn, as with
+    trio.SSLStream, which refuses concurrent sends); a reply the session makes while reading goes with the next send."""
+
+    def __init__(self, transport: trio.SocketStream, session: Any, error: type[Exception]):
+        self.transport_stream = transport
+        self.session = session
+        self._error = error  # vcproxy_native.TlsError
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.send_pieces((data,))
+
+    async def send_pieces(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        """All of `pieces`, in order, in one send (frames.py's writer: its frames' pieces)."""
+        try:
+            sealed = self.session.encrypt(pieces)
+        except self._error as exc:
+            raise trio.BrokenResourceError(f"TLS: {exc}") from exc
+        await self.transport_stream.send_all(sealed)
+
+    async def flush(self) -> None:
+        """Sends what the session holds (records it made while reading; after a phase on the forwarder, none)."""
+        sealed = self.session.outgoing()
+        if sealed:
+            await self.transport_stream.send_all(sealed)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        most = RECEIVE_BYTES if max_bytes is None else max_bytes
+        while True:
+            plain = self.session.read(most)
+            if plain or self.session.peer_closed:
+                return plain
+            data = await self.transport_stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return b""  # the end of the stream, with or without close_notify (Kafka's clients send none)
+            try:
+                self.session.feed(data)
+            except self._error as exc:
+                raise trio.BrokenResourceError(f"TLS: {exc}") from exc
+
+    async def aclose(self) -> None:
+        await self.transport_stream.aclose()
+
+
+async def handshake(transport: trio.SocketStream, context: NativeTlsContext) -> tuple[NativeTlsStream, str | None]:
+    """The server side of the handshake (the caller bounds its time): the stream and the server name asked for.
+    Raises HandshakeRefused (after sending the session's alert) or a Trio error of the socket."""
+    module = context.module
+    session = module.TlsSession()
+
+    async def refuse(why: str) -> HandshakeRefused:
+        alert = session.outgoing()
+        if alert:
+            with trio.move_on_after(1):
+                await transport.send_all(alert)
+        return HandshakeRefused(why)
+
+    server_name: str | None = None
+    while True:
+        sealed = session.outgoing()
+        if sealed:
+            await transport.send_all(sealed)
+        if not session.hello and not session.handshaking:
+            return NativeTlsStream(transport, session, module.TlsError), server_name
+        data = await transport.receive_some(RECEIVE_BYTES)
+        if not data:
+            raise HandshakeRefused("the client closed the connection during the TLS handshake")
+        try:
+            session.feed(data)
+        except module.TlsError as exc:
+            raise await refuse(str(exc)) from None
+        if session.hello:
+            server_name = session.server_name
+            if context.route is not None:
+                try:
+                    context.route(server_name)
+                except Exception as exc:  # UnknownServerName: no broker answers to that name
+                    with trio.move_on_after(1):
+                        await transport.send_all(UNRECOGNIZED_NAME)
+                    raise HandshakeRefused(str(exc)) from None
+            try:
+                session.accept(context.config)
+            except module.TlsError as exc:
+                raise await refuse(str(exc)) from None

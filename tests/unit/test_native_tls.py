@@ -1,0 +1,196 @@
+"""TLS in the compiled parts (native/src/tls.rs through proxy/net/native_tls.py): the handshake with OpenSSL's client
+(Python's ssl), SNI and client certificates, refusals, and a TLS connection served by the forwarder and handed back,
+its bytes through the one session."""
+
+from __future__ import annotations
+
+import os
+import random
+import ssl
+
+import pytest
+import trio
+import trustme
+
+from proxy.auth.tls import distinguished_name
+from proxy.net.native_tls import HandshakeRefused, NativeTlsContext, NativeTlsStream, handshake
+from proxy.protocol import native
+
+from .test_forwarder import (
+    _Connection,
+    _metadata_answer,
+    _metadata_request,
+    _rewritten,
+    fetch,
+    fetched,
+    produce,
+    produced,
+)
+
+if native.module() is None:
+    if os.environ.get("CI") == "true":  # CI builds it: missing there is a failure, not a skip
+        raise ImportError("vcproxy_native is not built")
+    pytest.skip("vcproxy_native is not built (make .venv/.installed-test builds it)", allow_module_level=True)
+
+MODULE = native.module()
+CA = trustme.CA()
+SERVER = CA.issue_cert("proxy.example", "broker-1.proxy.example")
+ALICE = CA.issue_cert("alice", common_name="alice", organization_unit_name="eng", organization_name="Acme")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("tls")
+    paths = {"server": d / "server.pem", "ca": d / "ca.pem"}
+    SERVER.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    CA.cert_pem.write_to_path(str(paths["ca"]))
+    return {k: str(v) for k, v in paths.items()}
+
+
+def context(files: dict[str, str], client_auth: str = "none", route=None) -> NativeTlsContext:
+    ca = files["ca"] if client_auth != "none" else None
+    return NativeTlsContext.load(MODULE, files["server"], None, ca, client_auth, route)
+
+
+def client_context(certificate: bool = False, version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    CA.configure_trust(ctx)
+    if certificate:
+        ALICE.configure_cert(ctx)
+    if version is not None:
+        ctx.minimum_version = ctx.maximum_version = version
+    return ctx
+
+
+async def connect(
+    server: NativeTlsContext, client: ssl.SSLContext, name: str = "proxy.example"
+) -> tuple[NativeTlsStream, trio.SSLStream, str | None]:
+    """The two ends of a TLS connection on a socket pair: the proxy's (native) and the client's (OpenSSL)."""
+    a, b = trio.socket.socketpair()
+    client_stream = trio.SSLStream(trio.SocketStream(b), client, server_hostname=name)
+    out: dict[str, object] = {}
+
+    async def serve() -> None:
+        out["stream"], out["name"] = await handshake(trio.SocketStream(a), server)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            await client_stream.do_handshake()
+    stream = out["stream"]
+    assert isinstance(stream, NativeTlsStream)
+    return stream, client_stream, out["name"]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["TLS 1.2", "TLS 1.3"])
+async def test_bytes_pass_both_ways_and_the_server_name_is_read(files, version):
+    stream, client, name = await connect(context(files), client_context(version=version), "broker-1.proxy.example")
+    assert name == "broker-1.proxy.example"
+    assert stream.session.version == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+    assert stream.session.peer_certificate is None
+    big = random.Random(1).randbytes(300_000)  # many records each way, more than the socket pair holds
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.send_all, big)
+        got = b""
+        while len(got) < len(big):
+            got += await stream.receive_some(50_000)
+    assert got == big
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stream.send_pieces, [big[:7], memoryview(big)[7:1000], bytearray(big[1000:])])
+        got = b""
+        while len(got) < len(big):
+            got += await client.receive_some()
+    assert got == big
+    await client.aclose()  # close_notify, then the end of the stream
+    assert await stream.receive_some() == b""
+
+
+async def test_a_client_certificate_is_the_principal_s_and_one_is_required_when_asked(files):
+    stream, _client, _ = await connect(context(files, "required"), client_context(certificate=True))
+    assert stream.session.peer_certificate == ssl.PEM_cert_to_DER_cert(ALICE.cert_chain_pems[0].bytes().decode())
+    assert distinguished_name(stream.session.peer_certificate) == "CN=alice,OU=eng,O=Acme"
+    stream, _client, _ = await connect(context(files, "requested"), client_context())
+    assert stream.session.peer_certificate is None  # requested: none given is a connection without one
+    with pytest.raises(ExceptionGroup) as refused:
+        await connect(context(files, "required"), client_context())
+    assert refused.group_contains(HandshakeRefused, match="no certificates")
+
+
+async def test_a_server_name_no_broker_answers_to_is_refused_with_unrecognized_name(files):
+    def route(name: str | None) -> None:
+        if name != "proxy.example":
+            raise LookupError(f"no broker answers to {name}")
+
+    await connect(context(files, route=route), client_context())  # the bootstrap's name
+    with pytest.raises(ExceptionGroup) as refused:
+        await connect(context(files, route=route), client_context(), "broker-9.proxy.example")
+    assert refused.group_contains(HandshakeRefused, match="no broker answers to broker-9")
+    broken = [e for e in refused.value.exceptions if isinstance(e, trio.BrokenResourceError)]
+    assert "UNRECOGNIZED_NAME" in str(broken[0].__cause__)  # the client's handshake got the alert
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\x00\x00\x00\x10" + bytes(16), id="a Kafka frame"),
+        pytest.param(b"\x16\x03\x01\x00\x05hello", id="a handshake record that is no ClientHello"),
+        pytest.param(b"\x16\x03\x01\xff\xff" + bytes(100), id="a record longer than TLS allows"),
+    ],
+)
+async def test_bytes_that_are_no_client_hello_fail_that_handshake_alone(files, data):
+    a, b = trio.socket.socketpair()
+    await b.send(data)
+    with trio.fail_after(5), pytest.raises(HandshakeRefused):
+        await handshake(trio.SocketStream(a), context(files))
+
+
+async def test_a_closed_socket_during_the_handshake_fails_it(files):
+    a, b = trio.socket.socketpair()
+    b.close()
+    with trio.fail_after(5), pytest.raises(HandshakeRefused, match="closed"):
+        await handshake(trio.SocketStream(a), context(files))
+
+
+async def test_a_tls_connection_goes_to_the_forwarder_and_back_with_every_answer_in_order(nursery, files):
+    """As the plaintext connection of test_forwarder: the forwarder takes the connection and hands it back between
+    requests of any mix, reading and writing through the same session the Python path uses."""
+    stream, client, _ = await connect(context(files), client_context())
+    peer = _Connection(nursery, streams=(stream, client))
+    connection, exchange = peer.connection, peer.exchange
+    assert await exchange(produce(1)) == [(1, produced(1))]  # the Python path opens the broker connection
+    assert await exchange(produce(2)) == [(2, produced(2))]  # then the forwarder takes it
+    assert connection._phase is not None
+    got = await exchange(_metadata_request(3))  # not plain: back to the pumps, rewritten
+    assert got[0][0] == 3 and _rewritten(got[0][1])
+    rng = random.Random(4243)
+    correlation = 3
+    for _ in range(60):
+        batch = []
+        for _ in range(rng.randint(1, 6)):
+            correlation += 1
+            batch.append(_metadata_request(correlation) if rng.random() < 0.3 else produce(correlation))
+        got = await exchange(*batch)
+        assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
+    await peer.close()
+    assert connection.requests == correlation and connection.forwarded >= 30
+    assert connection.close_reason == "client closed the connection"
+
+
+async def test_large_answers_on_the_forwarder_go_through_the_session_whole(nursery, files):
+    """Answers larger than the socket holds (so the forwarder meets a full socket and waits to write), from the
+    forwarder and from the Python path in turn."""
+    sizes = {c: 600_000 + 1_000 * c for c in range(1, 9)}
+    stream, client, _ = await connect(context(files), client_context())
+
+    def answer(key: int, _version: int, correlation: int) -> bytes:
+        return fetched(correlation, sizes[correlation]) if key == 1 else _metadata_answer(correlation)
+
+    peer = _Connection(nursery, answer=answer, streams=(stream, client))
+    for c in (1, 2):
+        assert await peer.exchange(fetch(c)) == [(c, fetched(c, sizes[c]))]
+    assert peer.connection._phase is not None
+    got = await peer.exchange(fetch(3), fetch(4), _metadata_request(5), fetch(6))
+    assert [c for c, _ in got] == [3, 4, 5, 6]
+    assert [f for c, f in got if c != 5] == [fetched(c, sizes[c]) for c in (3, 4, 6)]
+    await peer.close()
+    assert peer.connection.forwarded >= 3  # 2, 3 and 4 (6 follows the hand-back in the same batch)
