@@ -16,7 +16,9 @@ measures only that. With --clients N, each round also makes N fresh librdkafka a
 each connecting and asking Metadata (a connection storm's unit: its connections, their ApiVersions and the
 session's set-up), and reports the proxy's CPU per client; --requests 0 measures only that. Modes: `passthrough`,
 `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
-reaches: what metering costs), `rate` (the same with a request rate).
+reaches: what metering costs), `rate` (the same with a request rate). A mode followed by `+tls-native` or
+`+tls-openssl` (e.g. `passthrough+tls-native`) has TLS listeners served by that engine (`listeners.tls.engine`), the
+clients on TLS (a CA and certificate made for the run).
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -70,6 +72,7 @@ class Proxy:
     runs: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
     clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    cafile: Path | None = None  # a TLS mode's CA
 
     @property
     def name(self) -> str:
@@ -79,12 +82,24 @@ class Proxy:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def base(self) -> str:
+        """The mode without its TLS (`tenant+tls-native` -> `tenant`)."""
+        return self.mode.partition("+")[0]
+
+    @property
+    def tls(self) -> str:
+        """The TLS engine of the mode's listeners, or "" (plaintext)."""
+        return self.mode.partition("+tls-")[2]
+
     def client_conf(self) -> dict[str, object]:
-        """A client's config: with a quota, logged in as the VC's user."""
+        """A client's config: with a quota, logged in as the VC's user; with TLS, trusting the run's CA."""
         conf: dict[str, object] = {"bootstrap.servers": self.bootstrap, "client.id": CLIENT_ID}
-        if self.mode in QUOTAS:
+        if self.base in QUOTAS:
             conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
             conf.update({"sasl.username": USER, "sasl.password": PASSWORD})
+        if self.tls:
+            conf.update({"security.protocol": "SSL", "ssl.ca.location": str(self.cafile)})
         return conf
 
     def cpu(self) -> tuple[float, float]:
@@ -136,6 +151,7 @@ def start_proxy(
     settings: dict[str, dict] | None = None,
 ) -> Proxy:
     """`settings`: config sections to add (their keys over the mode's)."""
+    mode, _, engine = mode.partition("+tls-")
     cfg: dict[str, object] = {
         "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
         "upstream": {"bootstrap_servers": [upstream]},
@@ -152,6 +168,14 @@ def start_proxy(
         principal = f"User:{USER}"
         vc = {"name": "bench", "principals": [principal], "admins": [principal]}
         cfg["tenancy"] = {"enabled": True, "virtual_clusters": [vc]}
+    cafile = None
+    if engine and mode in QUOTAS:
+        raise SystemExit(f"{mode}: TLS is measured without a quota's SASL login")
+    if engine:
+        cafile, certfile = certificates(work)
+        cfg["listeners"]["security_protocol"] = "SSL"  # type: ignore[index]
+        cfg["listeners"]["tls"] = {"certfile": str(certfile), "engine": engine}  # type: ignore[index]
+        mode = f"{mode}+tls-{engine}"
     for section, values in (settings or {}).items():
         cfg[section] = {**cfg.get(section, {}), **values}  # type: ignore[dict-item]
     path = work / f"{checkout}-{mode}.json"
@@ -161,9 +185,22 @@ def start_proxy(
     argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_ready(proc, work / f"{checkout}-{mode}.log", 1200, f"{checkout}/{mode}")
-    if mode in QUOTAS:
-        set_quota(f"127.0.0.1:{port}", *QUOTAS[mode])
-    return Proxy(checkout, mode, port, proc)
+    proxy = Proxy(checkout, mode, port, proc, cafile=cafile)
+    if proxy.base in QUOTAS:
+        set_quota(proxy.bootstrap, *QUOTAS[proxy.base])
+    return proxy
+
+
+def certificates(work: Path) -> tuple[Path, Path]:
+    """The run's CA and the proxies' certificate (127.0.0.1, key and chain in one PEM), made once."""
+    cafile, certfile = work / "ca.pem", work / "proxy.pem"
+    if not cafile.exists():
+        import trustme
+
+        ca = trustme.CA()
+        ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(certfile))
+        ca.cert_pem.write_to_path(str(cafile))
+    return cafile, certfile
 
 
 def set_quota(bootstrap: str, key: str, value: float) -> None:
@@ -344,6 +381,7 @@ def strace_run(proxy: Proxy, p: Producer, depth: int, n: int, work: Path) -> tup
 
 
 def main() -> None:
+    global RECORD
     ap = checkout_args(__doc__, 29600)
     ap.add_argument("--modes", default="passthrough,tenant", help="also quota, rate, tracedP (tracing, P%% sampled)")
     ap.add_argument("--depths", default="1,5")
@@ -355,8 +393,10 @@ def main() -> None:
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
     )
+    ap.add_argument("--record-bytes", type=int, default=len(RECORD), help="each request's one record (CPU per GB)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    RECORD = b"x" * args.record_bytes
     depths = [int(d) for d in args.depths.split(",")]
     work = Path(tempfile.mkdtemp(prefix="shell-cost-"))
     proxies: list[Proxy] = []
@@ -428,7 +468,8 @@ def idle(proxies: list[Proxy], seconds: float) -> None:
 
 
 def report(proxies: list[Proxy], depths: list[int], args: argparse.Namespace) -> None:
-    print(f"{args.requests} Produce requests of ~3.4 KB per run, {args.rounds} rounds, medians (range)")
+    size = f"{len(RECORD) / 1024:.1f} KiB"
+    print(f"{args.requests} Produce requests of one {size} record per run, {args.rounds} rounds, medians (range)")
     print(
         f"{'proxy':24} {'depth':>5} {'CPU µs/req':>22} {'of it kernel':>12} {'vol cs/req':>10} {'invol cs/req':>12}"
         f" {'syscalls/req':>12}"

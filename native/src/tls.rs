@@ -179,7 +179,7 @@ fn receive_into(s: &mut TlsState, fd: i32, chunk: &mut [u8], out: &mut Vec<u8>) 
             return Ok((0, true));
         }
         let before = out.len();
-        s.absorb(&chunk[..n], out).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+        s.absorb(&chunk[..n], out).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {why}")))?;
         let got = out.len() - before;
         let drained = n < chunk.len();
         if got > 0 || s.peer_closed {
