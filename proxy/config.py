@@ -106,7 +106,7 @@ class ListenerTlsConfig(_Strict):
         except (ssl.SSLError, OSError) as exc:
             raise ValueError(f"cannot load the certificate, key or CA: {exc}") from None
         if self.engine == "native":
-            from .net.native_tls import native_context
+            from .auth.tls import native_context
 
             native_context(self)  # ValueError: why the compiled TLS cannot serve it
         return self

@@ -15,15 +15,25 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from ..errors import MalformedInput
+from ..protocol import native
 from . import ANONYMOUS
 
 ClientAuth = Literal["required", "requested", "none"]
 USER_PREFIX = "User:"
+
+
+class _TlsFiles(Protocol):
+    """A listener's TLS settings (config.py `ListenerTlsConfig`), as the compiled TLS reads them."""
+
+    certfile: str
+    keyfile: str | None
+    cafile: str | None
+    client_auth: ClientAuth
 
 
 class PrincipalMappingError(MalformedInput, ValueError):
@@ -61,6 +71,41 @@ def client_context(
     if certfile:
         context.load_cert_chain(certfile, keyfile)
     return context
+
+
+@dataclass(frozen=True, slots=True)
+class NativeTlsContext:
+    """A listener's compiled TLS settings; `route` raises for a server name no broker answers to (SNI)."""
+
+    module: Any
+    config: Any  # vcproxy_native.TlsConfig
+    route: Callable[[str | None], object] | None = None
+
+    @classmethod
+    def load(
+        cls, module: Any, certfile: str, keyfile: str | None, cafile: str | None, client_auth: str, route: Any = None
+    ) -> NativeTlsContext:
+        """Raises ValueError naming what could not be loaded."""
+        with open(certfile, "rb") as f:  # read once, at start and at a reload, as the ssl context's files are
+            chain = f.read()
+        key = chain
+        if keyfile:
+            with open(keyfile, "rb") as f:
+                key = f.read()
+        ca = None
+        if cafile:
+            with open(cafile, "rb") as f:
+                ca = f.read()
+        return cls(module, module.TlsConfig(chain, key, ca, client_auth), route)
+
+
+def native_context(tls: _TlsFiles, route: Callable[[str | None], object] | None = None) -> NativeTlsContext:
+    """The compiled TLS for a listener's settings; ValueError when it cannot serve them (not built, turned off with
+    the compiled parts, or a certificate, key or CA it does not load)."""
+    module = native.module()
+    if module is None or not hasattr(module, "TlsConfig"):
+        raise ValueError(f"the compiled TLS is not available: {native.REASON or 'vcproxy_native has no TlsConfig'}")
+    return NativeTlsContext.load(module, tls.certfile, tls.keyfile, tls.cafile, tls.client_auth, route)
 
 
 # -- distinguished names ------------------------------------------------------------------------

@@ -13,10 +13,17 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..auth import ANONYMOUS
-from ..auth.tls import USER_PREFIX, PrincipalMapper, distinguished_name, server_context
+from ..auth.tls import (
+    USER_PREFIX,
+    NativeTlsContext,
+    PrincipalMapper,
+    distinguished_name,
+    native_context,
+    server_context,
+)
 from ..config import ListenerTlsConfig, ProxyConfig
 from ..core.endpoints import SniRouting, UnknownServerName
-from .native_tls import HandshakeRefused, NativeTlsContext, native_context
+from .native_tls import HandshakeRefused
 from .native_tls import handshake as native_handshake
 
 if TYPE_CHECKING:

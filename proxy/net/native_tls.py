@@ -9,59 +9,21 @@ serves the listener instead (handshake.py); both offer TLS 1.2 and 1.3 with the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import trio
 
-if TYPE_CHECKING:
-    from ..config import ListenerTlsConfig
+from ..auth.tls import NativeTlsContext
+from ..errors import MalformedInput
 
 RECEIVE_BYTES = 64 * 1024
 # A TLS alert record, fatal, unrecognized_name (RFC 6066): what OpenSSL's SNI callback sends for a name it refuses.
 UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
 
 
-class HandshakeRefused(Exception):
+class HandshakeRefused(MalformedInput):
     """The client's handshake failed or was refused (the reason is the message)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NativeTlsContext:
-    """A listener's compiled TLS settings; `route` raises for a server name no broker answers to (SNI)."""
-
-    module: Any
-    config: Any  # vcproxy_native.TlsConfig
-    route: Callable[[str | None], object] | None = None
-
-    @classmethod
-    def load(
-        cls, module: Any, certfile: str, keyfile: str | None, cafile: str | None, client_auth: str, route: Any = None
-    ) -> NativeTlsContext:
-        """Raises ValueError naming what could not be loaded."""
-        with open(certfile, "rb") as f:  # read once, at start and at a reload, as the ssl context's files are
-            chain = f.read()
-        key = chain
-        if keyfile:
-            with open(keyfile, "rb") as f:
-                key = f.read()
-        ca = None
-        if cafile:
-            with open(cafile, "rb") as f:
-                ca = f.read()
-        return cls(module, module.TlsConfig(chain, key, ca, client_auth), route)
-
-
-def native_context(tls: ListenerTlsConfig, route: Callable[[str | None], object] | None = None) -> NativeTlsContext:
-    """The compiled TLS for a listener's settings; ValueError when it cannot serve them (not built, turned off with
-    the compiled parts, or a certificate, key or CA it does not load)."""
-    from ..protocol import native
-
-    module = native.module()
-    if module is None or not hasattr(module, "TlsConfig"):
-        raise ValueError(f"the compiled TLS is not available: {native.REASON or 'vcproxy_native has no TlsConfig'}")
-    return NativeTlsContext.load(module, tls.certfile, tls.keyfile, tls.cafile, tls.client_auth, route)
 
 
 class NativeTlsStream(trio.abc.Stream):

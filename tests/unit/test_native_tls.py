@@ -12,8 +12,8 @@ import pytest
 import trio
 import trustme
 
-from proxy.auth.tls import distinguished_name
-from proxy.net.native_tls import HandshakeRefused, NativeTlsContext, NativeTlsStream, handshake
+from proxy.auth.tls import NativeTlsContext, distinguished_name
+from proxy.net.native_tls import HandshakeRefused, NativeTlsStream, handshake
 from proxy.protocol import native
 
 from .test_forwarder import (
