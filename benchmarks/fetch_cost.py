@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import ssl
 import statistics
 import sys
 import tempfile
@@ -54,6 +55,8 @@ class Raw:
     def __init__(self, proxy: Proxy) -> None:
         host, port = proxy.bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=60)
+        if proxy.cafile is not None:  # a TLS mode (shell_cost.py): the run's CA
+            self.sock = ssl.create_default_context(cafile=proxy.cafile).wrap_socket(self.sock, server_hostname=host)
         self.correlation = 0
         self.ask(18, 3, request_type(18, 3)(client_software_name="vcbench-raw", client_software_version="1"))
 
