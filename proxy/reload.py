@@ -28,6 +28,7 @@ RELOADABLE: tuple[str, ...] = (
     "listeners.tls.client_auth",
     "listeners.tls.principal_mapping_rules",
     "listeners.tls.handshake_timeout_seconds",
+    "listeners.tls.engine",
     "upstream.tls",
     "upstream.sasl_password",
     "upstream.sasl_password_file",

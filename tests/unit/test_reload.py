@@ -151,6 +151,14 @@ def test_log_level_and_principal_rules_are_reloadable(setup):
     assert decision.changed == ("listeners.tls.principal_mapping_rules", "logging.level")
 
 
+def test_the_tls_engine_is_reloadable(setup):
+    """New handshakes are served by the new engine; an open connection keeps its session (and its path)."""
+    before = load_config(setup.path)
+    setup.write(listeners__tls__engine="openssl")
+    decision = _decide(setup, before)
+    assert decision.config is not None and decision.changed == ("listeners.tls.engine",)
+
+
 def test_nothing_changed_is_said_so(setup):
     before = load_config(setup.path)
     decision = _decide(setup, before)
