@@ -223,6 +223,9 @@ class UpstreamTlsConfig(_Strict):
     keyfile: str | None = None
     check_hostname: bool = True
     """False is Kafka's ssl.endpoint.identification.algorithm= (the chain is still verified)."""
+    engine: Literal["auto", "native", "openssl"] = "auto"
+    """Whose TLS the proxy's broker connections use: native (rustls: the forwarder then serves their plain requests),
+    openssl (Python's ssl), or auto (native where the compiled parts are built and load these files, else openssl)."""
 
     _files = field_validator("cafile", "certfile", "keyfile")(_file)
 
@@ -236,6 +239,10 @@ class UpstreamTlsConfig(_Strict):
             client_context(self.cafile, self.certfile, self.keyfile, self.check_hostname)
         except (ssl.SSLError, OSError) as exc:
             raise ValueError(f"cannot load the CA, certificate or key: {exc}") from None
+        if self.engine == "native":
+            from .auth.tls import native_client_context
+
+            native_client_context(self)  # ValueError: why the compiled TLS cannot serve it
         return self
 
 

@@ -1010,6 +1010,7 @@ struct Conn {
     client: i32, // Python's sockets: Python closes them only after the phase has ended (and left epoll)
     broker: i32,
     tls: Option<tls::Shared>, // a TLS client's session (tls.rs): `cin` and `cout` hold its plaintext
+    broker_tls: Option<tls::Shared>, // the proxy's TLS session to the broker: `bin` and `bout` hold its plaintext
     table: Arc<HashMap<u32, Entry>>,
     grant: Option<Arc<Granted>>, // a tenant connection's: the ids its requests may name
     // What quotas let metered requests spend, and metered answers (none: no such request is served); under a request
@@ -1400,9 +1401,9 @@ fn send_or_queue(fd: i32, frame: &[u8], out: &mut Vec<u8>, at: usize, writable: 
     Ok(())
 }
 
-/// Sends `frame` to the client: as `send_or_queue`, or through its TLS session (queued as plaintext, then encrypted and
+/// Sends `frame` to a peer: as `send_or_queue`, or through its TLS session (queued as plaintext, then encrypted and
 /// sent as far as the socket takes it).
-fn to_client(
+fn send_to(
     tls: Option<&tls::Shared>,
     fd: i32,
     frame: &[u8],
@@ -1726,7 +1727,7 @@ impl Conn {
                     let timed = self.tally.is_some() || kept;
                     let read = if timed { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
                     let out = renamed.as_deref().unwrap_or(frame);
-                    send_or_queue(self.broker, out, &mut self.bout, self.bout_at, &mut self.broker_writable)
+                    send_to(self.broker_tls.as_ref(), self.broker, out, &mut self.bout, &mut self.bout_at, &mut self.broker_writable)
                         .map_err(|e| End::BrokerClosed(e.to_string()))?;
                     let draw = drawn.map_or(0, |(draw, _)| draw);
                     if answered {
@@ -1825,7 +1826,7 @@ impl Conn {
                 let fitted = self.answer_allowance.as_ref().is_some_and(|a| a.spend_over(out.len() as u64));
                 self.hold |= !fitted;
             }
-            to_client(self.tls.as_ref(), self.client, &out[sent..], &mut self.cout, &mut self.cout_at, &mut self.client_writable)
+            send_to(self.tls.as_ref(), self.client, &out[sent..], &mut self.cout, &mut self.cout_at, &mut self.client_writable)
                 .map_err(|e| End::ClientFailed(e.to_string()))?;
             if let (Some(tally), Some(errors)) = (&self.tally, &entry.errors) {
                 let codes = answer_errors(entry, errors, out); // the client's: as the Python path counts them
@@ -1899,7 +1900,7 @@ impl Conn {
         };
         let mut progress = false;
         if safe > self.streamed {
-            to_client(
+            send_to(
                 self.tls.as_ref(),
                 self.client,
                 &part[self.streamed..safe],
@@ -1914,7 +1915,7 @@ impl Conn {
         if let Some(end) = bytes {
             // Never past the answer's own end: batches that claim more are malformed, found so once it is whole.
             let left = end.min(4 + be_i32(part) as usize) - part.len();
-            let plain = self.tls.is_none(); // a TLS client's bytes are encrypted here: never spliced
+            let plain = self.tls.is_none() && self.broker_tls.is_none(); // TLS bytes are sealed here: never spliced
             let spliceable = *self.spliceable.get_or_insert_with(|| plain && is_tcp(self.client) && is_tcp(self.broker));
             if spliceable && self.streamed == part.len() && self.cout_at == self.cout.len() && left >= SPLICE_MIN {
                 if self.pipe.is_none() {
@@ -1980,8 +1981,13 @@ impl Conn {
     fn pump(&mut self, shared: &Shared) -> Option<End> {
         loop {
             let mut progress = false;
-            if self.broker_writable && self.bout_at < self.bout.len() {
-                match send_out(self.broker, &mut self.bout, &mut self.bout_at) {
+            let sealed = self.broker_tls.as_ref().is_some_and(tls::pending);
+            if self.broker_writable && (self.bout_at < self.bout.len() || sealed) {
+                let sent = match &self.broker_tls {
+                    Some(state) => tls::flush(state, self.broker, &mut self.bout, &mut self.bout_at),
+                    None => send_out(self.broker, &mut self.bout, &mut self.bout_at),
+                };
+                match sent {
                     Ok(all) => {
                         self.broker_writable = all;
                         progress = true;
@@ -2035,7 +2041,11 @@ impl Conn {
                 });
                 let (want, most) =
                     if self.streamed > 0 || fetch { (READ_CHUNK, READ_CHUNK) } else { (self.wanted(false), usize::MAX) };
-                match self.bin.receive(self.broker, want, most) {
+                let got = match &self.broker_tls {
+                    Some(state) => tls::receive(state, self.broker, &mut self.bin.vec).map(|(n, drained)| Received { n, drained }),
+                    None => self.bin.receive(self.broker, want, most),
+                };
+                match got {
                     Ok(Received { n: 0, .. }) => {
                         return Some(End::BrokerClosed("upstream broker closed the connection".into()));
                     }
@@ -2105,7 +2115,8 @@ impl Conn {
         let flushed = self.bout_at == self.bout.len()
             && self.cout_at == self.cout.len()
             && self.piped == 0
-            && !self.tls.as_ref().is_some_and(tls::pending);
+            && !self.tls.as_ref().is_some_and(tls::pending)
+            && !self.broker_tls.as_ref().is_some_and(tls::pending);
         if flushed && self.hold && self.streamed == 0 {
             // The next request (or a drain) is Python's: everything read before it has been sent on, and the
             // answers not yet read go back with it (Python's pumps read them, in order, before its answer). An
@@ -2345,8 +2356,9 @@ impl Forwarder {
     /// With `sampling` (tracing: the sampler's bound, the draw Python made for the first request or None, and whether to
     /// keep spans), a request drawn under the bound is served and its span's record kept for Python
     /// (`Phase.take_spans`) while there is room, else handed back with its draw (`Phase.outcome`).
-    /// With `tls`, the client's TLS session (tls.rs), the connection's bytes to and from the client go through it.
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None, tls=None))]
+    /// With `tls`, the client's TLS session (tls.rs), the connection's bytes to and from the client go through it; with
+    /// `broker_tls`, the proxy's session to the broker, those to and from the broker.
+    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None, tls=None, broker_tls=None))]
     fn attach(
         &self,
         client: i32,
@@ -2364,11 +2376,12 @@ impl Forwarder {
         count: Option<&Allowance>,
         sampling: Option<(u128, Option<u64>, bool)>,
         tls: Option<&tls::TlsSession>,
+        broker_tls: Option<&tls::TlsSession>,
     ) -> PyResult<Phase> {
-        let tls = match tls {
-            Some(session) => Some(session.shared().ok_or_else(|| PyValueError::new_err("the TLS handshake is not done"))?),
-            None => None,
+        let shared = |session: Option<&tls::TlsSession>| -> PyResult<Option<tls::Shared>> {
+            session.map(|s| s.shared().ok_or_else(|| PyValueError::new_err("the TLS handshake is not done"))).transpose()
         };
+        let (tls, broker_tls) = (shared(tls)?, shared(broker_tls)?);
         if max_in_flight == 0 {
             return Err(PyValueError::new_err("max_in_flight must be positive"));
         }
@@ -2381,6 +2394,7 @@ impl Forwarder {
             client,
             broker,
             tls,
+            broker_tls,
             table: Arc::clone(&table.entries),
             grant: grant.map(|g| Arc::clone(&g.inner)),
             allowance: allowance.map(|a| Arc::clone(&a.inner)),

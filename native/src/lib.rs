@@ -594,6 +594,7 @@ fn vcproxy_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<forward::Tally>()?;
     m.add_class::<tls::TlsConfig>()?;
     m.add_class::<tls::TlsSession>()?;
+    m.add_class::<tls::TlsClientConfig>()?;
     m.add("TlsError", m.py().get_type::<tls::TlsError>())?;
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! TLS on the client listeners, in rustls: one session per connection, shared by the Python path (which drives the
-//! handshake and reads and writes through it: proxy/net/native_tls.py) and the forwarder (forward.rs), which reads
-//! and writes the same session from its thread while it has the connection. OpenSSL's session, inside Python's `ssl`,
+//! TLS in rustls, on the client listeners and to the brokers: one session per connection, shared by the Python path
+//! (which drives the handshake and reads and writes through it: proxy/net/native_tls.py) and the forwarder
+//! (forward.rs), which reads and writes the same session from its thread while it has the connection. OpenSSL's session, inside Python's `ssl`,
 //! cannot be handed to another thread's code; this one is a `Mutex` both sides take in turn, so a TLS connection's
 //! plain requests can be served by the forwarder like a plaintext one's (docs/security.md, "TLS").
 //!
@@ -18,8 +18,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::{ServerName, UnixTime};
 use rustls::server::{Accepted, Acceptor, WebPkiClientVerifier};
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::{
+    CertificateError, ClientConfig, ClientConnection, Connection, DigitallySignedStruct, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
 
 create_exception!(vcproxy_native, TlsError, PyException, "A TLS handshake or record the session refuses.");
 
@@ -64,11 +70,7 @@ impl TlsConfig {
             ("none", _) => builder.with_no_client_auth(),
             (_, None) => return Err(PyValueError::new_err(format!("client_auth {client_auth} needs a CA"))),
             (mode @ ("requested" | "required"), Some(ca)) => {
-                let mut roots = RootCertStore::empty();
-                for cert in CertificateDer::pem_slice_iter(ca) {
-                    roots.add(cert.map_err(|e| refused("CA", e))?).map_err(|e| refused("CA", e))?;
-                }
-                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider);
                 let verifier = if mode == "requested" { verifier.allow_unauthenticated() } else { verifier };
                 builder.with_client_cert_verifier(verifier.build().map_err(|e| refused("CA", e))?)
             }
@@ -76,6 +78,100 @@ impl TlsConfig {
         };
         let config = builder.with_single_cert(certs, key).map_err(|e| refused("certificate and key", e))?;
         Ok(TlsConfig { config: Arc::new(config) })
+    }
+}
+
+fn roots(ca: &[u8]) -> PyResult<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca) {
+        roots.add(cert.map_err(|e| refused("CA", e))?).map_err(|e| refused("CA", e))?;
+    }
+    Ok(roots)
+}
+
+/// The proxy's TLS to the brokers (proxy/config.py `UpstreamTlsConfig`): the CAs that sign their certificates, its own
+/// certificate for brokers that ask for one, and whether a broker's certificate must name the host dialled (Kafka's
+/// `ssl.endpoint.identification.algorithm`; the chain is checked either way). TLS 1.2 and 1.3, as the OpenSSL context
+/// (proxy/auth/tls.py `client_context`).
+#[pyclass(frozen)]
+pub struct TlsClientConfig {
+    config: Arc<ClientConfig>,
+}
+
+#[pymethods]
+impl TlsClientConfig {
+    #[new]
+    #[pyo3(signature = (ca, chain=None, key=None, check_hostname=true))]
+    fn new(ca: &[u8], chain: Option<&[u8]>, key: Option<&[u8]>, check_hostname: bool) -> PyResult<Self> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = Arc::new(roots(ca)?);
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&provider))
+            .build()
+            .map_err(|e| refused("CA", e))?;
+        let verifier: Arc<dyn ServerCertVerifier> =
+            if check_hostname { verifier } else { Arc::new(ChainOnly(verifier)) };
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+            .map_err(|e| refused("protocol versions", e))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let config = match (chain, key) {
+            (Some(chain), key) => {
+                let certs = CertificateDer::pem_slice_iter(chain)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| refused("certificate chain", e))?;
+                let key = PrivateKeyDer::from_pem_slice(key.unwrap_or(chain)).map_err(|e| refused("private key", e))?;
+                builder.with_client_auth_cert(certs, key).map_err(|e| refused("certificate and key", e))?
+            }
+            (None, _) => builder.with_no_client_auth(),
+        };
+        Ok(TlsClientConfig { config: Arc::new(config) })
+    }
+}
+
+/// A broker's certificate checked as WebPKI checks it, all but the name (check_hostname false): a certificate that
+/// fails only there is taken, as OpenSSL's context with `check_hostname = False` takes it.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        // The name is the last thing the verifier checks: failing there, everything before it held.
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
     }
 }
 
@@ -87,9 +183,10 @@ enum Stage {
     Failed,
 }
 
-/// A connection's session once the ClientHello is accepted, and the plaintext it decrypted that nobody took yet.
+/// A connection's session (a client's, once its ClientHello is accepted; or the proxy's own to a broker), and the
+/// plaintext it decrypted that nobody took yet.
 pub(crate) struct TlsState {
-    conn: ServerConnection,
+    conn: Connection,
     plain: Vec<u8>,
     plain_at: usize,
     peer_closed: bool, // a close_notify came: no more plaintext
@@ -102,6 +199,10 @@ fn locked(state: &Shared) -> MutexGuard<'_, TlsState> {
 }
 
 impl TlsState {
+    fn shared(conn: Connection) -> Shared {
+        Arc::new(Mutex::new(TlsState { conn, plain: Vec::new(), plain_at: 0, peer_closed: false }))
+    }
+
     /// Decrypts `data` (the client's bytes) into `out`. An error leaves its alert in the session to send.
     fn absorb(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         while !data.is_empty() && !self.peer_closed {
@@ -285,6 +386,19 @@ impl TlsSession {
         }
     }
 
+    /// The proxy's own session to a broker at `server_name` (a host name or an IP address), its ClientHello waiting
+    /// in `outgoing`.
+    #[staticmethod]
+    fn client(config: &TlsClientConfig, server_name: &str) -> PyResult<Self> {
+        let name = ServerName::try_from(server_name.to_owned()).map_err(|e| refused("server name", e))?;
+        let conn = ClientConnection::new(Arc::clone(&config.config), name).map_err(|e| refused("TLS", e))?;
+        Ok(TlsSession {
+            stage: Mutex::new(Stage::Ready),
+            state: Mutex::new(Some(TlsState::shared(conn.into()))),
+            alert: Mutex::new(Vec::new()),
+        })
+    }
+
     /// The client's bytes: the ClientHello (until `hello` is true), then records; their plaintext is kept for `read`.
     /// Raises TlsError when the session refuses them (its alert, if any, is in `outgoing`).
     fn feed(&self, data: &[u8]) -> PyResult<()> {
@@ -355,8 +469,7 @@ impl TlsSession {
         };
         match accepted.into_connection(Arc::clone(&config.config)) {
             Ok(conn) => {
-                *self.state.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(Arc::new(Mutex::new(TlsState { conn, plain: Vec::new(), plain_at: 0, peer_closed: false })));
+                *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(TlsState::shared(conn.into()));
                 *stage = Stage::Ready;
                 Ok(())
             }

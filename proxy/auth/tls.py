@@ -13,6 +13,7 @@ Kafka. Everything except the context builders is pure and unit-tested.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 from collections.abc import Callable, Sequence
@@ -102,10 +103,61 @@ class NativeTlsContext:
 def native_context(tls: _TlsFiles, route: Callable[[str | None], object] | None = None) -> NativeTlsContext:
     """The compiled TLS for a listener's settings; ValueError when it cannot serve them (not built, turned off with
     the compiled parts, or a certificate, key or CA it does not load)."""
+    module = _compiled_tls()
+    return NativeTlsContext.load(module, tls.certfile, tls.keyfile, tls.cafile, tls.client_auth, route)
+
+
+@dataclass(frozen=True, slots=True)
+class NativeTlsClientContext:
+    """The proxy's compiled TLS to the brokers (`vcproxy_native.TlsClientConfig`)."""
+
+    module: Any
+    config: Any
+
+    @classmethod
+    def load(
+        cls, module: Any, cafile: str | None, certfile: str | None, keyfile: str | None, check_hostname: bool
+    ) -> NativeTlsClientContext:
+        """Raises ValueError naming what could not be loaded. No `cafile`: the system's CA bundle, OpenSSL's own
+        (what `ssl.create_default_context` trusts), when it is one file."""
+        if cafile is None:
+            cafile = ssl.get_default_verify_paths().openssl_cafile
+            if not os.path.isfile(cafile):
+                raise ValueError(f"no cafile, and the system's CA bundle is not one file ({cafile})")
+        with open(cafile, "rb") as f:
+            ca = f.read()
+        chain = key = None
+        if certfile:
+            with open(certfile, "rb") as f:
+                chain = key = f.read()
+        if keyfile:
+            with open(keyfile, "rb") as f:
+                key = f.read()
+        return cls(module, module.TlsClientConfig(ca, chain, key, check_hostname))
+
+
+class _UpstreamTlsFiles(Protocol):
+    """The upstream's TLS settings (config.py `UpstreamTlsConfig`), as the compiled TLS reads them."""
+
+    cafile: str | None
+    certfile: str | None
+    keyfile: str | None
+    check_hostname: bool
+
+
+def native_client_context(tls: _UpstreamTlsFiles | None) -> NativeTlsClientContext:
+    """The compiled TLS to the brokers (None: the defaults, the system's CAs); ValueError when it cannot serve."""
+    module = _compiled_tls()
+    if tls is None:
+        return NativeTlsClientContext.load(module, None, None, None, True)
+    return NativeTlsClientContext.load(module, tls.cafile, tls.certfile, tls.keyfile, tls.check_hostname)
+
+
+def _compiled_tls() -> Any:
     module = native.module()
     if module is None or not hasattr(module, "TlsConfig"):
         raise ValueError(f"the compiled TLS is not available: {native.REASON or 'vcproxy_native has no TlsConfig'}")
-    return NativeTlsContext.load(module, tls.certfile, tls.keyfile, tls.cafile, tls.client_auth, route)
+    return module
 
 
 # -- distinguished names ------------------------------------------------------------------------

@@ -221,7 +221,11 @@ class ClientConnection:
         if self.session.in_flight or self._to_client or self._to_upstream or self._received != self._sent:
             return False
         reader = self.upstream_reader
-        if not isinstance(self.upstream, trio.SocketStream) or reader is None or reader.decoder.buffered:
+        if (
+            not isinstance(self.upstream, trio.SocketStream | NativeTlsStream)
+            or reader is None
+            or reader.decoder.buffered
+        ):
             return False
         if not self._upstream_login:
             return False
@@ -283,7 +287,7 @@ class ClientConnection:
         """The connection on the forwarder; True when it comes back to the pumps (a request not the forwarder's)."""
         forwarder, upstream = self._forwarder, self.upstream
         assert forwarder is not None and isinstance(self.client, trio.SocketStream | NativeTlsStream)
-        assert isinstance(upstream, trio.SocketStream)
+        assert isinstance(upstream, trio.SocketStream | NativeTlsStream)
         limits = ForwarderLimits(
             self.limits.max_in_flight, self.limits.max_frame_bytes, self.limits.buffer_size, self.limits.idle_timeout
         )

@@ -10,8 +10,8 @@ requests it sent whose answers have not come: the session takes them as its own 
 Python's pumps answer them first, in order. Which requests are plain is the session's decision
 (proxy/core/forward_table.py; for a virtual cluster's connection, on the grant it made: proxy/core/grants.py).
 
-Only where the broker's socket is plain TCP, the client's plain TCP or TLS in the compiled parts (native_tls.py: the
-forwarder reads and writes through the connection's session), and with no tap. With tracing on, the forwarder draws each
+Only where each socket is plain TCP or TLS in the compiled parts (native_tls.py: the forwarder reads and writes
+through the connection's session), and with no tap. With tracing on, the forwarder draws each
 request's trace id as the sampler would, and keeps a record of each sampled one it serves (copies of the request and
 its answer) from which Python makes the span, in batches and when the phase ends. With metrics on, the forwarder
 counts what it serves in a native tally that /metrics folds in (proxy/observability/metrics.py), and an API whose
@@ -153,7 +153,7 @@ class Forwarder:
     async def serve(
         self,
         client: trio.SocketStream | NativeTlsStream,
-        broker: trio.SocketStream,
+        broker: trio.SocketStream | NativeTlsStream,
         table: Any,
         hook: Callable[[int, int, bytes, tuple[int, int] | None], bytes],
         limits: ForwarderLimits,
@@ -175,9 +175,11 @@ class Forwarder:
         native = self._forwarder()
         tls = client.session if isinstance(client, NativeTlsStream) else None  # its bytes go through its session
         socket = client.transport_stream.socket if isinstance(client, NativeTlsStream) else client.socket
+        broker_tls = broker.session if isinstance(broker, NativeTlsStream) else None
+        broker_socket = broker.transport_stream.socket if isinstance(broker, NativeTlsStream) else broker.socket
         phase = native.attach(
             socket.fileno(),
-            broker.socket.fileno(),
+            broker_socket.fileno(),
             table,
             hook,
             limits.max_in_flight,
@@ -191,6 +193,7 @@ class Forwarder:
             allowances.count if allowances is not None else None,
             (*sampling, spans is not None) if sampling is not None else None,
             tls,
+            broker_tls,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
         started(phase)

@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from ..auth.tls import NativeTlsContext
+from ..auth.tls import NativeTlsClientContext, NativeTlsContext
 from ..errors import MalformedInput
 
 RECEIVE_BYTES = 64 * 1024
@@ -114,3 +114,30 @@ async def handshake(transport: trio.SocketStream, context: NativeTlsContext) -> 
                 session.accept(context.config)
             except module.TlsError as exc:
                 raise await refuse(str(exc)) from None
+
+
+async def client_handshake(transport: trio.SocketStream, context: NativeTlsClientContext, host: str) -> NativeTlsStream:
+    """The proxy's handshake with a broker at `host` (the caller bounds its time). Raises HandshakeRefused (the
+    broker's certificate refused, or its alert) or a Trio error of the socket."""
+    module = context.module
+    try:
+        session = module.TlsSession.client(context.config, host)
+    except ValueError as exc:
+        raise HandshakeRefused(str(exc)) from None
+    while True:
+        sealed = session.outgoing()
+        if sealed:
+            await transport.send_all(sealed)
+        if not session.handshaking:
+            return NativeTlsStream(transport, session, module.TlsError)
+        data = await transport.receive_some(RECEIVE_BYTES)
+        if not data:
+            raise HandshakeRefused("the broker closed the connection during the TLS handshake")
+        try:
+            session.feed(data)
+        except module.TlsError as exc:
+            alert = session.outgoing()
+            if alert:
+                with trio.move_on_after(1):
+                    await transport.send_all(alert)
+            raise HandshakeRefused(str(exc)) from None

@@ -13,12 +13,14 @@ import trio
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 
+from ..auth.tls import NativeTlsClientContext
 from ..core.endpoints import BrokerEndpoint
 from ..identity import CLIENT_ID
 from ..protocol import codec
 from ..protocol.framing import frame
 from ..protocol.headers import encode_request_header, response_body_offset
 from .frames import FrameReader
+from .native_tls import HandshakeRefused, client_handshake
 from .upstream_auth import SaslLogin, authenticate
 
 if TYPE_CHECKING:
@@ -38,21 +40,31 @@ def split_host_port(address: str) -> tuple[str, int]:
 class UpstreamSecurity:
     """How the proxy reaches the brokers: TLS and/or its own SASL login (never the clients')."""
 
-    ssl_context: ssl.SSLContext | None = None
+    # OpenSSL's (Python's ssl), or the compiled TLS (rustls: the forwarder then serves the connection's plain requests)
+    ssl_context: ssl.SSLContext | NativeTlsClientContext | None = None
     sasl: SaslLogin | None = None
 
     @classmethod
     def from_config(cls, upstream: UpstreamConfig) -> UpstreamSecurity:
-        from ..auth.tls import client_context
+        from ..auth.tls import client_context, native_client_context
 
-        context = None
+        context: ssl.SSLContext | NativeTlsClientContext | None = None
         if upstream.security_protocol in ("SSL", "SASL_SSL"):
             tls = upstream.tls
-            context = (
-                client_context(tls.cafile, tls.certfile, tls.keyfile, tls.check_hostname)
-                if tls is not None
-                else client_context()
-            )
+            engine = tls.engine if tls is not None else "auto"
+            if engine != "openssl":
+                try:
+                    context = native_client_context(tls)
+                except ValueError as exc:
+                    if engine == "native":
+                        raise
+                    _say_openssl(str(exc))
+            if context is None:
+                context = (
+                    client_context(tls.cafile, tls.certfile, tls.keyfile, tls.check_hostname)
+                    if tls is not None
+                    else client_context()
+                )
         sasl = None
         if upstream.security_protocol.startswith("SASL_"):
             assert upstream.sasl_mechanism and upstream.sasl_username
@@ -61,6 +73,13 @@ class UpstreamSecurity:
 
 
 PLAINTEXT = UpstreamSecurity()
+_said: set[str] = set()
+
+
+def _say_openssl(why: str) -> None:
+    if why not in _said:  # once per reason, not at each reload
+        _said.add(why)
+        log.warning("TLS to the brokers on OpenSSL (Python's ssl), every request on the Python path: %s", why)
 
 
 async def connect(address: tuple[str, int], timeout: float, security: UpstreamSecurity = PLAINTEXT) -> trio.abc.Stream:
@@ -69,10 +88,15 @@ async def connect(address: tuple[str, int], timeout: float, security: UpstreamSe
         tcp = await trio.open_tcp_stream(*address)
         stream: trio.abc.Stream = tcp
         try:
-            if security.ssl_context is not None:
-                stream = trio.SSLStream(tcp, security.ssl_context, server_hostname=address[0])
+            if isinstance(security.ssl_context, NativeTlsClientContext):
                 try:
-                    await stream.do_handshake()
+                    stream = await client_handshake(tcp, security.ssl_context, address[0])
+                except HandshakeRefused as exc:
+                    raise OSError(f"TLS handshake failed: {exc}") from exc
+            elif security.ssl_context is not None:
+                stream = ssl_stream = trio.SSLStream(tcp, security.ssl_context, server_hostname=address[0])
+                try:
+                    await ssl_stream.do_handshake()
                 except trio.BrokenResourceError as exc:  # the ssl.SSLError is its cause
                     raise OSError(f"TLS handshake failed: {exc.__cause__ or exc}") from exc
             if security.sasl is not None:

@@ -22,7 +22,8 @@ from proxy.auth.credentials import make_entry
 from vcproxy_tools.process import READY_LINE, ProxyProcess, proxy_config
 
 from .polling import refused
-from .ports import free_port_block
+from .ports import free_port, free_port_block
+from .test_observability import metrics_port, scrape, total
 from .tool_jvm import run_tool
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -145,22 +146,24 @@ def proxies(kafka_cluster, workdir, certs, credentials) -> Iterator[dict[str, Pr
                 },
             ),
         )
-        # A proxy whose upstream is the SASL_SSL proxy: upstream TLS (CA-verified) plus upstream SASL.
-        started["chain"] = _start(
-            workdir,
-            "chain",
-            config(
-                "chain",
-                started["sasl-ssl"].bootstrap,
-                upstream={
-                    "security_protocol": "SASL_SSL",
-                    "sasl_mechanism": "PLAIN",
-                    "sasl_username": "alice",
-                    "sasl_password": "alice-secret",
-                    "tls": {"cafile": certs["ca"]},
-                },
-            ),
-        )
+        # Proxies whose upstream is the SASL_SSL proxy: upstream TLS (CA-verified) plus upstream SASL, on each engine.
+        for name, engine in (("chain", "auto"), ("chain-openssl", "openssl")):
+            started[name] = _start(
+                workdir,
+                name,
+                config(
+                    name,
+                    started["sasl-ssl"].bootstrap,
+                    upstream={
+                        "security_protocol": "SASL_SSL",
+                        "sasl_mechanism": "PLAIN",
+                        "sasl_username": "alice",
+                        "sasl_password": "alice-secret",
+                        "tls": {"cafile": certs["ca"], "engine": engine},
+                    },
+                    metrics={"enabled": True, "port": free_port()},
+                ),
+            )
         yield started
     finally:
         for process in reversed(started.values()):
@@ -340,12 +343,17 @@ def test_upstream_sasl_login_with_plaintext_clients(proxies, kafka_cluster, name
     _no_passwords(proxy)
 
 
-def test_upstream_tls_and_sasl_through_a_chain_of_proxies(proxies):
+@pytest.mark.parametrize("name", ["chain", "chain-openssl"])
+def test_upstream_tls_and_sasl_through_a_chain_of_proxies(proxies, name):
     # client --PLAINTEXT--> chain --SASL_SSL (PLAIN as alice, CA-verified)--> sasl-ssl proxy --> Kafka
-    _roundtrip(_alive(proxies["chain"]), {})
+    _roundtrip(_alive(proxies[name]), {})
     front = proxies["sasl-ssl"].log_path.read_text()
     assert "authenticated User:alice with PLAIN" in front
-    _no_passwords(proxies["chain"], proxies["sasl-ssl"])
+    _no_passwords(proxies[name], proxies["sasl-ssl"])
+    # The compiled TLS (auto): the forwarder serves the chain's plain requests through its session to the broker,
+    # and both ends of that session are rustls (the sasl-ssl proxy's listener too). OpenSSL's: the Python path's.
+    forwarded = total(scrape(metrics_port(proxies[name])), "vcproxy_forwarded_requests_total")
+    assert forwarded >= 5 if name == "chain" else forwarded == 0, forwarded
 
 
 def test_wire_rules_before_login(proxies):

@@ -12,8 +12,8 @@ import pytest
 import trio
 import trustme
 
-from proxy.auth.tls import NativeTlsContext, distinguished_name
-from proxy.net.native_tls import HandshakeRefused, NativeTlsStream, handshake
+from proxy.auth.tls import NativeTlsClientContext, NativeTlsContext, distinguished_name
+from proxy.net.native_tls import HandshakeRefused, NativeTlsStream, client_handshake, handshake
 from proxy.protocol import native
 
 from .test_forwarder import (
@@ -256,4 +256,121 @@ def test_auto_is_openssl_where_the_compiled_tls_is_missing_and_native_is_then_re
         ListenerTlsConfig.model_validate({"certfile": files["server"], "engine": "native"})
 
 
+def test_the_upstream_engine_is_chosen_as_the_listeners_is(files, monkeypatch):
+    from proxy.config import UpstreamConfig, UpstreamTlsConfig
+    from proxy.net.upstream import UpstreamSecurity
+
+    def security(engine: str) -> object:
+        upstream = {"bootstrap_servers": ["b:9093"], "security_protocol": "SSL"}
+        tls = {"cafile": files["ca"], "engine": engine}
+        return UpstreamSecurity.from_config(UpstreamConfig.model_validate({**upstream, "tls": tls})).ssl_context
+
+    assert isinstance(security("auto"), NativeTlsClientContext)
+    assert isinstance(security("openssl"), ssl.SSLContext)
+    monkeypatch.setattr(native, "module", lambda: None)
+    assert isinstance(security("auto"), ssl.SSLContext)
+    with pytest.raises(ValueError, match="compiled TLS is not available"):
+        UpstreamTlsConfig.model_validate({"cafile": files["ca"], "engine": "native"})
+
+
 UPSTREAM = {"bootstrap_servers": ["127.0.0.1:9092"]}
+
+
+BROKER = CA.issue_cert("broker-1.internal", "127.0.0.1")
+
+
+def broker_server_context() -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    BROKER.configure_cert(ctx)
+    return ctx
+
+
+def client_tls(files: dict[str, str], check_hostname: bool = True, ca: str | None = None) -> NativeTlsClientContext:
+    return NativeTlsClientContext.load(MODULE, ca or files["ca"], None, None, check_hostname)
+
+
+async def dial_broker(context: NativeTlsClientContext, host: str) -> tuple[NativeTlsStream, trio.SSLStream]:
+    """The proxy's TLS connection to a broker (OpenSSL's server, Python's ssl) on a socket pair: both ends."""
+    a, b = trio.socket.socketpair()
+    broker = trio.SSLStream(trio.SocketStream(b), broker_server_context(), server_side=True)
+    out: dict[str, NativeTlsStream] = {}
+
+    async def dial() -> None:
+        out["proxy"] = await client_handshake(trio.SocketStream(a), context, host)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dial)
+            await broker.do_handshake()
+    return out["proxy"], broker
+
+
+async def test_the_proxys_own_tls_to_a_broker_checks_its_chain_and_its_name(files):
+    proxy, broker = await dial_broker(client_tls(files), "broker-1.internal")
+    big = random.Random(2).randbytes(200_000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(proxy.send_all, big)
+        got = b""
+        while len(got) < len(big):
+            got += await broker.receive_some()
+    assert got == big
+    await dial_broker(client_tls(files), "127.0.0.1")  # an IP address: its SAN
+    with pytest.raises(ExceptionGroup) as refused:
+        await dial_broker(client_tls(files), "broker-2.internal")  # a name the certificate does not have
+    assert refused.group_contains(HandshakeRefused, match="only valid for")
+    await dial_broker(client_tls(files, check_hostname=False), "broker-2.internal")  # the chain alone
+    other = trustme.CA()
+    other.cert_pem.write_to_path(files["ca"] + ".other")
+    with pytest.raises(ExceptionGroup) as refused:  # the name is not enough: the chain is checked either way
+        await dial_broker(client_tls(files, check_hostname=False, ca=files["ca"] + ".other"), "broker-1.internal")
+    assert refused.group_contains(HandshakeRefused, match="invalid peer certificate")
+
+
+class _TlsBrokerConnection(_Connection):
+    """`_Connection` whose broker connection is TLS too: the proxy's compiled session, the broker's OpenSSL."""
+
+    tls_context: NativeTlsClientContext
+
+    async def _connect(self, _login: bool) -> NativeTlsStream:  # type: ignore[override]
+        proxy, broker = await dial_broker(self.tls_context, "broker-1.internal")
+        self.nursery.start_soon(self._broker, broker)
+        return proxy
+
+
+async def test_tls_on_both_sides_goes_to_the_forwarder_and_back(nursery, files):
+    stream, client, _ = await connect(context(files), client_context())
+    _TlsBrokerConnection.tls_context = client_tls(files)
+    sizes = {c: 300_000 + c for c in range(1, 200)}
+
+    def answer(key: int, version: int, correlation: int) -> bytes:
+        if key == 1:
+            return fetched(correlation, sizes[correlation])
+        return _metadata_answer(correlation) if key == 3 else produced(correlation)
+
+    peer = _TlsBrokerConnection(nursery, answer=answer, streams=(stream, client))
+    connection, exchange = peer.connection, peer.exchange
+    assert await exchange(produce(1)) == [(1, produced(1))]
+    assert await exchange(produce(2)) == [(2, produced(2))]
+    assert connection._phase is not None
+    rng = random.Random(4244)
+    correlation = 2
+    for _ in range(30):
+        batch = []
+        for _ in range(rng.randint(1, 5)):
+            correlation += 1
+            pick = rng.random()
+            batch.append(
+                _metadata_request(correlation)
+                if pick < 0.25
+                else fetch(correlation)
+                if pick < 0.4
+                else produce(correlation)
+            )
+        got = await exchange(*batch)
+        assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
+        for (c, frame), request in zip(got, batch, strict=True):
+            if request[4:6] == b"\x00\x01":  # a Fetch: its whole answer
+                assert frame == fetched(c, sizes[c])
+    await peer.close()
+    assert connection.requests == correlation and connection.forwarded >= 20
+    assert connection.close_reason == "client closed the connection"
