@@ -18,7 +18,9 @@ session's set-up), and reports the proxy's CPU per client; --requests 0 measures
 `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
 reaches: what metering costs), `rate` (the same with a request rate). A mode followed by `+tls-native` or
 `+tls-openssl` (e.g. `passthrough+tls-native`) has TLS listeners served by that engine (`listeners.tls.engine`), the
-clients on TLS (a CA and certificate made for the run).
+clients on TLS (a CA and certificate made for the run); followed by `+up-native` or `+up-openssl`, its upstream is TLS
+on that engine (`upstream.tls.engine`): a helper proxy of the same checkout, not measured, with a TLS listener (rustls)
+in front of the cluster.
 
 Run (a cluster from `vcproxy kafka start --dir D --brokers 1`):
     PYTHONPATH=. .venv/bin/python benchmarks/shell_cost.py --bootstrap 127.0.0.1:29092 \
@@ -73,6 +75,7 @@ class Proxy:
     clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
     cafile: Path | None = None  # a TLS mode's CA
+    helper: subprocess.Popen[bytes] | None = None  # an upstream TLS mode's TLS front of the cluster
 
     @property
     def name(self) -> str:
@@ -90,7 +93,7 @@ class Proxy:
     @property
     def tls(self) -> str:
         """The TLS engine of the mode's listeners, or "" (plaintext)."""
-        return self.mode.partition("+tls-")[2]
+        return engines(self.mode)[1]
 
     def client_conf(self) -> dict[str, object]:
         """A client's config: with a quota, logged in as the VC's user; with TLS, trusting the run's CA."""
@@ -151,7 +154,17 @@ def start_proxy(
     settings: dict[str, dict] | None = None,
 ) -> Proxy:
     """`settings`: config sections to add (their keys over the mode's)."""
-    mode, _, engine = mode.partition("+tls-")
+    name = mode
+    mode, engine, up = engines(mode)
+    helper = None
+    if up:  # the cluster behind a TLS listener: a proxy of the same checkout, ten ports up
+        cafile, certfile = certificates(work)
+        front = {"security_protocol": "SSL", "tls": {"certfile": str(certfile), "engine": "native"}}
+        front_settings = {"listeners": front, "limits": {"max_connections_per_ip": 100_000}}
+        helper = start_proxy(
+            work, f"{checkout}-front", src, "passthrough", port + 10, upstream, extra_env, python, front_settings
+        ).proc
+        upstream = f"127.0.0.1:{port + 10}"
     cfg: dict[str, object] = {
         "listeners": {"host": "127.0.0.1", "bootstrap_port": port, "broker_port_base": port},
         "upstream": {"bootstrap_servers": [upstream]},
@@ -175,7 +188,14 @@ def start_proxy(
         cafile, certfile = certificates(work)
         cfg["listeners"]["security_protocol"] = "SSL"  # type: ignore[index]
         cfg["listeners"]["tls"] = {"certfile": str(certfile), "engine": engine}  # type: ignore[index]
-        mode = f"{mode}+tls-{engine}"
+    if up:
+        cafile, _ = certificates(work)
+        cfg["upstream"] = {
+            "bootstrap_servers": [upstream],
+            "security_protocol": "SSL",
+            "tls": {"cafile": str(cafile), "engine": up},
+        }
+    mode = name
     for section, values in (settings or {}).items():
         cfg[section] = {**cfg.get(section, {}), **values}  # type: ignore[dict-item]
     path = work / f"{checkout}-{mode}.json"
@@ -185,10 +205,18 @@ def start_proxy(
     argv = [python, "-m", "proxy", "serve", "--config", str(path)]
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_ready(proc, work / f"{checkout}-{mode}.log", 1200, f"{checkout}/{mode}")
-    proxy = Proxy(checkout, mode, port, proc, cafile=cafile)
+    proxy = Proxy(checkout, mode, port, proc, cafile=cafile, helper=helper)
     if proxy.base in QUOTAS:
         set_quota(proxy.bootstrap, *QUOTAS[proxy.base])
     return proxy
+
+
+def engines(mode: str) -> tuple[str, str, str]:
+    """A mode's base, its listeners' TLS engine and its upstream's ("" for plaintext)."""
+    base, *parts = mode.split("+")
+    tls = next((p.removeprefix("tls-") for p in parts if p.startswith("tls-")), "")
+    up = next((p.removeprefix("up-") for p in parts if p.startswith("up-")), "")
+    return base, tls, up
 
 
 def certificates(work: Path) -> tuple[Path, Path]:
@@ -440,13 +468,14 @@ def main() -> None:
 
 def stop_proxies(proxies: list[Proxy], work: Path) -> None:
     """SIGTERM to every proxy at once (each drains), then wait for each; one that outlives 30 s is killed."""
-    for x in proxies:
-        x.proc.send_signal(signal.SIGTERM)
-    for x in proxies:
+    procs = [x.proc for x in proxies] + [x.helper for x in proxies if x.helper is not None]
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
         try:
-            x.proc.wait(30)
+            proc.wait(30)
         except subprocess.TimeoutExpired:
-            x.proc.kill()
+            proc.kill()
     print(f"logs: {work}", file=sys.stderr)
 
 

@@ -140,4 +140,7 @@ async def client_handshake(transport: trio.SocketStream, context: NativeTlsClien
             if alert:
                 with trio.move_on_after(1):
                     await transport.send_all(alert)
-            raise HandshakeRefused(str(exc)) from None
+            why = str(exc)
+            if why.startswith("invalid peer certificate"):  # in the words OpenSSL's engine logs, for those who grep
+                why = f"certificate verify failed: {why}"
+            raise HandshakeRefused(why) from None
