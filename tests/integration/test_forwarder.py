@@ -650,7 +650,10 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
                 )
                 assert answer.error_code == 0 and answer.session_id == opened.session_id
                 assert [t.topic for t in answer.responses] == [topic]
-                assert bytes(answer.responses[0].partitions[0].records or b"").count(b"r-") == len(sent)
+                # Every value sent is there (a count of b"r-" also counts the pair where a batch's CRC or
+                # timestamp happens to hold it: once in a while).
+                records = bytes(answer.responses[0].partitions[0].records or b"")
+                assert all(value in records for value in sent)
         assert _forwarded(proxy, "Fetch") - before >= 15
 
         _group_member_on_the_forwarder(proxy, alice, carol)
