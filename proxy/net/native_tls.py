@@ -79,14 +79,6 @@ async def handshake(transport: trio.SocketStream, context: NativeTlsContext) -> 
     Raises HandshakeRefused (after sending the session's alert) or a Trio error of the socket."""
     module = context.module
     session = module.TlsSession()
-
-    async def refuse(why: str) -> HandshakeRefused:
-        alert = session.outgoing()
-        if alert:
-            with trio.move_on_after(1):
-                await transport.send_all(alert)
-        return HandshakeRefused(why)
-
     server_name: str | None = None
     while True:
         sealed = session.outgoing()
@@ -100,20 +92,18 @@ async def handshake(transport: trio.SocketStream, context: NativeTlsContext) -> 
         try:
             session.feed(data)
         except module.TlsError as exc:
-            raise await refuse(str(exc)) from None
+            raise await _refused(transport, session.outgoing(), str(exc)) from None
         if session.hello:
             server_name = session.server_name
             if context.route is not None:
                 try:
                     context.route(server_name)
                 except Exception as exc:  # UnknownServerName: no broker answers to that name
-                    with trio.move_on_after(1):
-                        await transport.send_all(UNRECOGNIZED_NAME)
-                    raise HandshakeRefused(str(exc)) from None
+                    raise await _refused(transport, UNRECOGNIZED_NAME, str(exc)) from None
             try:
                 session.accept(context.config)
             except module.TlsError as exc:
-                raise await refuse(str(exc)) from None
+                raise await _refused(transport, session.outgoing(), str(exc)) from None
 
 
 async def client_handshake(transport: trio.SocketStream, context: NativeTlsClientContext, host: str) -> NativeTlsStream:
@@ -136,11 +126,15 @@ async def client_handshake(transport: trio.SocketStream, context: NativeTlsClien
         try:
             session.feed(data)
         except module.TlsError as exc:
-            alert = session.outgoing()
-            if alert:
-                with trio.move_on_after(1):
-                    await transport.send_all(alert)
             why = str(exc)
             if why.startswith("invalid peer certificate"):  # in the words OpenSSL's engine logs, for those who grep
                 why = f"certificate verify failed: {why}"
-            raise HandshakeRefused(why) from None
+            raise await _refused(transport, session.outgoing(), why) from None
+
+
+async def _refused(transport: trio.SocketStream, alert: bytes, why: str) -> HandshakeRefused:
+    """The refusal, once its alert is sent (if the peer takes it within a second: it may be gone)."""
+    if alert:
+        with trio.move_on_after(1):
+            await transport.send_all(alert)
+    return HandshakeRefused(why)

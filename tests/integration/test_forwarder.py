@@ -40,6 +40,25 @@ from .test_tenant_hardening import ready_topic
 SERVED = re.compile(r"the forwarder served (\d+) requests \((\w[\w-]*)\)")
 
 
+def _consume_by_key(conf: dict[str, Any], topic: str, want: int) -> tuple[int, dict[bytes, list[bytes]]]:
+    """A fresh group's consumer of `topic` from the start, until `want` records or two minutes: how many it read, and
+    the values of those with a key, per key, in the order read."""
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: dict[bytes, list[bytes]] = {}
+    received = 0
+    deadline = time.monotonic() + 120
+    while received < want and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is None or message.error() is not None:
+            continue
+        received += 1
+        if message.key() is not None:
+            got.setdefault(message.key(), []).append(message.value())
+    consumer.close()
+    return received, got
+
+
 def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothing(kafka_cluster, tmp_path):
     # DEBUG: each time the forwarder hands a connection back, it says how many requests it served.
     config = proxy_config(
@@ -86,19 +105,7 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
              "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=0"],
             timeout=180,
         )  # fmt: skip
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-        consumer.subscribe([topic])
-        got: dict[bytes, list[bytes]] = {}
-        received = 0
-        deadline = time.monotonic() + 120
-        while received < 5000 and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is None or message.error() is not None:
-                continue
-            received += 1
-            if message.key() is not None:
-                got.setdefault(message.key(), []).append(message.value())
-        consumer.close()
+        received, got = _consume_by_key({"bootstrap.servers": bootstrap}, topic, 5000)
         assert received == 5000
         for k in range(7):  # one key, one partition: in the order produced
             assert got[str(k).encode()] == [v for i, v in enumerate(sent) if i % 7 == k]
@@ -164,19 +171,7 @@ def test_tls_clients_are_served_by_the_forwarder_through_their_session(kafka_clu
             timeout=180,
         )  # fmt: skip
         assert perf.returncode == 0, perf.stderr
-        consumer = Consumer({**client, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-        consumer.subscribe([topic])
-        got: dict[bytes, list[bytes]] = {}
-        received = 0
-        deadline = time.monotonic() + 120
-        while received < 3000 and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is None or message.error() is not None:
-                continue
-            received += 1
-            if message.key() is not None:
-                got.setdefault(message.key(), []).append(message.value())
-        consumer.close()
+        received, got = _consume_by_key(client, topic, 3000)
         samples = scrape(metrics_port(proxy))
     finally:
         proxy.stop()

@@ -10,6 +10,7 @@ import os
 import random
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -735,10 +736,33 @@ class _Connection:
             out.append((int.from_bytes(frame[4:8], "big"), bytes(frame)))
         return out
 
+    async def random_batches(
+        self, seed: int, correlation: int, batches: int, most: int, pick: Callable[[float, int], bytes]
+    ) -> int:
+        """`batches` pipelined batches of 1 to `most` requests (`pick(a random draw, correlation id)` makes each, from
+        `correlation` on): every hand-over point, both ways. Each answer comes, in order (a Fetch's whole); the last
+        correlation id."""
+        rng = random.Random(seed)
+        for _ in range(batches):
+            batch = []
+            for _ in range(rng.randint(1, most)):
+                correlation += 1
+                batch.append(pick(rng.random(), correlation))
+            got = await self.exchange(*batch)
+            assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
+            for (c, frame), request in zip(got, batch, strict=True):
+                if request[4:6] == b"\x00\x01" and self.answer is not None:  # a Fetch: the answer the broker gave
+                    assert frame == self.answer(1, int.from_bytes(request[6:8], "big"), c)
+        return correlation
+
     async def close(self) -> None:
         await self.client.aclose()
         with trio.fail_after(5):
             await self.done.wait()
+
+
+def metadata_or_produce(draw: float, correlation: int) -> bytes:
+    return _metadata_request(correlation) if draw < 0.3 else produce(correlation)
 
 
 def _rewritten(frame: bytes) -> bool:
@@ -767,15 +791,7 @@ async def test_a_connection_goes_to_the_forwarder_and_back_with_every_answer_in_
     assert [f for c, f in got if c != 7] == [produced(c) for c in (4, 5, 6, 8, 9)]
     assert _rewritten(dict(got)[7])
     assert await exchange(produce(10)) == [(10, produced(10))]
-    rng = random.Random(4242)
-    correlation = 10
-    for _ in range(60):  # batches of any mix: every hand-over point, both ways
-        batch = []
-        for _ in range(rng.randint(1, 6)):
-            correlation += 1
-            batch.append(_metadata_request(correlation) if rng.random() < 0.3 else produce(correlation))
-        got = await exchange(*batch)
-        assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
+    correlation = await peer.random_batches(4242, 10, 60, 6, metadata_or_produce)
     await peer.close()
     assert connection.requests == correlation and connection.forwarded >= 30
     assert connection.close_reason == "client closed the connection"

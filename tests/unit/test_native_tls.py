@@ -23,6 +23,7 @@ from .test_forwarder import (
     _rewritten,
     fetch,
     fetched,
+    metadata_or_produce,
     produce,
     produced,
 )
@@ -189,15 +190,7 @@ async def test_a_tls_connection_goes_to_the_forwarder_and_back_with_every_answer
     assert connection._phase is not None
     got = await exchange(_metadata_request(3))  # not plain: back to the pumps, rewritten
     assert got[0][0] == 3 and _rewritten(got[0][1])
-    rng = random.Random(4243)
-    correlation = 3
-    for _ in range(60):
-        batch = []
-        for _ in range(rng.randint(1, 6)):
-            correlation += 1
-            batch.append(_metadata_request(correlation) if rng.random() < 0.3 else produce(correlation))
-        got = await exchange(*batch)
-        assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
+    correlation = await peer.random_batches(4243, 3, 60, 6, metadata_or_produce)
     await peer.close()
     assert connection.requests == correlation and connection.forwarded >= 30
     assert connection.close_reason == "client closed the connection"
@@ -352,25 +345,11 @@ async def test_tls_on_both_sides_goes_to_the_forwarder_and_back(nursery, files):
     assert await exchange(produce(1)) == [(1, produced(1))]
     assert await exchange(produce(2)) == [(2, produced(2))]
     assert connection._phase is not None
-    rng = random.Random(4244)
-    correlation = 2
-    for _ in range(30):
-        batch = []
-        for _ in range(rng.randint(1, 5)):
-            correlation += 1
-            pick = rng.random()
-            batch.append(
-                _metadata_request(correlation)
-                if pick < 0.25
-                else fetch(correlation)
-                if pick < 0.4
-                else produce(correlation)
-            )
-        got = await exchange(*batch)
-        assert [c for c, _ in got] == [int.from_bytes(r[8:12], "big") for r in batch]
-        for (c, frame), request in zip(got, batch, strict=True):
-            if request[4:6] == b"\x00\x01":  # a Fetch: its whole answer
-                assert frame == fetched(c, sizes[c])
+
+    def pick(draw: float, correlation: int) -> bytes:
+        return fetch(correlation) if draw < 0.15 else metadata_or_produce((draw - 0.15) / 0.85, correlation)
+
+    correlation = await peer.random_batches(4244, 2, 30, 5, pick)
     await peer.close()
     assert connection.requests == correlation and connection.forwarded >= 20
     assert connection.close_reason == "client closed the connection"
