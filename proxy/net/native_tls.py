@@ -1,10 +1,12 @@
-"""TLS on the client listeners in the compiled parts (native/src/tls.rs, rustls), so that the forwarder can serve
-a TLS connection's plain requests as it serves a plaintext one's: the session is one both sides use in turn.
+"""TLS in the compiled parts (native/src/tls.rs, rustls), on the client listeners and to the brokers, so that the
+forwarder can serve a TLS connection's plain requests as it serves a plaintext one's: the session is one the Python
+path and the forwarder use in turn.
 
-The Trio side is a `trio.abc.Stream` over the socket that moves the session's bytes (`NativeTlsStream`) and the
-handshake (`handshake`), which stops after the ClientHello for the SNI routing to accept or refuse the server name
-before a certificate is chosen. Where the compiled parts are not there (or `tls.engine: openssl`), Python's `ssl`
-serves the listener instead (handshake.py); both offer TLS 1.2 and 1.3 with the same certificate, key and CAs.
+The Trio side is a `trio.abc.Stream` over the socket that moves the session's bytes (`NativeTlsStream`), the
+listeners' handshake (`handshake`), which stops after the ClientHello for the SNI routing to accept or refuse the
+server name before a certificate is chosen, and the proxy's own to a broker (`client_handshake`). Where the compiled
+parts are not there (or `engine: openssl`), Python's `ssl` serves instead (handshake.py, upstream.py); both offer TLS
+1.2 and 1.3 with the same certificates, keys and CAs.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
 
 
 class HandshakeRefused(MalformedInput):
-    """The client's handshake failed or was refused (the reason is the message)."""
+    """A handshake failed or was refused (the reason is the message)."""
 
 
 class NativeTlsStream(trio.abc.Stream):
-    """A client's TLS connection: its socket's bytes through its session, which the forwarder then uses itself
-    (`session`, `transport_stream`). Sends are not concurrent (the pumps send to the client in turn, as with
-    trio.SSLStream, which refuses concurrent sends); a reply the session makes while reading goes with the next send."""
+    """A TLS connection (a client's, or the proxy's to a broker): its socket's bytes through its session, which the
+    forwarder then uses itself (`session`, `transport_stream`). Sends are not concurrent (the pumps send in turn, as
+    with trio.SSLStream, which refuses concurrent sends); a reply the session makes while reading goes with the next
+    send."""
 
     def __init__(self, transport: trio.SocketStream, session: Any, error: type[Exception]):
         self.transport_stream = transport
@@ -46,12 +49,6 @@ class NativeTlsStream(trio.abc.Stream):
         except self._error as exc:
             raise trio.BrokenResourceError(f"TLS: {exc}") from exc
         await self.transport_stream.send_all(sealed)
-
-    async def flush(self) -> None:
-        """Sends what the session holds (records it made while reading; after a phase on the forwarder, none)."""
-        sealed = self.session.outgoing()
-        if sealed:
-            await self.transport_stream.send_all(sealed)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()
