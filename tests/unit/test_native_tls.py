@@ -144,6 +144,15 @@ async def test_a_client_certificate_is_the_principal_s_and_one_is_required_when_
     assert stream.session.peer_certificate is None  # requested: none given is a connection without one
     proxy, _client = await refused(context(files, "required"), client_context())
     assert "no certificates" in str(proxy)
+    # A certificate that claims alice's subject, signed by a CA the listener does not trust: no principal from it,
+    # whether certificates are required or only requested (as OpenSSL's CERT_OPTIONAL, a bad one fails the handshake).
+    forger = trustme.CA()
+    forged = forger.issue_cert("alice", common_name="alice", organization_unit_name="eng", organization_name="Acme")
+    hostile = client_context()
+    forged.configure_cert(hostile)
+    for client_auth in ("required", "requested"):
+        proxy, _client = await refused(context(files, client_auth), hostile)
+        assert "invalid peer certificate" in str(proxy), proxy
 
 
 async def test_a_server_name_no_broker_answers_to_is_refused_with_unrecognized_name(files):
