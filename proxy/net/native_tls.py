@@ -78,14 +78,10 @@ async def handshake(transport: trio.SocketStream, context: NativeTlsContext) -> 
     session = module.TlsSession()
     server_name: str | None = None
     while True:
-        sealed = session.outgoing()
-        if sealed:
-            await transport.send_all(sealed)
+        await _send_pending(transport, session)
         if not session.hello and not session.handshaking:
             return NativeTlsStream(transport, session, module.TlsError), server_name
-        data = await transport.receive_some(RECEIVE_BYTES)
-        if not data:
-            raise HandshakeRefused("the client closed the connection during the TLS handshake")
+        data = await _receive(transport, "client")
         try:
             session.feed(data)
         except module.TlsError as exc:
@@ -112,14 +108,10 @@ async def client_handshake(transport: trio.SocketStream, context: NativeTlsClien
     except ValueError as exc:
         raise HandshakeRefused(str(exc)) from None
     while True:
-        sealed = session.outgoing()
-        if sealed:
-            await transport.send_all(sealed)
+        await _send_pending(transport, session)
         if not session.handshaking:
             return NativeTlsStream(transport, session, module.TlsError)
-        data = await transport.receive_some(RECEIVE_BYTES)
-        if not data:
-            raise HandshakeRefused("the broker closed the connection during the TLS handshake")
+        data = await _receive(transport, "broker")
         try:
             session.feed(data)
         except module.TlsError as exc:
@@ -127,6 +119,21 @@ async def client_handshake(transport: trio.SocketStream, context: NativeTlsClien
             if why.startswith("invalid peer certificate"):  # in the words OpenSSL's engine logs, for those who grep
                 why = f"certificate verify failed: {why}"
             raise await _refused(transport, session.outgoing(), why) from None
+
+
+async def _send_pending(transport: trio.SocketStream, session: Any) -> None:
+    """The handshake messages the session has to send now."""
+    sealed = session.outgoing()
+    if sealed:
+        await transport.send_all(sealed)
+
+
+async def _receive(transport: trio.SocketStream, peer: str) -> bytes:
+    """The peer's next bytes of the handshake; its end of stream refuses it."""
+    data = await transport.receive_some(RECEIVE_BYTES)
+    if not data:
+        raise HandshakeRefused(f"the {peer} closed the connection during the TLS handshake")
+    return data
 
 
 async def _refused(transport: trio.SocketStream, alert: bytes, why: str) -> HandshakeRefused:
