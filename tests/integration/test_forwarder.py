@@ -159,6 +159,13 @@ def test_tls_clients_are_served_by_the_forwarder_through_their_session(kafka_clu
             if i % 200 == 0:
                 producer.poll(0)
         assert producer.flush(60) == 0
+        # Then one request at a time: nothing outstanding between two, so the forwarder serves each after the first
+        # (the pipelined ones above go to it only at a pause in the pipeline: how many depends on the machine's pace).
+        before = total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api="Produce")
+        for i in range(200):
+            producer.produce(topic, f"q-{i}".encode(), key=b"one-by-one")
+            assert producer.flush(30) == 0
+        one_by_one = total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api="Produce") - before
         properties = tmp_path / "java-ssl.properties"
         properties.write_text(
             f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={files['ca']}\n"
@@ -171,15 +178,15 @@ def test_tls_clients_are_served_by_the_forwarder_through_their_session(kafka_clu
             timeout=180,
         )  # fmt: skip
         assert perf.returncode == 0, perf.stderr
-        received, got = _consume_by_key(client, topic, 3000)
+        received, got = _consume_by_key(client, topic, 3200)
         samples = scrape(metrics_port(proxy))
     finally:
         proxy.stop()
-    assert received == 3000
+    assert received == 3200
     for k in range(5):  # one key, one partition: in the order produced
         assert got[str(k).encode()] == [v for i, v in enumerate(sent) if i % 5 == k]
-    produced = total(samples, "vcproxy_requests_total", api="Produce")
-    assert total(samples, "vcproxy_forwarded_requests_total", api="Produce") >= produced / 3 >= 60, samples
+    assert got[b"one-by-one"] == [f"q-{i}".encode() for i in range(200)]
+    assert one_by_one >= 190, one_by_one
     assert total(samples, "vcproxy_forwarded_requests_total", api="Fetch") >= 1, samples
     log = proxy.log_path.read_text()
     assert re.search(r"TLS client certificate 'CN=alice\b[^']*' -> principal User:CN=alice", log), log[-3000:]
