@@ -14,7 +14,10 @@ its connections open and nothing sent (its background work: the state topic's cl
 thread name, from each thread's schedstat (nanoseconds, unlike /proc's 10 ms ticks); --rounds 0 then
 measures only that. With --clients N, each round also makes N fresh librdkafka admin clients one after another,
 each connecting and asking Metadata (a connection storm's unit: its connections, their ApiVersions and the
-session's set-up), and reports the proxy's CPU per client; --requests 0 measures only that. Modes: `passthrough`,
+session's set-up), and reports the proxy's CPU per client; --requests 0 measures only that. With --transactions N,
+each round also runs N transactions of a transactional librdkafka producer one after another, as a
+consume-transform-produce loop's (begin, one record, a group's offset, commit: AddPartitionsToTxn, Produce,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn each), and reports the proxy's CPU per transaction. Modes: `passthrough`,
 `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
 reaches: what metering costs), `rate` (the same with a request rate). A mode followed by `+tls-native` or
 `+tls-openssl` (e.g. `passthrough+tls-native`) has TLS listeners served by that engine (`listeners.tls.engine`), the
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -47,7 +51,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench_peers import kroxylicious_argv, kroxylicious_config  # this directory is on sys.path (a script's)
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.auth.credentials import make_entry
@@ -73,6 +77,7 @@ class Proxy:
     # depth -> (µs, vol, invol, µs in the kernel)
     runs: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
     clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
+    txns: list[float] = field(default_factory=list)  # µs of CPU per transaction, a run each round (--transactions)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
     cafile: Path | None = None  # a TLS mode's CA
     helper: subprocess.Popen[bytes] | None = None  # an upstream TLS mode's TLS front of the cluster
@@ -321,6 +326,26 @@ def measure(proxy: Proxy, p: Producer, depth: int, n: int, tail: float = 0) -> t
     return (u1 - u0 + s1 - s0) * 1e6 / n, (v1 - v0) / n, (i1 - i0) / n, (s1 - s0) * 1e6 / n
 
 
+def transactional(proxy: Proxy) -> tuple[Producer, object]:
+    """A transactional producer, its id's first transactions done (the coordinators found, the ids let through), and
+    the group whose offsets its transactions commit (not a member: generation -1)."""
+    conf = proxy.client_conf()
+    p = Producer({**conf, "transactional.id": f"{CLIENT_ID}-tx-{proxy.port}", "linger.ms": 0, "acks": "all"})
+    p.init_transactions(60)
+    group = Consumer({**conf, "group.id": f"{CLIENT_ID}-txg-{proxy.port}"}).consumer_group_metadata()
+    transactions((p, group), 3)
+    return p, group
+
+
+def transactions(txn: tuple[Producer, object], n: int) -> None:
+    p, group = txn
+    for i in range(n):
+        p.begin_transaction()
+        p.produce(TOPIC, RECORD)
+        p.send_offsets_to_transaction([TopicPartition(TOPIC, 0, i + 1)], group, 60)
+        p.commit_transaction(60)
+
+
 def clients_run(proxy: Proxy, n: int) -> float:
     """ms of the proxy's CPU per client: a fresh admin client that connects and asks Metadata, then goes."""
 
@@ -418,6 +443,7 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=0, help="first measure idle CPU for this many seconds")
     ap.add_argument("--tail", type=float, default=0, help="read a run's CPU this many seconds after its last answer")
     ap.add_argument("--clients", type=int, default=0, help="and per round this many fresh clients' CPU each")
+    ap.add_argument("--transactions", type=int, default=0, help="and per round this many transactions' CPU each")
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
     )
@@ -436,6 +462,7 @@ def main() -> None:
                 proxies.append(start_kroxylicious(work, args.kroxylicious.resolve(), mode, port, args.bootstrap))
                 create_topic(proxies[-1])
         producers = {(x.name, d): producer(x, d) for x in proxies for d in depths}
+        txn = {x.name: transactional(x) for x in proxies} if args.transactions else {}
         for x in proxies:  # warm-up, unmeasured (longer for a JVM's JIT)
             for d in depths:
                 drive(
@@ -449,6 +476,10 @@ def main() -> None:
                     x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests, args.tail))
                 if args.clients:
                     x.clients.append(clients_run(x, args.clients))
+                if args.transactions:
+                    x.txns.append(
+                        cpu_us(x, args.transactions, functools.partial(transactions, txn[x.name], args.transactions))[0]
+                    )
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         if args.strace:
             for x in proxies:
@@ -461,7 +492,12 @@ def main() -> None:
             for x in proxies:
                 ms = x.clients
                 print(f"  {x.name:24} {statistics.median(ms):6.2f} ms CPU per client ({min(ms):.2f}..{max(ms):.2f})")
+        if args.rounds and args.transactions:
+            print(f"{args.transactions} transactions per run (one record, a group's offset), {args.rounds} rounds")
+            for x in proxies:
+                print(f"  {x.name:24} {spread(x.txns)} µs CPU per transaction")
         producers.clear()  # closed before their proxies stop: no reconnect noise
+        txn.clear()
     finally:
         stop_proxies(proxies, work)
 

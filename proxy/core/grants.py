@@ -2,7 +2,8 @@
 
 An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing else, and
 its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12), a group (Heartbeat, LeaveGroup,
-OffsetCommit) and transactional ids that may be null, or from the version the catalogue says for its fetch session
+OffsetCommit) and transactional ids (Produce's, which may be null; a transactional producer's AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn and TxnOffsetCommit, never null), or from the version the catalogue says for its fetch session
 (Fetch v7+: by name, v7-v12, or by id). Such a request goes to the broker exactly when every topic id in it is one
 the VC owns and every topic name one of its links, each one the caller may use for the API (the VC's ACLs), its
 transactional id null or one the caller may use, its group one the caller may use, and its fetch session none or the
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 TenantPlans = tuple[Any, Any, Any, int | None, int | None]
 
 # What a served tenant request may name: granted topic ids, granted topic names, transactional ids and group ids
-# (renamed), and null ids. At least one topic or group: what the grant is of.
+# (renamed), and null ids. At least one topic, group or transactional id that is never null: what the grant is of.
 NAMES = frozenset({"topic_id", "topic", "txn", "group"})
 TOPICS = frozenset({"topic_id", "topic"})
 GRANTED = TOPICS | {"group"}
@@ -86,12 +87,12 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     request, response = request_type(key, version), response_type(key, version)
     names = splice_paths(request)
     kinds = {kind for _, kind in names}
-    # At least one topic, by id or by name, or a group: a request that names none would be served on a grant it has
-    # nothing to do with (InitProducerId without a transactional id is IDEMPOTENT_WRITE's to decide). A transactional
-    # id only where it may be null (Produce's): one that never is would hand every request back.
-    if not kinds & GRANTED or kinds - NAMES or not message_paths(response)[1]:
-        return None
-    if not all(_nullable(request, path) for path, kind in names if kind == "txn"):
+    # At least one topic (by id or by name), group, or transactional id the schema says is never null (EndTxn's): a
+    # request that names none would be served on a grant it has nothing to do with (InitProducerId, whose id may be
+    # null, is IDEMPOTENT_WRITE's to decide without one). A null transactional id passes (Produce's: none); where the
+    # schema says it is never null, the strict walk refuses one, as Kafka's parser does.
+    txn = any(kind == "txn" and not _nullable(request, path) for path, kind in names)
+    if not (kinds & GRANTED or txn) or kinds - NAMES or not message_paths(response)[1]:
         return None
     answer = response_paths(response)
     if {kind for _, kind in answer} - {*TOPICS, MESSAGE}:

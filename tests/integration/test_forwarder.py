@@ -475,6 +475,9 @@ def _group_member_on_the_forwarder(proxy: ProxyProcess, alice: dict, carol: dict
     assert refused >= 1
 
 
+TXN_APIS = ("AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn")
+
+
 def _forwarded(proxy: ProxyProcess, api: str) -> float:
     return total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api=api, vc="team-a")
 
@@ -594,19 +597,34 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         assert forwarded >= 200, forwarded  # the first few are the session's, until it has granted the name
         _quota_held_on_the_forwarder(proxy, admin, carol, topic)
         forwarded = _forwarded(proxy, "Produce")
-        # Transactional: its id renamed too. One transaction committed, one aborted, each a Produce per record.
+        # Transactional: its id renamed too. 20 transactions committed, each of 3 records (a Produce each) and the
+        # offset of a group (its own name, renamed), then one aborted of 60 records.
         committed, aborted = [f"c-{i}".encode() for i in range(60)], [f"a-{i}".encode() for i in range(60)]
         txn = Producer({**carol, "transactional.id": f"tx-{topic}", "linger.ms": 0})
         txn.init_transactions(60)
-        for values, end in ((committed, txn.commit_transaction), (aborted, txn.abort_transaction)):
+        group = Consumer({**carol, "group.id": f"txg-{topic}"}).consumer_group_metadata()  # not a member: generation -1
+        coordinated = {api: _forwarded(proxy, api) for api in TXN_APIS}
+        for n in range(20):
             txn.begin_transaction()
-            for value in values:
+            for value in committed[3 * n : 3 * n + 3]:
                 txn.produce(topic, value, on_delivery=delivered)
                 txn.flush(30)
-            end(60)
+            txn.send_offsets_to_transaction([TopicPartition(topic, 0, n + 1)], group, 60)
+            txn.commit_transaction(60)
+        txn.begin_transaction()
+        for value in aborted:
+            txn.produce(topic, value, on_delivery=delivered)
+            txn.flush(30)
+        txn.abort_transaction(60)
         assert not failures, failures
         in_txns = _forwarded(proxy, "Produce") - forwarded
         assert in_txns >= 60, in_txns
+        # One at a time, each API's first request the session's (it grants the id, group and topics for that API):
+        # nearly all the rest the forwarder's, renamed (the group's offset below is the transactions').
+        coordinated = {api: _forwarded(proxy, api) - n for api, n in coordinated.items()}
+        assert all(n >= 15 for n in coordinated.values()), coordinated
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(f"txg-{topic}")])
+        assert [(p.topic, p.offset) for p in offsets[f"txg-{topic}"].result(60).topic_partitions] == [(topic, 20)]
         del txn
         _deny_carol_write(admin, topic)
         producer.produce(topic, b"after the deny", on_delivery=delivered)

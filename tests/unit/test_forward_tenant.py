@@ -191,10 +191,12 @@ def granted(s: ProxySession) -> bytes:
     return frame
 
 
-def test_a_tenants_to_forward_are_produce_fetch_and_a_group_members_own_requests():
+def test_a_tenants_to_forward_are_produce_fetch_a_group_members_and_a_transactional_producers_own_requests():
     """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+) or by name (v7-v12, renamed): a
     consumer's, read from its replica id before v15. A Fetch answer by name goes on whole (no plan to stream it).
-    And a group member's Heartbeat, OffsetCommit (by name, renamed, or by id) and LeaveGroup, its group renamed."""
+    A group member's Heartbeat, OffsetCommit (by name, renamed, or by id) and LeaveGroup, its group renamed. A
+    transactional producer's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit, its transactional id,
+    group and topics renamed (not InitProducerId: its id may be null, and then names nothing a grant is of)."""
     served = {(key, version) for key, version, *_ in ENTRIES}
     assert served == (
         {(ApiKey.PRODUCE, v) for v in range(3, 14)}
@@ -202,6 +204,10 @@ def test_a_tenants_to_forward_are_produce_fetch_and_a_group_members_own_requests
         | {(ApiKey.OFFSET_COMMIT, v) for v in range(2, 11)}
         | {(ApiKey.HEARTBEAT, v) for v in range(0, 5)}
         | {(ApiKey.LEAVE_GROUP, v) for v in range(0, 6)}
+        | {(ApiKey.ADD_PARTITIONS_TO_TXN, v) for v in range(0, 4)}  # v4+ are brokers' (their answers name ids)
+        | {(ApiKey.ADD_OFFSETS_TO_TXN, v) for v in range(0, 5)}
+        | {(ApiKey.END_TXN, v) for v in range(0, 6)}
+        | {(ApiKey.TXN_OFFSET_COMMIT, v) for v in range(0, 6)}
     )
     streamed = {(key, version) for key, version, *rest in ENTRIES if rest[6] is not None}
     assert streamed == {(ApiKey.FETCH, v) for v in range(13, 19)}
@@ -369,7 +375,8 @@ def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served, len
     image.apply(*quota_record(entity, key, 1e9))  # never reached: nothing muted
     sent(s, produce([ORDERS]))  # granted again, in the state with the quota
     assert s.quota is not None and s.ctx.grant is not None and s.ctx.grant.valid()
-    members = dict.fromkeys((ApiKey.OFFSET_COMMIT, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP), NO)  # metered by none
+    # Metered by none: a group member's, a transactional producer's.
+    members = dict.fromkeys((ApiKey.OFFSET_COMMIT, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, *TXN_APIS), NO)
     assert {entry[0]: entry[9] for entry in forward_entries(s)} == served | members
     assert s.quota.allowances() == lent
 
@@ -460,6 +467,7 @@ def test_a_consumers_byte_rate_lends_fetch_an_allowance_and_an_answer_past_it_mu
         ApiKey.OFFSET_COMMIT: METERED_NO,
         ApiKey.HEARTBEAT: METERED_NO,
         ApiKey.LEAVE_GROUP: METERED_NO,
+        **dict.fromkeys(TXN_APIS, METERED_NO),
     }
 
 
@@ -1558,6 +1566,279 @@ def test_wherever_the_forwarder_serves_a_group_members_request_the_session_sends
     else:
         base = offset_commit(group, names, version)
     frame = mutated(base, random.Random(seed), cut)
+    mine = TABLE.sent(frame, s.ctx.grant)
+    if mine is not None:
+        assert mine == sent(session(image), frame)
+
+
+# -- A transactional producer's own requests: its transactional id (and group, and topics) granted per API ----------
+
+
+def add_partitions(txn: str, names: list[str], version: int = 3) -> bytes:
+    req, _ = _schema("add_partitions_to_txn", version)
+    topics = tuple(req.AddPartitionsToTxnTopic(name=n, partitions=(0,)) for n in names)
+    body = req.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn,
+        v3_and_below_producer_id=7,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=topics,
+    )
+    return request_frame(ApiKey.ADD_PARTITIONS_TO_TXN, version, 5, body)
+
+
+def add_partitions_answer(names: list[str], version: int = 3) -> bytes:
+    _, res = _schema("add_partitions_to_txn", version)
+    partition = res.AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=ErrorCode.none)
+    topics = tuple(res.AddPartitionsToTxnTopicResult(name=n, results_by_partition=(partition,)) for n in names)
+    body = res.AddPartitionsToTxnResponse(throttle_time=datetime.timedelta(0), results_by_topic_v3_and_below=topics)
+    return response_frame(ApiKey.ADD_PARTITIONS_TO_TXN, version, 5, body)
+
+
+def add_offsets(txn: str, group: str, version: int = 3) -> bytes:
+    req, _ = _schema("add_offsets_to_txn", version)
+    body = req.AddOffsetsToTxnRequest(transactional_id=txn, producer_id=7, producer_epoch=0, group_id=group)
+    return request_frame(ApiKey.ADD_OFFSETS_TO_TXN, version, 5, body)
+
+
+def add_offsets_answer(version: int = 3, error: ErrorCode = ErrorCode.none) -> bytes:
+    _, res = _schema("add_offsets_to_txn", version)
+    body = res.AddOffsetsToTxnResponse(throttle_time=datetime.timedelta(0), error_code=error)
+    return response_frame(ApiKey.ADD_OFFSETS_TO_TXN, version, 5, body)
+
+
+def end_txn(txn: str, version: int = 3, committed: bool = True) -> bytes:
+    req, _ = _schema("end_txn", version)
+    body = req.EndTxnRequest(transactional_id=txn, producer_id=7, producer_epoch=0, committed=committed)
+    return request_frame(ApiKey.END_TXN, version, 5, body)
+
+
+def end_txn_answer(version: int = 3, error: ErrorCode = ErrorCode.none) -> bytes:
+    _, res = _schema("end_txn", version)
+    body = _present(
+        res.EndTxnResponse, throttle_time=datetime.timedelta(0), error_code=error, producer_id=7, producer_epoch=1
+    )
+    return response_frame(ApiKey.END_TXN, version, 5, body)
+
+
+def txn_offset_commit(txn: str, group: str, names: list[str], version: int = 3) -> bytes:
+    req, _ = _schema("txn_offset_commit", version)
+    partition = _present(
+        req.TxnOffsetCommitRequestPartition,
+        partition_index=0,
+        committed_offset=42,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
+    topics = tuple(req.TxnOffsetCommitRequestTopic(name=n, partitions=(partition,)) for n in names)
+    body = _present(
+        req.TxnOffsetCommitRequest,
+        transactional_id=txn,
+        group_id=group,
+        producer_id=7,
+        producer_epoch=0,
+        generation_id=3,
+        member_id="m-1",
+        group_instance_id=None,
+        topics=topics,
+    )
+    return request_frame(ApiKey.TXN_OFFSET_COMMIT, version, 5, body)
+
+
+def txn_offset_commit_answer(names: list[str], version: int = 3) -> bytes:
+    _, res = _schema("txn_offset_commit", version)
+    partition = res.TxnOffsetCommitResponsePartition(partition_index=0, error_code=ErrorCode.none)
+    topics = tuple(res.TxnOffsetCommitResponseTopic(name=n, partitions=(partition,)) for n in names)
+    body = res.TxnOffsetCommitResponse(throttle_time=datetime.timedelta(0), topics=topics)
+    return response_frame(ApiKey.TXN_OFFSET_COMMIT, version, 5, body)
+
+
+TXN_APIS = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: range(0, 5),
+    ApiKey.END_TXN: range(0, 6),
+    ApiKey.TXN_OFFSET_COMMIT: range(0, 6),
+}
+
+
+def txn_request(
+    key: int, version: int, txn: str = "t", group: str = "g", names: tuple[str, ...] = ("orders",)
+) -> bytes:
+    if key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        return add_partitions(txn, list(names), version)
+    if key == ApiKey.ADD_OFFSETS_TO_TXN:
+        return add_offsets(txn, group, version)
+    if key == ApiKey.END_TXN:
+        return end_txn(txn, version)
+    return txn_offset_commit(txn, group, list(names), version)
+
+
+def txn_answer(image: TenancyImage, key: int, version: int, names: tuple[str, ...] = ("orders",)) -> bytes:
+    """The broker's answer to `txn_request` (its topics by their physical names)."""
+    physical = [_physical(image, "team-a", n) for n in names]
+    if key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        return add_partitions_answer(physical, version)
+    if key == ApiKey.ADD_OFFSETS_TO_TXN:
+        return add_offsets_answer(version)
+    if key == ApiKey.END_TXN:
+        return end_txn_answer(version)
+    return txn_offset_commit_answer(physical, version)
+
+
+def granted_txn_api(s: ProxySession, key: int, version: int, **names: Any) -> bytes:
+    """A session that let `txn_request` through, renamed as the VC's; what it sent."""
+    out = sent(s, txn_request(key, version, **names))
+    assert out is not None and s.ctx.vc.physical_txn(names.get("txn", "t")).encode() in out
+    s.on_response(memoryview(bytearray(txn_answer(s.tenancy.image, key, version, names.get("names", ("orders",))))))
+    return out
+
+
+TXN_VERSIONS = [(k, v) for k, vs in TXN_APIS.items() for v in vs]
+
+
+@pytest.mark.parametrize(("key", "version"), TXN_VERSIONS)
+def test_a_transactional_request_the_session_let_through_is_granted_and_renamed_both_ways_as_the_session_does(
+    key, version
+):
+    image = make_image()
+    s = session(image)
+    expected = granted_txn_api(s, key, version)
+    frame = txn_request(key, version)
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.sent(txn_request(key, version, txn="u"), s.ctx.grant) is None  # another id: not yet
+    assert TABLE.sent(frame) is None  # no grant, nothing served
+    reply = txn_answer(image, key, version)
+    back = TABLE.answered(key, version, reply, s.ctx.grant)
+    assert back == session_answer(session(image), frame, reply)
+    assert back is not None and _physical(image, "team-a", "orders").encode() not in back
+
+
+@pytest.mark.parametrize("key", [ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT])
+def test_a_transactional_request_naming_a_topic_not_granted_is_the_sessions(key):
+    s = session(make_image())
+    granted_txn_api(s, key, 3)
+    assert TABLE.sent(txn_request(key, 3, names=("orders", "payments")), s.ctx.grant) is None  # not yet
+    assert TABLE.sent(txn_request(key, 3, names=("x",)), s.ctx.grant) is None  # another VC's link
+
+
+def test_a_transactional_ids_grant_is_for_its_api_alone():
+    """A Produce's grant of id `t` is not an EndTxn's, and an EndTxn's not an AddOffsetsToTxn's: each is the session's
+    first, where the VC's ACLs are asked for what that API needs."""
+    s = session(make_image())
+    granted_txn(s)  # a transactional Produce
+    assert TABLE.sent(end_txn("t"), s.ctx.grant) is None
+    granted_txn_api(s, ApiKey.END_TXN, 3)
+    assert TABLE.sent(end_txn("t"), s.ctx.grant) is not None
+    assert TABLE.sent(add_offsets("t", "g"), s.ctx.grant) is None
+    assert TABLE.sent(txn_offset_commit("t", "g", ["orders"]), s.ctx.grant) is None
+
+
+def test_a_transactional_id_granted_on_one_vcs_connection_is_renamed_as_that_vcs_on_another():
+    image = make_image()
+    carol = session(image)
+    granted_txn_api(carol, ApiKey.END_TXN, 3)
+    bob = session(image, principal="User:bob")
+    assert TABLE.sent(end_txn("t"), bob.ctx.grant) is None  # bob's connection: no grant of its own yet
+    mine = sent(bob, end_txn("t"))
+    assert mine is not None
+    bob.on_response(memoryview(bytearray(end_txn_answer())))
+    assert TABLE.sent(end_txn("t"), bob.ctx.grant) == mine
+    assert image.vcs["team-b"].physical_txn("t").encode() in mine
+    assert image.vcs["team-a"].physical_txn("t").encode() not in mine
+
+
+def _txn_acl(txn: str, op: Operation = Operation.WRITE) -> AclBinding:
+    return AclBinding(ResourceType.TRANSACTIONAL_ID, txn, PatternType.LITERAL, "User:carol", "*", op, Permission.ALLOW)
+
+
+def test_an_end_txn_of_an_id_the_caller_may_not_use_is_never_granted():
+    image = make_image()
+    image.apply(*acl_record("team-a", _txn_acl("other"), True))  # another id, not this one
+    s = session(image, allow_if_no_acl=False)
+    granted_txn_api(s, ApiKey.END_TXN, 3, txn="other")
+    assert sent(s, end_txn("t")) is None  # refused before it leaves: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert TABLE.sent(end_txn("other"), s.ctx.grant) is not None
+    assert TABLE.sent(end_txn("t"), s.ctx.grant) is None
+
+
+def test_a_transactional_id_described_only_is_never_granted_for_end_txn():
+    """DESCRIBE on the id is not WRITE: EndTxn is refused, and nothing of it is granted."""
+    image = make_image()
+    image.apply(*acl_record("team-a", _txn_acl("t", Operation.DESCRIBE), True))
+    s = session(image, allow_if_no_acl=False)
+    assert sent(s, end_txn("t")) is None
+    assert s.ctx.grant is None or TABLE.sent(end_txn("t"), s.ctx.grant) is None
+
+
+def test_add_offsets_for_a_group_the_caller_may_not_read_is_never_granted():
+    image = make_image()
+    image.apply(*acl_record("team-a", _txn_acl("t"), True))
+    image.apply(*acl_record("team-a", _group_acl("other"), True))  # another group, not this one
+    s = session(image, allow_if_no_acl=False)
+    granted_txn_api(s, ApiKey.ADD_OFFSETS_TO_TXN, 3, group="other")
+    assert sent(s, add_offsets("t", "g")) is None  # refused: GROUP_AUTHORIZATION_FAILED
+    assert TABLE.sent(add_offsets("other", "other"), s.ctx.grant) is None  # an id not granted either
+    assert TABLE.sent(add_offsets("t", "g"), s.ctx.grant) is None
+
+
+def test_a_txn_offset_commit_of_a_topic_the_caller_may_only_write_is_never_granted():
+    """TxnOffsetCommit needs READ on its topics: the producer's WRITE on `orders` lets no commit of it through."""
+    image = make_image()
+    image.apply(*acl_record("team-a", _txn_acl("t"), True))
+    image.apply(*acl_record("team-a", _group_acl("g"), True))
+    image.apply(*acl_record("team-a", _acl("orders", Operation.WRITE), True))
+    s = session(image, allow_if_no_acl=False)
+    granted_txn_api(s, ApiKey.ADD_PARTITIONS_TO_TXN, 3)
+    frame = txn_offset_commit("t", "g", ["orders"])
+    out = sent(s, frame)  # the session answers TOPIC_AUTHORIZATION_FAILED for the topic, or refuses it
+    assert out is None or _physical(image, "team-a", "orders").encode() not in out
+    assert TABLE.sent(frame, s.ctx.grant) is None
+
+
+def test_a_transactional_id_right_revoked_voids_its_end_txn_grant():
+    image = make_image()
+    use = _txn_acl("t")
+    image.apply(*acl_record("team-a", use, True))
+    s = session(image, allow_if_no_acl=False)
+    granted_txn_api(s, ApiKey.END_TXN, 3)
+    grant = s.ctx.grant
+    assert TABLE.sent(end_txn("t"), grant) is not None
+    image.apply(*acl_record("team-a", use, False))
+    assert TABLE.sent(end_txn("t"), grant) is None
+    assert sent(s, end_txn("t")) is None  # the session refuses it now
+
+
+@pytest.mark.parametrize("version", [0, 3, 4])
+def test_an_end_txn_with_a_null_transactional_id_is_never_served(version):
+    """The schema says EndTxn's id is never null: Kafka's parser refuses one, and so does the forwarder's walk (the
+    session closes the connection); a null must not pass as Produce's does."""
+    s = session(make_image())
+    granted_txn_api(s, ApiKey.END_TXN, version)
+    frame = end_txn("t", version)
+    flexible = version >= 3
+    null = frame.replace(b"\x02t" if flexible else b"\x00\x01t", b"\x00" if flexible else b"\xff\xff")
+    null = (len(null) - 4).to_bytes(4, "big") + null[4:]
+    assert TABLE.sent(null, s.ctx.grant) is None
+    assert sent(session(make_image()), null) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["t", "u", "x" * 300, ""]),
+    st.sampled_from(["g", "h"]),
+    st.lists(st.sampled_from(["orders", "payments", "x", "nope"]), max_size=3),
+    st.sampled_from(TXN_VERSIONS),
+    st.integers(0, 2**32),
+    st.integers(0, 2),
+)
+def test_wherever_the_forwarder_serves_a_transactional_request_the_session_sends_the_same_bytes(
+    txn, group, names, api, seed, cut
+):
+    key, version = api
+    image = make_image()
+    s = session(image)
+    for k in TXN_APIS:
+        granted_txn_api(s, k, 3)
+    frame = mutated(txn_request(key, version, txn=txn, group=group, names=tuple(names)), random.Random(seed), cut)
     mine = TABLE.sent(frame, s.ctx.grant)
     if mine is not None:
         assert mine == sent(session(image), frame)
