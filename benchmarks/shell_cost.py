@@ -17,7 +17,9 @@ each connecting and asking Metadata (a connection storm's unit: its connections,
 session's set-up), and reports the proxy's CPU per client; --requests 0 measures only that. With --transactions N,
 each round also runs N transactions of a transactional librdkafka producer one after another, as a
 consume-transform-produce loop's (begin, one record, a group's offset, commit: AddPartitionsToTxn, Produce,
-AddOffsetsToTxn, TxnOffsetCommit and EndTxn each), and reports the proxy's CPU per transaction. Modes: `passthrough`,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn each), and reports the proxy's CPU per transaction. With --offsets N, each
+round also asks a librdkafka consumer N times for the topic's watermarks (a lag monitor's loop: a ListOffsets each for
+the earliest and the latest offset), and reports the proxy's CPU per ListOffsets request. Modes: `passthrough`,
 `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
 reaches: what metering costs), `rate` (the same with a request rate). A mode followed by `+tls-native` or
 `+tls-openssl` (e.g. `passthrough+tls-native`) has TLS listeners served by that engine (`listeners.tls.engine`), the
@@ -78,6 +80,7 @@ class Proxy:
     runs: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
     clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
     txns: list[float] = field(default_factory=list)  # µs of CPU per transaction, a run each round (--transactions)
+    offsets: list[float] = field(default_factory=list)  # µs of CPU per ListOffsets, a run each round (--offsets)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
     cafile: Path | None = None  # a TLS mode's CA
     helper: subprocess.Popen[bytes] | None = None  # an upstream TLS mode's TLS front of the cluster
@@ -346,6 +349,18 @@ def transactions(txn: tuple[Producer, object], n: int) -> None:
         p.commit_transaction(60)
 
 
+def watermarks(proxy: Proxy) -> Consumer:
+    """A consumer that asked the topic's watermarks once (connected to the leader, the name let through)."""
+    c = Consumer({**proxy.client_conf(), "group.id": f"{CLIENT_ID}-lag"})
+    offsets(c, 3)
+    return c
+
+
+def offsets(c: Consumer, n: int) -> None:
+    for _ in range(n):
+        c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30, cached=False)
+
+
 def clients_run(proxy: Proxy, n: int) -> float:
     """ms of the proxy's CPU per client: a fresh admin client that connects and asks Metadata, then goes."""
 
@@ -444,6 +459,7 @@ def main() -> None:
     ap.add_argument("--tail", type=float, default=0, help="read a run's CPU this many seconds after its last answer")
     ap.add_argument("--clients", type=int, default=0, help="and per round this many fresh clients' CPU each")
     ap.add_argument("--transactions", type=int, default=0, help="and per round this many transactions' CPU each")
+    ap.add_argument("--offsets", type=int, default=0, help="and per round this many watermark queries' CPU each")
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
     )
@@ -463,6 +479,7 @@ def main() -> None:
                 create_topic(proxies[-1])
         producers = {(x.name, d): producer(x, d) for x in proxies for d in depths}
         txn = {x.name: transactional(x) for x in proxies} if args.transactions else {}
+        lag = {x.name: watermarks(x) for x in proxies} if args.offsets else {}
         for x in proxies:  # warm-up, unmeasured (longer for a JVM's JIT)
             for d in depths:
                 drive(
@@ -476,6 +493,10 @@ def main() -> None:
                     x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests, args.tail))
                 if args.clients:
                     x.clients.append(clients_run(x, args.clients))
+                if args.offsets:  # two ListOffsets requests a query
+                    x.offsets.append(
+                        cpu_us(x, 2 * args.offsets, functools.partial(offsets, lag[x.name], args.offsets))[0]
+                    )
                 if args.transactions:
                     x.txns.append(
                         cpu_us(x, args.transactions, functools.partial(transactions, txn[x.name], args.transactions))[0]
@@ -496,8 +517,14 @@ def main() -> None:
             print(f"{args.transactions} transactions per run (one record, a group's offset), {args.rounds} rounds")
             for x in proxies:
                 print(f"  {x.name:24} {spread(x.txns)} µs CPU per transaction")
+        if args.rounds and args.offsets:
+            print(f"{args.offsets} watermark queries per run (2 ListOffsets each), {args.rounds} rounds")
+            for x in proxies:
+                print(f"  {x.name:24} {spread(x.offsets)} µs CPU per ListOffsets")
         producers.clear()  # closed before their proxies stop: no reconnect noise
         txn.clear()
+        for c in lag.values():
+            c.close()
     finally:
         stop_proxies(proxies, work)
 

@@ -219,7 +219,8 @@ struct Tenant {
     // A Fetch (KIP-227 sessions): where in the body its session id (then epoch) is. Its session must be none or one
     // the grant holds, and an answer that opens, closes or loses a session is Python's (the ownership table).
     session: Option<u64>,
-    // A Fetch before v15: where its replica id is. Only a consumer's (negative) is served: a follower's is refused.
+    // A Fetch before v15, a ListOffsets: where its replica id is. Only a consumer's (negative) is served: a
+    // follower's is refused.
     replica: Option<u64>,
 }
 
@@ -1453,8 +1454,9 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
         let grant = grant.filter(|g| g.valid())?;
         let body = off as u64;
         let end = validate(&tenant.validate, frame, body, frame.len() as u64).ok()?;
-        if tenant.session.is_some() && end != frame.len() as u64 {
-            return None; // the session decodes a Fetch and encodes it again: bytes after its body would not go on
+        if (tenant.session.is_some() || tenant.replica.is_some()) && end != frame.len() as u64 {
+            // The session decodes a Fetch (or a ListOffsets) and encodes it again: bytes after its body would not go on.
+            return None;
         }
         {
             let ids = grant.ids.lock().unwrap_or_else(|e| e.into_inner());

@@ -4,7 +4,8 @@ An API version is a tenant's to forward when its translation (tenant.yaml) is a 
 its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12), a group (Heartbeat, LeaveGroup,
 OffsetCommit) and transactional ids (Produce's, which may be null; a transactional producer's AddPartitionsToTxn,
 AddOffsetsToTxn, EndTxn and TxnOffsetCommit, never null), or from the version the catalogue says for its fetch session
-(Fetch v7+: by name, v7-v12, or by id). Such a request goes to the broker exactly when every topic id in it is one
+(Fetch v7+: by name, v7-v12, or by id), or a ListOffsets whose replica id is a consumer's (the session decodes those
+two only to read such fields). Such a request goes to the broker exactly when every topic id in it is one
 the VC owns and every topic name one of its links, each one the caller may use for the API (the VC's ACLs), its
 transactional id null or one the caller may use, its group one the caller may use, and its fetch session none or the
 VC's: as the client sent it, its topic names each replaced by the physical name the link gives and its group and
@@ -30,8 +31,10 @@ from ..protocol import native, plans
 from ..protocol.apis import request_type, response_type
 from ..protocol.entities import unwrap
 from ..rules import tenant_rules
-from ..tenancy.engine import MESSAGE, message_paths, response_paths, splice_paths
+from ..tenancy.engine import MESSAGE, Handler, message_paths, response_paths, splice_paths
 from ..tenancy.fetch_sessions import FETCH_SESSIONS
+from ..tenancy.handlers import HANDLERS
+from ..tenancy.handlers.fetch import replica_id_request
 from .forward_plans import TENANT
 
 if TYPE_CHECKING:
@@ -70,8 +73,8 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     # consumer's, its session none or one the ownership table gave the VC (`Grant.add_session`), and an answer that
     # opens, closes or loses a session is the session's.
     session = replica = None
+    request = request_type(key, version)
     if spec.fetch_session is not None:
-        request = request_type(key, version)
         fields = {f.name for f in plans.regular_fields(request)}
         session = plans.field_offset(request, "session_id")
         if session is None or version < spec.fetch_session:
@@ -80,11 +83,17 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
             replica = plans.field_offset(request, "replica_id")
             if replica is None:
                 return None
+    elif _replica_only(rule):
+        # ListOffsets: decoded by the session only to refuse a follower's replica id (a regular field), which the
+        # forwarder reads at its offset instead; a version without one would be the session's.
+        replica = plans.field_offset(request, "replica_id")
+        if replica is None:
+            return None
     elif set(rule.splice) != {"request", "response"} or rule.handler:
         return None
     if spec.acl_listing is not None or spec.authorized_operations is not None or spec.mutation_items is not None:
         return None
-    request, response = request_type(key, version), response_type(key, version)
+    response = response_type(key, version)
     names = splice_paths(request)
     kinds = {kind for _, kind in names}
     # At least one topic (by id or by name), group, or transactional id the schema says is never null (EndTxn's): a
@@ -98,13 +107,22 @@ def derive_tenant_plans(key: int, version: int) -> TenantPlans | None:
     if {kind for _, kind in answer} - {*TOPICS, MESSAGE}:
         return None
     read = _renames(plans.splice_entity(request, names))
-    if spec.fetch_session is not None:  # decoded by the session: every string must be one kio decodes (UTF-8)
+    if session is not None or replica is not None:  # decoded by the session: every string one kio decodes (UTF-8)
         strings = string_paths(request)
         if strings is None:
             return None
         renamed = {path for path, _ in names}  # a name the grant holds is one kio decoded
         read = _utf8(_renames(plans.splice_entity(request, names | {(p, UTF8) for p in strings - renamed})))
     return plans.check_entity(request)[0], read, _renames(plans.splice_entity(response, answer)), session, replica
+
+
+REPLICA_ONLY = Handler(request=replica_id_request)
+
+
+def _replica_only(rule: Any) -> bool:
+    """Whether the API's translation is a splice of its answer with a handler that reads nothing of the request but
+    its replica id (tenant.yaml: ListOffsets)."""
+    return rule.splice == {"response"} and rule.handler is not None and HANDLERS.get(rule.handler) == REPLICA_ONLY
 
 
 def _nullable(cls: type, path: str) -> bool:

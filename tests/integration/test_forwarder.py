@@ -13,7 +13,15 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
+import pytest
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -569,7 +577,9 @@ def test_a_vcs_java_clients_are_served_by_the_forwarder_until_a_right_is_revoked
 
 def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_revoked(kafka_cluster, tmp_path):
     """librdkafka's Produce names topics by name (v10): the forwarder renames each to its physical name, on the grant
-    of the names the session let through, and the answer's back; a transactional producer's id too. carol's records
+    of the names the session let through, and the answer's back; a transactional producer's id too, and its
+    AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn, until alice denies it the id, and a consumer's
+    ListOffsets. carol's records
     land intact and in order under her own name for the topic, the forwarder having served most of them, and only
     her committed transaction's are read; a consumer's Fetch v13 (Java's 3.1-3.4) in its own session is served too;
     once alice denies her WRITE, her very next record is refused, although her connection was on the forwarder. Then
@@ -625,6 +635,18 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
         assert all(n >= 15 for n in coordinated.values()), coordinated
         offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(f"txg-{topic}")])
         assert [(p.topic, p.offset) for p in offsets[f"txg-{topic}"].result(60).topic_partitions] == [(topic, 20)]
+        # alice denies carol her transactional id: the next transaction's first request (AddPartitionsToTxn, the
+        # forwarder's until then) is refused, and the producer is fenced for good, as a broker's refusal leaves it.
+        deny = AclBinding(
+            ResourceType.TRANSACTIONAL_ID, f"tx-{topic}", ResourcePatternType.LITERAL, "User:carol", "*",
+            AclOperation.WRITE, AclPermissionType.DENY,
+        )  # fmt: skip
+        admin.create_acls([deny])[deny].result(timeout=60)
+        txn.begin_transaction()
+        txn.produce(topic, b"denied")
+        with pytest.raises(KafkaException) as refused:
+            txn.commit_transaction(60)
+        assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, refused.value
         del txn
         _deny_carol_write(admin, topic)
         producer.produce(topic, b"after the deny", on_delivery=delivered)
@@ -643,6 +665,15 @@ def test_a_vcs_librdkafka_producer_is_renamed_by_the_forwarder_until_a_right_is_
                 got.append(msg.value())
         consumer.close()
         assert got == sent + committed  # read_committed: the aborted transaction's records are skipped
+        # A lag monitor's ListOffsets (librdkafka's watermarks: the earliest and the latest offset, a request each, on
+        # a connection that carries nothing else), her name for the topic renamed both ways: after the first pair, the
+        # forwarder's.
+        before = _forwarded(proxy, "ListOffsets")
+        monitor = Consumer({**carol, "group.id": f"lag-{topic}"})
+        marks = {monitor.get_watermark_offsets(TopicPartition(topic, 0), timeout=30, cached=False) for _ in range(20)}
+        monitor.close()
+        assert len(marks) == 1 and next(iter(marks))[0] == 0 and next(iter(marks))[1] > len(sent + committed), marks
+        assert _forwarded(proxy, "ListOffsets") - before >= 30
 
         # Fetch v13, as Java consumers 3.1-3.4 send it (its replica id a regular field): a consumer's, in its own
         # fetch session, goes by the forwarder too; a follower's is refused.

@@ -179,5 +179,6 @@ def test_the_checked_in_entries_are_what_the_schemas_and_rules_give_now():
     entries, tenant = forward_plans_gen.rows()
     assert entries == forward_plans.ENTRIES and tenant == forward_plans.TENANT  # read back as derived
     assert apiversions.tenant_versions() == apiversions.derive_tenant_versions() == forward_plans.TENANT_VERSIONS
-    # Produce, Fetch; OffsetCommit, Heartbeat, LeaveGroup; AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
-    assert {key for key, _ in tenant} == {0, 1, 8, 12, 13, 24, 25, 26, 28}
+    # Produce, Fetch, ListOffsets; OffsetCommit, Heartbeat, LeaveGroup; AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+    # TxnOffsetCommit
+    assert {key for key, _ in tenant} == {0, 1, 2, 8, 12, 13, 24, 25, 26, 28}

@@ -194,7 +194,8 @@ def granted(s: ProxySession) -> bytes:
 def test_a_tenants_to_forward_are_produce_fetch_a_group_members_and_a_transactional_producers_own_requests():
     """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+) or by name (v7-v12, renamed): a
     consumer's, read from its replica id before v15. A Fetch answer by name goes on whole (no plan to stream it).
-    A group member's Heartbeat, OffsetCommit (by name, renamed, or by id) and LeaveGroup, its group renamed. A
+    A consumer's ListOffsets (by name, renamed; its replica id read). A group member's Heartbeat, OffsetCommit (by
+    name, renamed, or by id) and LeaveGroup, its group renamed. A
     transactional producer's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit, its transactional id,
     group and topics renamed (not InitProducerId: its id may be null, and then names nothing a grant is of)."""
     served = {(key, version) for key, version, *_ in ENTRIES}
@@ -204,6 +205,7 @@ def test_a_tenants_to_forward_are_produce_fetch_a_group_members_and_a_transactio
         | {(ApiKey.OFFSET_COMMIT, v) for v in range(2, 11)}
         | {(ApiKey.HEARTBEAT, v) for v in range(0, 5)}
         | {(ApiKey.LEAVE_GROUP, v) for v in range(0, 6)}
+        | {(ApiKey.LIST_OFFSETS, v) for v in range(1, 12)}
         | {(ApiKey.ADD_PARTITIONS_TO_TXN, v) for v in range(0, 4)}  # v4+ are brokers' (their answers name ids)
         | {(ApiKey.ADD_OFFSETS_TO_TXN, v) for v in range(0, 5)}
         | {(ApiKey.END_TXN, v) for v in range(0, 6)}
@@ -375,8 +377,9 @@ def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served, len
     image.apply(*quota_record(entity, key, 1e9))  # never reached: nothing muted
     sent(s, produce([ORDERS]))  # granted again, in the state with the quota
     assert s.quota is not None and s.ctx.grant is not None and s.ctx.grant.valid()
-    # Metered by none: a group member's, a transactional producer's.
-    members = dict.fromkeys((ApiKey.OFFSET_COMMIT, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, *TXN_APIS), NO)
+    # Metered by none: a consumer's ListOffsets, a group member's, a transactional producer's.
+    members = dict.fromkeys((ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP), NO)
+    members |= dict.fromkeys(TXN_APIS, NO)
     assert {entry[0]: entry[9] for entry in forward_entries(s)} == served | members
     assert s.quota.allowances() == lent
 
@@ -467,6 +470,7 @@ def test_a_consumers_byte_rate_lends_fetch_an_allowance_and_an_answer_past_it_mu
         ApiKey.OFFSET_COMMIT: METERED_NO,
         ApiKey.HEARTBEAT: METERED_NO,
         ApiKey.LEAVE_GROUP: METERED_NO,
+        ApiKey.LIST_OFFSETS: METERED_NO,
         **dict.fromkeys(TXN_APIS, METERED_NO),
     }
 
@@ -1839,6 +1843,133 @@ def test_wherever_the_forwarder_serves_a_transactional_request_the_session_sends
     for k in TXN_APIS:
         granted_txn_api(s, k, 3)
     frame = mutated(txn_request(key, version, txn=txn, group=group, names=tuple(names)), random.Random(seed), cut)
+    mine = TABLE.sent(frame, s.ctx.grant)
+    if mine is not None:
+        assert mine == sent(session(image), frame)
+
+
+# -- ListOffsets: a consumer's (replica id -1), its topics granted for it by name -----------------------------------
+
+
+def list_offsets(names: list[str], version: int = 9, replica: int = -1) -> bytes:
+    req, _ = _schema("list_offsets", version)
+    partition = _present(req.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1, timestamp=-1)
+    topics = tuple(req.ListOffsetsTopic(name=n, partitions=(partition,)) for n in names)
+    timeout = datetime.timedelta(seconds=30)
+    body = _present(req.ListOffsetsRequest, replica_id=replica, isolation_level=1, topics=topics, timeout=timeout)
+    return request_frame(ApiKey.LIST_OFFSETS, version, 5, body)
+
+
+def list_offsets_answer(names: list[str], version: int = 9) -> bytes:
+    _, res = _schema("list_offsets", version)
+    partition = _present(
+        res.ListOffsetsPartitionResponse,
+        partition_index=0,
+        error_code=ErrorCode.none,
+        timestamp=-1,
+        offset=42,
+        leader_epoch=0,
+    )
+    topics = tuple(res.ListOffsetsTopicResponse(name=n, partitions=(partition,)) for n in names)
+    body = _present(res.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=topics)
+    return response_frame(ApiKey.LIST_OFFSETS, version, 5, body)
+
+
+def granted_list_offsets(s: ProxySession, version: int = 9, names: tuple[str, ...] = ("orders",)) -> bytes:
+    """A session that let a consumer's ListOffsets of its own topics through, renamed; what it sent."""
+    out = sent(s, list_offsets(list(names), version))
+    assert out is not None and _physical(s.tenancy.image, "team-a", names[0]).encode() in out
+    physical = [_physical(s.tenancy.image, "team-a", n) for n in names]
+    s.on_response(memoryview(bytearray(list_offsets_answer(physical, version))))
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2, 4, 6, 7, 9, 10, 11])
+def test_a_consumers_list_offsets_is_granted_and_renamed_both_ways_as_the_session_does(version):
+    image = make_image()
+    s = session(image)
+    expected = granted_list_offsets(s, version)
+    frame = list_offsets(["orders"], version)
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.sent(list_offsets(["orders", "payments"], version), s.ctx.grant) is None  # not yet
+    assert TABLE.sent(list_offsets(["x"], version), s.ctx.grant) is None  # another VC's link
+    assert TABLE.sent(frame) is None
+    reply = list_offsets_answer([_physical(image, "team-a", "orders")], version)
+    back = TABLE.answered(ApiKey.LIST_OFFSETS, version, reply, s.ctx.grant)
+    assert back == session_answer(session(image), frame, reply)
+    assert back is not None and _physical(image, "team-a", "orders").encode() not in back
+
+
+@pytest.mark.parametrize("replica", [0, 1, 2**31 - 1])
+def test_a_followers_list_offsets_is_never_served(replica):
+    """A replica id of a broker's: the session refuses it (closes), the forwarder hands it back."""
+    s = session(make_image())
+    granted_list_offsets(s)
+    frame = list_offsets(["orders"], replica=replica)
+    assert TABLE.sent(frame, s.ctx.grant) is None
+    assert sent(session(make_image()), frame) is None
+
+
+def test_list_offsets_bytes_after_the_body_are_the_sessions():
+    """The session decodes a ListOffsets and encodes it again, so bytes after its body never reach the broker: the
+    forwarder, which would send them on, leaves such a request to it."""
+    s = session(make_image())
+    granted_list_offsets(s)
+    frame = list_offsets(["orders"])
+    longer = (len(frame) - 4 + 3).to_bytes(4, "big") + frame[4:] + b"\x00\x00\x00"
+    assert TABLE.sent(longer, s.ctx.grant) is None
+
+
+def test_a_list_offsets_grant_is_for_its_api_alone():
+    """A Produce's grant of `orders` (WRITE) is not a ListOffsets' (DESCRIBE), nor the other way round."""
+    s = session(make_image())
+    granted_named(s)
+    assert TABLE.sent(list_offsets(["orders"]), s.ctx.grant) is None
+    granted_list_offsets(s)
+    assert TABLE.sent(list_offsets(["orders"]), s.ctx.grant) is not None
+    assert TABLE.sent(produce_named(["payments"]), s.ctx.grant) is None
+
+
+def test_list_offsets_of_a_topic_the_caller_may_not_describe_is_never_granted():
+    image = make_image()
+    image.apply(*acl_record("team-a", _acl("payments", Operation.DESCRIBE), True))  # the other topic, not orders
+    s = session(image, allow_if_no_acl=False)
+    granted_list_offsets(s, names=("payments",))
+    frame = list_offsets(["orders"])
+    out = sent(s, frame)  # answered TOPIC_AUTHORIZATION_FAILED for it, never sent on
+    assert out is None or _physical(image, "team-a", "orders").encode() not in out
+    assert TABLE.sent(frame, s.ctx.grant) is None
+    assert TABLE.sent(list_offsets(["payments"]), s.ctx.grant) is not None
+
+
+def test_a_describe_right_revoked_voids_the_list_offsets_grant():
+    image = make_image()
+    describe = _acl("orders", Operation.DESCRIBE)
+    image.apply(*acl_record("team-a", describe, True))
+    s = session(image, allow_if_no_acl=False)
+    granted_list_offsets(s)
+    grant = s.ctx.grant
+    assert TABLE.sent(list_offsets(["orders"]), grant) is not None
+    image.apply(*acl_record("team-a", describe, False))
+    assert TABLE.sent(list_offsets(["orders"]), grant) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(["orders", "payments", "x", "nope"]), max_size=3),
+    st.sampled_from([1, 4, 6, 9, 11]),
+    st.sampled_from([-1, -2, 0, 1]),
+    st.integers(0, 2**32),
+    st.integers(0, 3),
+)
+def test_wherever_the_forwarder_serves_a_list_offsets_the_session_sends_the_same_bytes(
+    names, version, replica, seed, cut
+):
+    image = make_image()
+    s = session(image)
+    granted_list_offsets(s, 9, ("orders", "payments"))
+    granted_list_offsets(s, version, ("orders", "payments"))
+    frame = mutated(list_offsets(names, version, replica), random.Random(seed), cut)
     mine = TABLE.sent(frame, s.ctx.grant)
     if mine is not None:
         assert mine == sent(session(image), frame)
