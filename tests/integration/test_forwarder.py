@@ -95,7 +95,7 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
                 producer.poll(0)
         assert producer.flush(60) == 0
         # librdkafka's own count of the Produce requests it sent (each answered once flush returned), against the
-        # proxy's: one each, whichever path served it, and most of them the forwarder's.
+        # proxy's: one each, whichever path served it.
         seen = len(stats)
         while len(stats) < seen + 2:
             producer.poll(0.2)
@@ -104,8 +104,18 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
         samples = scrape(metrics_port(proxy))
         assert total(samples, "vcproxy_requests_total", api="Produce") == sent_produce >= 300
         assert total(samples, "vcproxy_request_duration_seconds_count", api="Produce") == sent_produce
-        assert total(samples, "vcproxy_forwarded_requests_total", api="Produce") >= sent_produce / 3, samples
         assert not total(samples, "vcproxy_request_errors_total", api="Produce")
+        # A pipelining producer's connection goes to the forwarder only at a pause in its pipeline, which the machine's
+        # pace decides. One at a time, nothing is outstanding between two: each Produce after the first is the
+        # forwarder's (on the 2 or 3 connections that carry them).
+        forwarded = total(samples, "vcproxy_forwarded_requests_total", api="Produce")
+        steady = [f"s-{i}".encode() for i in range(100)]
+        for i, value in enumerate(steady, start=len(sent)):
+            producer.produce(topic, value, key=str(i % 7).encode())
+            assert producer.flush(30) == 0
+        sent += steady
+        served_one_at_a_time = total(scrape(metrics_port(proxy)), "vcproxy_forwarded_requests_total", api="Produce")
+        assert served_one_at_a_time - forwarded >= 90, (forwarded, served_one_at_a_time)
         # Kafka's own producer (Produce v13 by topic id: answers skipped to their tagged section) and consumer.
         run_tool(
             "kafka-producer-perf-test",
@@ -113,8 +123,8 @@ def test_librdkafka_and_java_clients_are_served_by_the_forwarder_and_lose_nothin
              "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=0"],
             timeout=180,
         )  # fmt: skip
-        received, got = _consume_by_key({"bootstrap.servers": bootstrap}, topic, 5000)
-        assert received == 5000
+        received, got = _consume_by_key({"bootstrap.servers": bootstrap}, topic, 5100)
+        assert received == 5100
         for k in range(7):  # one key, one partition: in the order produced
             assert got[str(k).encode()] == [v for i, v in enumerate(sent) if i % 7 == k]
     finally:
