@@ -19,7 +19,10 @@ each round also runs N transactions of a transactional librdkafka producer one a
 consume-transform-produce loop's (begin, one record, a group's offset, commit: AddPartitionsToTxn, Produce,
 AddOffsetsToTxn, TxnOffsetCommit and EndTxn each), and reports the proxy's CPU per transaction. With --offsets N, each
 round also asks a librdkafka consumer N times for the topic's watermarks (a lag monitor's loop: a ListOffsets each for
-the earliest and the latest offset), and reports the proxy's CPU per ListOffsets request. Modes: `passthrough`,
+the earliest and the latest offset), and reports the proxy's CPU per ListOffsets request. With --share N (KIP-932),
+each round also produces N records (not measured), then a share consumer takes N and acknowledges each as it comes
+(explicit mode, a commit each: a ShareAcknowledge a record, besides the ShareFetch requests), and reports the proxy's
+CPU per record. Modes: `passthrough`,
 `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
 reaches: what metering costs), `rate` (the same with a request rate). A mode followed by `+tls-native` or
 `+tls-openssl` (e.g. `passthrough+tls-native`) has TLS listeners served by that engine (`listeners.tls.engine`), the
@@ -53,8 +56,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench_peers import kroxylicious_argv, kroxylicious_config  # this directory is on sys.path (a script's)
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from proxy.auth.credentials import make_entry
 from vcproxy_tools.admin_client import Connection, Login
@@ -81,6 +84,7 @@ class Proxy:
     clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
     txns: list[float] = field(default_factory=list)  # µs of CPU per transaction, a run each round (--transactions)
     offsets: list[float] = field(default_factory=list)  # µs of CPU per ListOffsets, a run each round (--offsets)
+    shared: list[float] = field(default_factory=list)  # µs of CPU per record taken and acknowledged (--share)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
     cafile: Path | None = None  # a TLS mode's CA
     helper: subprocess.Popen[bytes] | None = None  # an upstream TLS mode's TLS front of the cluster
@@ -361,6 +365,31 @@ def offsets(c: Consumer, n: int) -> None:
         c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30, cached=False)
 
 
+def share_consumer(proxy: Proxy) -> ShareConsumer:
+    """A share consumer of the topic, in a group of its own that starts at its earliest record."""
+    group = f"{CLIENT_ID}-share-{proxy.port}"
+    earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
+    AdminClient(proxy.client_conf()).incremental_alter_configs([resource])[resource].result(60)
+    c = ShareConsumer({**proxy.client_conf(), "group.id": group, "share.acknowledgement.mode": "explicit"})
+    c.subscribe([TOPIC])
+    return c
+
+
+def acknowledged(c: ShareConsumer, n: int) -> None:
+    """`n` records taken, each acknowledged (accepted) and committed as it comes."""
+    taken, deadline = 0, time.monotonic() + 120
+    while taken < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the share consumer took {taken} of {n} records")
+        for msg in c.poll(1.0):
+            if msg.error():
+                raise SystemExit(f"share consumer: {msg.error()}")
+            c.acknowledge(msg, AcknowledgeType.ACCEPT)
+            c.commit_sync()
+            taken += 1
+
+
 def clients_run(proxy: Proxy, n: int) -> float:
     """ms of the proxy's CPU per client: a fresh admin client that connects and asks Metadata, then goes."""
 
@@ -460,6 +489,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=0, help="and per round this many fresh clients' CPU each")
     ap.add_argument("--transactions", type=int, default=0, help="and per round this many transactions' CPU each")
     ap.add_argument("--offsets", type=int, default=0, help="and per round this many watermark queries' CPU each")
+    ap.add_argument("--share", type=int, default=0, help="and per round this many records a share consumer takes")
     ap.add_argument(
         "--kroxylicious", type=Path, help="Kroxylicious' jars (e.g. ~/.cache/peers/kroxylicious-0.21.0/libs)"
     )
@@ -480,6 +510,7 @@ def main() -> None:
         producers = {(x.name, d): producer(x, d) for x in proxies for d in depths}
         txn = {x.name: transactional(x) for x in proxies} if args.transactions else {}
         lag = {x.name: watermarks(x) for x in proxies} if args.offsets else {}
+        queues = {x.name: share_consumer(x) for x in proxies} if args.share else {}
         for x in proxies:  # warm-up, unmeasured (longer for a JVM's JIT)
             for d in depths:
                 drive(
@@ -493,6 +524,11 @@ def main() -> None:
                     x.runs.setdefault(d, []).append(measure(x, producers[x.name, d], d, args.requests, args.tail))
                 if args.clients:
                     x.clients.append(clients_run(x, args.clients))
+                if args.share:  # records made first, not measured
+                    p = producers[x.name, depths[-1]]
+                    drive(p, depths[-1], args.share)
+                    run = functools.partial(acknowledged, queues[x.name], args.share)
+                    x.shared.append(cpu_us(x, args.share, run)[0])
                 if args.offsets:  # two ListOffsets requests a query
                     x.offsets.append(
                         cpu_us(x, 2 * args.offsets, functools.partial(offsets, lag[x.name], args.offsets))[0]
@@ -521,7 +557,13 @@ def main() -> None:
             print(f"{args.offsets} watermark queries per run (2 ListOffsets each), {args.rounds} rounds")
             for x in proxies:
                 print(f"  {x.name:24} {spread(x.offsets)} µs CPU per ListOffsets")
+        if args.rounds and args.share:
+            print(f"{args.share} records per run taken by a share consumer, each acknowledged, {args.rounds} rounds")
+            for x in proxies:
+                print(f"  {x.name:24} {spread(x.shared)} µs CPU per record (ShareFetch and ShareAcknowledge)")
         producers.clear()  # closed before their proxies stop: no reconnect noise
+        for q in queues.values():
+            q.close()
         txn.clear()
         for c in lag.values():
             c.close()

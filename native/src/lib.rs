@@ -24,6 +24,9 @@ enum Node {
     Array { flexible: bool, item: Box<Node> },
     Struct { flexible: bool, steps: Vec<Node> },
     NullStruct(Box<Node>),
+    // A compact array that must be empty: skipped when it is (or null), else the walk stops at its count. The
+    // forwarder's check of a list of broker endpoints in an answer's last regular field (KIP-932's node_endpoints).
+    Empty,
     VFixed(u64),
     VSized { flexible: bool, prefix: u64, nullable: bool, limit: Option<u64>, what: String },
     VArray { flexible: bool, nullable: bool, item: Box<Node>, item_min: u64, fixed: Option<u64> },
@@ -53,6 +56,7 @@ fn parse(node: &Bound<'_, PyAny>) -> PyResult<Node> {
         "array" => Node::Array { flexible: b(1)?, item: sub(2)? },
         "struct" => Node::Struct { flexible: b(1)?, steps: steps(2)? },
         "nstruct" => Node::NullStruct(sub(1)?),
+        "empty" => Node::Empty,
         "vfixed" => Node::VFixed(u(1)?),
         "vsized" => Node::VSized {
             flexible: b(1)?,
@@ -228,6 +232,10 @@ fn skip(node: &Node, buf: &[u8], off: u64) -> Walk<u64> {
             } else {
                 skip(inner, buf, after)
             }
+        }
+        Node::Empty => {
+            let (count, after) = uvarint(buf, off)?;
+            Ok(if count <= 1 { after } else { off })
         }
         _ => Err(Fail::Py(PyTypeError::new_err("not a skip plan"))),
     }

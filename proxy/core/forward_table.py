@@ -161,15 +161,26 @@ def derive_entry(key: int, version: int) -> Entry | None:
     if rule is None or rule.physical in ("reject", "refuse"):
         return None
     tags = None
+    streamed = spec.records_in_response  # a large answer goes on as it arrives, its record batches spliced through
     endpoints = rules_for(key, version)
     if endpoints is not None and endpoints.mode != "keep":
         cls = response_type(key, version)
-        if endpoints.mode != "splice" or endpoints.path in walker.regular_names(cls):
-            return None  # endpoints in a regular field: every answer is rewritten
-        _, _, steps = plans.skip_entity(cls)
-        tags = ("struct", False, steps)  # the regular fields: the tagged section follows them
+        if endpoints.mode != "splice":
+            return None  # endpoints in a regular field the stage decodes: every answer is rewritten
+        if endpoints.path in walker.regular_names(cls):
+            # A list of endpoints as the answer's last regular field (KIP-932's node_endpoints: leaders' endpoints,
+            # after a NOT_LEADER_OR_FOLLOWER only): the answer goes as it came while the list is empty, else the
+            # endpoint stage rewrites it. Judged whole: what a stream sent on could not be taken back.
+            if endpoints.kind != "list" or plans.regular_fields(cls)[-1].name != endpoints.path:
+                return None
+            if not cls.__flexible__:  # type: ignore[attr-defined]
+                return None
+            tags, streamed = plans.but_last_empty(cls), False
+        else:
+            _, _, steps = plans.skip_entity(cls)
+            tags = ("struct", False, steps)  # the regular fields: the tagged section follows them
     records = None
-    if spec.records_in_response:  # a large answer goes on as it arrives, its record batches spliced through
+    if streamed:
         _, _, steps = plans.skip_entity(response_type(key, version))
         records = ("struct", False, steps)
     return (

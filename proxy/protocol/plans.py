@@ -9,6 +9,7 @@ Lenient skips (the layout and splice walks: a short buffer is a TruncatedError):
 
     ("fixed", size)  ("sized", flexible, prefix_bytes)  ("array", flexible, item)
     ("struct", flexible, steps)  ("nstruct", inner)          # a nullable struct: int8 marker first
+    ("empty",)   # a compact array skipped when empty or null; else the walk stops at its count
 
 Strict checks (before kio decodes: bounded by the frame's end, everything a MalformedError)::
 
@@ -109,6 +110,16 @@ def merge_fixed(steps: list[Node], kind: str) -> list[Node]:
 def skip_entity(cls: type) -> Node:
     flexible = cls.__flexible__  # type: ignore[attr-defined]
     return ("struct", flexible, tuple(merge_fixed([skip_field(f, flexible) for f in regular_fields(cls)], "fixed")))
+
+
+@functools.cache
+def but_last_empty(cls: type) -> Node:
+    """A flexible answer's regular fields but the last, which must be an empty (or null) compact array: a walk that
+    ends at the tagged section when it is, and at the array's count (not zero) when it is not. The forwarder's check
+    of a list of broker endpoints in a regular field (KIP-932's node_endpoints, proxy/core/forward_table.py)."""
+    fields = regular_fields(cls)
+    steps = merge_fixed([skip_field(f, True) for f in fields[:-1]], "fixed")
+    return ("struct", False, (*steps, ("empty",)))
 
 
 @functools.cache

@@ -96,6 +96,12 @@ def _nullable_struct(inner_skip: Skip) -> Skip:
     return skip
 
 
+def _empty_list(buf: Buf, offset: int) -> int:
+    """A compact array skipped when it is (count 1) or null (0); else the walk stops at its count."""
+    count, after = read_uvarint(buf, offset)
+    return after if count <= 1 else offset
+
+
 @functools.cache
 def pure_skipper(node: Node) -> Skip:
     """The pure-Python runner of a lenient plan node (the reference)."""
@@ -110,6 +116,8 @@ def pure_skipper(node: Node) -> Skip:
             return _struct(flexible, [pure_skipper(step) for step in steps])
         case ("nstruct", inner):
             return _nullable_struct(pure_skipper(inner))
+        case ("empty",):
+            return _empty_list
     raise ValueError(f"not a skip plan: {node[0]!r}")
 
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
+    AcknowledgeType,
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
+    ShareConsumer,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -27,6 +29,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -253,6 +258,58 @@ def test_a_traced_proxy_serves_on_the_forwarder_and_spans_what_the_sampler_keeps
     assert len({s["attrs"]["vcproxy.correlation_id"] for s in sampled}) == len(sampled)
     connections = [s for s in spans if s["name"] == "connection" and s["attrs"].get("vcproxy.client_id") == client_id]
     assert sum(s["attrs"]["vcproxy.requests"] for s in connections) >= produced
+
+
+def test_a_share_consumer_is_served_by_the_forwarder(kafka_cluster, tmp_path):
+    """Queues for Kafka (KIP-932, production-ready in Kafka 4.2) through a plain proxy: a share consumer's ShareFetch
+    and ShareAcknowledge answers list leaders' endpoints in a regular field, after a NOT_LEADER_OR_FOLLOWER only;
+    while that list is empty the forwarder serves them. Every record is delivered and accepted once."""
+    config = proxy_config(kafka_cluster.bootstrap, free_port_block(), metrics={"enabled": True, "port": free_port()})
+    proxy = ProxyProcess(config, tmp_path).start()
+    try:
+        conf = {"bootstrap.servers": proxy.bootstrap}
+        topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"share-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+        earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
+        admin.incremental_alter_configs([resource])[resource].result(60)
+        producer = Producer({**conf, "acks": "all", "linger.ms": 0, "batch.num.messages": 10})
+        sent = {f"q-{i}".encode() for i in range(300)}
+        for value in sorted(sent):
+            producer.produce(topic, value)
+        assert producer.flush(60) == 0
+        consumer = ShareConsumer({**conf, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 120
+        try:
+            while len(got) < len(sent):
+                assert time.monotonic() < deadline, len(got)
+                batch = consumer.poll(0.5)
+                for msg in batch:
+                    assert not msg.error(), msg.error()
+                    got.append(msg.value())
+                    consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+                    consumer.commit_sync()  # a ShareAcknowledge each
+            for _ in range(10):  # long polls of a drained queue
+                assert not consumer.poll(0.5)
+        finally:
+            consumer.close()
+        assert sorted(got) == sorted(sent)
+        samples = scrape(metrics_port(proxy))
+        served = {api: total(samples, "vcproxy_forwarded_requests_total", api=api) for api in SHARE_APIS}
+        asked = {api: total(samples, "vcproxy_requests_total", api=api) for api in SHARE_APIS}
+        # One at a time (a poll's long poll, a commit's acknowledgement): each after the connection's first few is the
+        # forwarder's (all of them in the runs so far: 11 ShareFetch, 301 ShareAcknowledge).
+        assert asked["ShareFetch"] >= 10 and asked["ShareAcknowledge"] >= 300, asked
+        assert all(served[api] >= asked[api] - 3 for api in SHARE_APIS), (served, asked)
+    finally:
+        proxy.stop()
+    assert not re.search(r"internal error|panicked|Traceback", proxy.log_path.read_text())
+
+
+SHARE_APIS = ("ShareFetch", "ShareAcknowledge")
 
 
 def test_transactions_through_a_plain_proxy_commit_abort_and_carry_offsets(kafka_cluster, tmp_path):

@@ -28,6 +28,7 @@ from benchmarks import fuzz_session
 from proxy.protocol import codec, native, plans, splice, walker
 from proxy.protocol.apis import request_type
 from proxy.protocol.entities import unwrap
+from proxy.protocol.primitives import read_uvarint
 
 from .wire import every_schema
 
@@ -239,3 +240,18 @@ def test_serve_says_once_at_start_which_path_walks(pure, tmp_path):
         else "INFO proxy.serve: compiled walker: vcproxy_native"
     )
     assert len(lines) == 1 and expected in lines[0], lines
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=8))
+def test_the_empty_list_check_agrees_and_stops_at_a_list_that_is_not(raw):
+    """("empty",) (the forwarder's check of KIP-932's node_endpoints, plans.but_last_empty): a compact array skipped
+    when it is empty or null, else the walk stops at its count, which is not zero; compiled and pure alike."""
+    node = ("struct", False, (("fixed", 2), ("empty",)))
+    pure, compiled = walker.pure_skipper(node), native.plan(node, vcproxy_native).skip
+    assert _outcome(pure, raw, 0) == _outcome(compiled, raw, 0)
+    outcome = _outcome(pure, raw, 0)
+    if outcome[0] == "ok":
+        count, after = read_uvarint(raw, 2)
+        assert outcome[1] == (after if count <= 1 else 2)
+        assert count <= 1 or raw[outcome[1]] != 0  # the tagged-section check then sends it to the session
