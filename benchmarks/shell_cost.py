@@ -370,7 +370,8 @@ def share_consumer(proxy: Proxy) -> ShareConsumer:
     group = f"{CLIENT_ID}-share-{proxy.port}"
     earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
-    AdminClient(proxy.client_conf()).incremental_alter_configs([resource])[resource].result(60)
+    admin = AdminClient(proxy.client_conf())  # held until its answer: a client let go ends its requests
+    admin.incremental_alter_configs([resource])[resource].result(60)
     c = ShareConsumer({**proxy.client_conf(), "group.id": group, "share.acknowledgement.mode": "explicit"})
     c.subscribe([TOPIC])
     return c
