@@ -16,12 +16,12 @@ version, from the same facts the stages decide from, so the two paths give one r
 
 A virtual cluster's connection has entries of its own (`tenant_entries_for`): Produce and Fetch by topic id or by
 name (its names renamed), a consumer's ListOffsets, a group member's Heartbeat, OffsetCommit and LeaveGroup (its
-group renamed) and a transactional producer's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit (its
-transactional id too), served on a grant of the ids, names, groups and fetch sessions the session let through
-(proxy/core/grants.py). Not while the connection is muted by a quota, nor an API a quota that applies to it meters
-(with a request-rate limit, none), but a byte rate: its Produce requests (a producer's) or Fetch requests (a
-consumer's) are served within a byte allowance the quota stage takes from its meters as it hands the connection over
-(`QuotaStage.reserve`).
+group renamed), a transactional producer's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit (its
+transactional id too) and a share consumer's ShareFetch and ShareAcknowledge (KIP-932), served on a grant of the
+ids, names, groups and fetch sessions the session let through (proxy/core/grants.py). Not while the connection is
+muted by a quota, nor an API a quota that applies to it meters (with a request-rate limit, none), but a byte rate: its
+Produce requests (a producer's) or Fetch requests (a consumer's, and a share consumer's) are served within a byte
+allowance the quota stage takes from its meters as it hands the connection over (`QuotaStage.reserve`).
 
 tests/unit/test_forward_table.py runs the session on a request of every entry and checks it forwards the frame
 unchanged and leaves an untagged answer as it came.

@@ -2,16 +2,16 @@
 
 An API version is a tenant's to forward when its translation (tenant.yaml) is a splice both ways and nothing else, and
 its request names nothing but topics (by id, Produce v13+, or by name, Produce v3-v12), a group (Heartbeat, LeaveGroup,
-OffsetCommit) and transactional ids (Produce's, which may be null; a transactional producer's AddPartitionsToTxn,
-AddOffsetsToTxn, EndTxn and TxnOffsetCommit, never null), or from the version the catalogue says for its fetch session
-(Fetch v7+: by name, v7-v12, or by id), or a ListOffsets whose replica id is a consumer's (the session decodes those
-two only to read such fields). Such a request goes to the broker exactly when every topic id in it is one
-the VC owns and every topic name one of its links, each one the caller may use for the API (the VC's ACLs), its
-transactional id null or one the caller may use, its group one the caller may use, and its fetch session none or the
-VC's: as the client sent it, its topic names each replaced by the physical name the link gives and its group and
-transactional id by the VC's, as the session replaces them; its answer's names go back the same way. The tenancy stage
-says which ids, names and sessions those are as it lets them through (`grant_for(ctx)`; a name only where its link is
-the only name of its topic, so the answer's name is the one the client used): a grant is of one state of the
+OffsetCommit, ShareFetch, ShareAcknowledge) and transactional ids (Produce's, which may be null; a transactional
+producer's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit, never null), or from the version the
+catalogue says for its fetch session (Fetch v7+: by name, v7-v12, or by id), or a ListOffsets whose replica id is a
+consumer's (the session decodes those two only to read such fields). Such a request goes to the broker exactly when
+every topic id in it is one the VC owns and every topic name one of its links, each one the caller may use for the API
+(the VC's ACLs), its transactional id null or one the caller may use, its group one the caller may use, and its fetch
+session none or the VC's: as the client sent it, its topic names each replaced by the physical name the link gives and
+its group and transactional id by the VC's, as the session replaces them; its answer's names go back the same way. The
+tenancy stage says which ids, names and sessions those are as it lets them through (`grant_for(ctx)`; a name only where
+its link is the only name of its topic, so the answer's name is the one the client used): a grant is of one state of the
 connection's virtual cluster, void once it changes (`VirtualCluster.changes`: its links, ACLs, settings, the ids of its
 topics) or the whole state does (`TenancyImage.changes`: bindings, credentials, quotas, VCs made or deleted), so a right
 revoked or a topic unlinked takes effect at the next request, and another VC's records leave it standing; its sessions

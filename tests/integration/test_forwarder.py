@@ -268,45 +268,68 @@ def test_a_share_consumer_is_served_by_the_forwarder(kafka_cluster, tmp_path):
     proxy = ProxyProcess(config, tmp_path).start()
     try:
         conf = {"bootstrap.servers": proxy.bootstrap}
-        topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"share-{uuid.uuid4().hex[:8]}"
-        admin = AdminClient(conf)
-        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
-        earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
-        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
-        admin.incremental_alter_configs([resource])[resource].result(60)
-        producer = Producer({**conf, "acks": "all", "linger.ms": 0, "batch.num.messages": 10})
-        sent = {f"q-{i}".encode() for i in range(300)}
-        for value in sorted(sent):
-            producer.produce(topic, value)
-        assert producer.flush(60) == 0
-        consumer = ShareConsumer({**conf, "group.id": group, "share.acknowledgement.mode": "explicit"})
-        consumer.subscribe([topic])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 120
-        try:
-            while len(got) < len(sent):
-                assert time.monotonic() < deadline, len(got)
-                batch = consumer.poll(0.5)
-                for msg in batch:
-                    assert not msg.error(), msg.error()
-                    got.append(msg.value())
-                    consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-                    consumer.commit_sync()  # a ShareAcknowledge each
-            for _ in range(10):  # long polls of a drained queue
-                assert not consumer.poll(0.5)
-        finally:
-            consumer.close()
-        assert sorted(got) == sorted(sent)
-        samples = scrape(metrics_port(proxy))
-        served = {api: total(samples, "vcproxy_forwarded_requests_total", api=api) for api in SHARE_APIS}
-        asked = {api: total(samples, "vcproxy_requests_total", api=api) for api in SHARE_APIS}
-        # One at a time (a poll's long poll, a commit's acknowledgement): each after the connection's first few is the
-        # forwarder's (all of them in the runs so far: 11 ShareFetch, 301 ShareAcknowledge).
-        assert asked["ShareFetch"] >= 10 and asked["ShareAcknowledge"] >= 300, asked
-        assert all(served[api] >= asked[api] - 3 for api in SHARE_APIS), (served, asked)
+        _take_shared(conf, conf, f"queue-{uuid.uuid4().hex[:8]}", 300)
+        _shared_on_the_forwarder(proxy, 300, {})
     finally:
         proxy.stop()
     assert not re.search(r"internal error|panicked|Traceback", proxy.log_path.read_text())
+
+
+def test_a_vcs_share_consumer_is_served_by_the_forwarder(kafka_cluster, tmp_path):
+    """A VC's share consumer (carol): its ShareFetch and ShareAcknowledge by topic id, its group renamed as the VC's,
+    on the grant of the ids and the group the session let through (READ on both), as a Fetch's."""
+    proxy = ProxyProcess(_team_a(kafka_cluster), tmp_path, name="share-vc").start(timeout=120)
+    try:
+        alice = scram_conf(proxy, "alice", USERS["alice"])
+        carol = scram_conf(proxy, "carol", USERS["carol"])
+        _take_shared(alice, carol, f"queue-{uuid.uuid4().hex[:8]}", 200)
+        _shared_on_the_forwarder(proxy, 200, {"vc": "team-a"})
+    finally:
+        proxy.stop()
+    assert not re.search(r"internal error|panicked|Traceback", proxy.log_path.read_text())
+
+
+def _take_shared(admin_conf: dict, conf: dict, topic: str, n: int) -> None:
+    """`n` records made in a new topic, then taken by a share consumer of a new group (earliest first, explicit mode),
+    each acknowledged (accepted) and committed as it comes; then 10 long polls of the drained queue."""
+    group = f"share-{topic}"
+    admin = AdminClient(admin_conf)
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+    earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
+    admin.incremental_alter_configs([resource])[resource].result(60)
+    producer = Producer({**conf, "acks": "all", "linger.ms": 0, "batch.num.messages": 10})
+    sent = {f"q-{i}".encode() for i in range(n)}
+    for value in sorted(sent):
+        producer.produce(topic, value)
+    assert producer.flush(60) == 0
+    consumer = ShareConsumer({**conf, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 120
+    try:
+        while len(got) < len(sent):
+            assert time.monotonic() < deadline, len(got)
+            for msg in consumer.poll(0.5):
+                assert not msg.error(), msg.error()
+                got.append(msg.value())
+                consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+                consumer.commit_sync()  # a ShareAcknowledge each
+        for _ in range(10):  # long polls of a drained queue
+            assert not consumer.poll(0.5)
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(sent)
+
+
+def _shared_on_the_forwarder(proxy: ProxyProcess, n: int, labels: dict[str, str]) -> None:
+    """One at a time (a poll's long poll, a commit's acknowledgement): each after the connection's first few is the
+    forwarder's (all of them in the runs so far: 11 ShareFetch and 301 ShareAcknowledge for 300 records)."""
+    samples = scrape(metrics_port(proxy))
+    served = {api: total(samples, "vcproxy_forwarded_requests_total", api=api, **labels) for api in SHARE_APIS}
+    asked = {api: total(samples, "vcproxy_requests_total", api=api, **labels) for api in SHARE_APIS}
+    assert asked["ShareFetch"] >= 10 and asked["ShareAcknowledge"] >= n, asked
+    assert all(served[api] >= asked[api] - 3 for api in SHARE_APIS), (served, asked)
 
 
 SHARE_APIS = ("ShareFetch", "ShareAcknowledge")

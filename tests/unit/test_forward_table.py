@@ -189,8 +189,8 @@ def test_the_checked_in_entries_are_what_the_schemas_and_rules_give_now():
     assert entries == forward_plans.ENTRIES and tenant == forward_plans.TENANT  # read back as derived
     assert apiversions.tenant_versions() == apiversions.derive_tenant_versions() == forward_plans.TENANT_VERSIONS
     # Produce, Fetch, ListOffsets; OffsetCommit, Heartbeat, LeaveGroup; AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-    # TxnOffsetCommit
-    assert {key for key, _ in tenant} == {0, 1, 2, 8, 12, 13, 24, 25, 26, 28}
+    # TxnOffsetCommit; ShareFetch, ShareAcknowledge
+    assert {key for key, _ in tenant} == {0, 1, 2, 8, 12, 13, 24, 25, 26, 28, 78, 79}
 
 
 def _share_answer(key: int, version: int, leaders: int) -> bytes:

@@ -194,7 +194,8 @@ def granted(s: ProxySession) -> bytes:
 def test_a_tenants_to_forward_are_produce_fetch_a_group_members_and_a_transactional_producers_own_requests():
     """Produce by id (v13) or by name (v3-v12, renamed), and Fetch by id (v13+) or by name (v7-v12, renamed): a
     consumer's, read from its replica id before v15. A Fetch answer by name goes on whole (no plan to stream it).
-    A consumer's ListOffsets (by name, renamed; its replica id read). A group member's Heartbeat, OffsetCommit (by
+    A consumer's ListOffsets (by name, renamed; its replica id read), a share consumer's ShareFetch and
+    ShareAcknowledge (by topic id, its group renamed). A group member's Heartbeat, OffsetCommit (by
     name, renamed, or by id) and LeaveGroup, its group renamed. A
     transactional producer's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit, its transactional id,
     group and topics renamed (not InitProducerId: its id may be null, and then names nothing a grant is of)."""
@@ -206,6 +207,8 @@ def test_a_tenants_to_forward_are_produce_fetch_a_group_members_and_a_transactio
         | {(ApiKey.HEARTBEAT, v) for v in range(0, 5)}
         | {(ApiKey.LEAVE_GROUP, v) for v in range(0, 6)}
         | {(ApiKey.LIST_OFFSETS, v) for v in range(1, 12)}
+        | {(ApiKey.SHARE_FETCH, v) for v in range(1, 3)}  # KIP-932's: no leader's endpoint in the answer
+        | {(ApiKey.SHARE_ACKNOWLEDGE, v) for v in range(1, 3)}
         | {(ApiKey.ADD_PARTITIONS_TO_TXN, v) for v in range(0, 4)}  # v4+ are brokers' (their answers name ids)
         | {(ApiKey.ADD_OFFSETS_TO_TXN, v) for v in range(0, 5)}
         | {(ApiKey.END_TXN, v) for v in range(0, 6)}
@@ -380,6 +383,7 @@ def test_a_quota_keeps_what_it_meters_off_the_forwarder(entity, key, served, len
     # Metered by none: a consumer's ListOffsets, a group member's, a transactional producer's.
     members = dict.fromkeys((ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP), NO)
     members |= dict.fromkeys(TXN_APIS, NO)
+    members |= dict.fromkeys((ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE), served[F])  # a share consumer's bytes
     assert {entry[0]: entry[9] for entry in forward_entries(s)} == served | members
     assert s.quota.allowances() == lent
 
@@ -471,6 +475,8 @@ def test_a_consumers_byte_rate_lends_fetch_an_allowance_and_an_answer_past_it_mu
         ApiKey.HEARTBEAT: METERED_NO,
         ApiKey.LEAVE_GROUP: METERED_NO,
         ApiKey.LIST_OFFSETS: METERED_NO,
+        ApiKey.SHARE_FETCH: METERED_ANSWER,
+        ApiKey.SHARE_ACKNOWLEDGE: METERED_ANSWER,
         **dict.fromkeys(TXN_APIS, METERED_NO),
     }
 
@@ -1970,6 +1976,170 @@ def test_wherever_the_forwarder_serves_a_list_offsets_the_session_sends_the_same
     granted_list_offsets(s, 9, ("orders", "payments"))
     granted_list_offsets(s, version, ("orders", "payments"))
     frame = mutated(list_offsets(names, version, replica), random.Random(seed), cut)
+    mine = TABLE.sent(frame, s.ctx.grant)
+    if mine is not None:
+        assert mine == sent(session(image), frame)
+
+
+# -- A share consumer's ShareFetch and ShareAcknowledge (KIP-932): its topic ids granted, its group renamed ---------
+
+
+def share_fetch(group: str, ids: list[uuid.UUID], version: int = 2, key: int = ApiKey.SHARE_FETCH) -> bytes:
+    """A ShareFetch (or a ShareAcknowledge) of partition 0 of each topic, acknowledging its first record."""
+    api = "share_fetch" if key == ApiKey.SHARE_FETCH else "share_acknowledge"
+    req, _ = _schema(api, version)
+    batch = req.AcknowledgementBatch(first_offset=0, last_offset=0, acknowledge_types=(1,))
+    if key == ApiKey.SHARE_FETCH:
+        topics = tuple(
+            req.FetchTopic(
+                topic_id=i, partitions=(req.FetchPartition(partition_index=0, acknowledgement_batches=(batch,)),)
+            )
+            for i in ids
+        )
+        body = _present(
+            req.ShareFetchRequest,
+            group_id=group,
+            member_id="m-1",
+            share_session_epoch=1,
+            max_wait=datetime.timedelta(milliseconds=500),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            max_records=500,
+            batch_size=500,
+            share_acquire_mode=0,
+            is_renew_ack=False,
+            topics=topics,
+            forgotten_topics_data=(),
+        )
+    else:
+        partition = req.AcknowledgePartition(partition_index=0, acknowledgement_batches=(batch,))
+        topics = tuple(req.AcknowledgeTopic(topic_id=i, partitions=(partition,)) for i in ids)
+        body = _present(
+            req.ShareAcknowledgeRequest,
+            group_id=group,
+            member_id="m-1",
+            share_session_epoch=1,
+            is_renew_ack=False,
+            topics=topics,
+        )
+    return request_frame(key, version, 5, body)
+
+
+def share_answer(ids: list[uuid.UUID], version: int = 2, key: int = ApiKey.SHARE_FETCH, leaders: int = 0) -> bytes:
+    api = "share_fetch" if key == ApiKey.SHARE_FETCH else "share_acknowledge"
+    _, res = _schema(api, version)
+    leader = res.LeaderIdAndEpoch(leader_id=1, leader_epoch=0)
+    common = {"partition_index": 0, "error_code": ErrorCode.none, "error_message": None, "current_leader": leader}
+    if key == ApiKey.SHARE_FETCH:
+        partition = res.PartitionData(
+            **common,
+            acknowledge_error_code=ErrorCode.none,
+            acknowledge_error_message=None,
+            records=b"\x00" * 61,
+            acquired_records=(res.AcquiredRecords(first_offset=1, last_offset=1, delivery_count=1),),
+        )
+        topics = tuple(res.ShareFetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids)
+        cls = res.ShareFetchResponse
+    else:
+        topics = tuple(
+            res.ShareAcknowledgeTopicResponse(topic_id=i, partitions=(res.PartitionData(**common),)) for i in ids
+        )
+        cls = res.ShareAcknowledgeResponse
+    endpoints = tuple(res.NodeEndpoint(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(leaders))
+    body = _present(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(seconds=30),
+        responses=topics,
+        node_endpoints=endpoints,
+    )
+    return response_frame(key, version, 5, body)
+
+
+SHARE_VERSIONS = [(k, v) for k in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) for v in (1, 2)]
+
+
+def granted_share(s: ProxySession, key: int = ApiKey.SHARE_FETCH, version: int = 2, group: str = "g") -> bytes:
+    """A session that let a share consumer's request of its own `orders` through, its group renamed; what it sent."""
+    out = sent(s, share_fetch(group, [ORDERS], version, key))
+    assert out is not None and s.ctx.vc.physical_group(group).encode() in out
+    s.on_response(memoryview(bytearray(share_answer([ORDERS], version, key))))
+    return out
+
+
+@pytest.mark.parametrize(("key", "version"), SHARE_VERSIONS)
+def test_a_share_consumers_request_is_granted_and_renamed_as_the_session_renames_it(key, version):
+    image = make_image()
+    s = session(image)
+    expected = granted_share(s, key, version)
+    frame = share_fetch("g", [ORDERS], version, key)
+    assert TABLE.sent(frame, s.ctx.grant) == expected == sent(session(image), frame)
+    assert TABLE.sent(share_fetch("h", [ORDERS], version, key), s.ctx.grant) is None  # another group: not yet
+    assert TABLE.sent(share_fetch("g", [PAYMENTS], version, key), s.ctx.grant) is None  # not yet
+    assert TABLE.sent(share_fetch("g", [FOREIGN], version, key), s.ctx.grant) is None  # another VC's
+    assert TABLE.sent(frame) is None
+    reply = share_answer([ORDERS], version, key)
+    assert TABLE.untouched(key, version, reply, s.ctx.grant)
+    assert left_as_it_came(session_of(image, frame), key, version, reply)
+
+
+def session_of(image: TenancyImage, frame: bytes) -> ProxySession:
+    """A new session of carol's that let `frame` through (its answer is next)."""
+    s = session(image)
+    assert sent(s, frame) is not None
+    return s
+
+
+@pytest.mark.parametrize(("key", "version"), SHARE_VERSIONS)
+def test_a_share_answer_naming_a_leader_or_another_vcs_topic_is_the_sessions(key, version):
+    s = session(make_image())
+    granted_share(s, key, version)
+    assert not TABLE.untouched(key, version, share_answer([ORDERS], version, key, leaders=1), s.ctx.grant)
+    assert not TABLE.untouched(key, version, share_answer([FOREIGN], version, key), s.ctx.grant)
+    assert not TABLE.untouched(key, version, share_answer([ORDERS]), None)  # no grant
+
+
+def test_a_share_grant_is_for_its_api_alone_and_a_fetch_grant_is_not_one():
+    s = session(make_image())
+    granted(s)  # a Produce to orders (WRITE)
+    assert TABLE.sent(share_fetch("g", [ORDERS]), s.ctx.grant) is None
+    granted_share(s, ApiKey.SHARE_FETCH)
+    assert TABLE.sent(share_fetch("g", [ORDERS]), s.ctx.grant) is not None
+    assert TABLE.sent(share_fetch("g", [ORDERS], key=ApiKey.SHARE_ACKNOWLEDGE), s.ctx.grant) is None
+
+
+def test_a_share_group_the_caller_may_not_read_is_never_granted_and_a_revoked_right_voids_the_grant():
+    image = make_image()
+    read_group, read_topic = _group_acl("g"), _acl("orders", Operation.READ)
+    image.apply(*acl_record("team-a", read_group, True))
+    image.apply(*acl_record("team-a", read_topic, True))
+    s = session(image, allow_if_no_acl=False)
+    granted_share(s)
+    assert sent(s, share_fetch("h", [ORDERS])) is None  # GROUP_AUTHORIZATION_FAILED: never sent on
+    assert TABLE.sent(share_fetch("h", [ORDERS]), s.ctx.grant) is None
+    grant = s.ctx.grant
+    assert TABLE.sent(share_fetch("g", [ORDERS]), grant) is not None
+    image.apply(*acl_record("team-a", read_topic, False))
+    assert TABLE.sent(share_fetch("g", [ORDERS]), grant) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["g", "h", ""]),
+    st.lists(st.sampled_from([ORDERS, PAYMENTS, FOREIGN]), max_size=3),
+    st.sampled_from(SHARE_VERSIONS),
+    st.integers(0, 2**32),
+    st.integers(0, 3),
+)
+def test_wherever_the_forwarder_serves_a_share_request_the_session_sends_the_same_bytes(group, ids, api, seed, cut):
+    key, version = api
+    image = make_image()
+    s = session(image)
+    for k, v in SHARE_VERSIONS:
+        granted_share(s, k, v)
+    frame = mutated(share_fetch(group, ids, version, key), random.Random(seed), cut)
     mine = TABLE.sent(frame, s.ctx.grant)
     if mine is not None:
         assert mine == sent(session(image), frame)
