@@ -9,9 +9,6 @@ arbitrary frames: wherever the forwarder says "mine", the session says "forward,
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import importlib
 import os
 import random
 import uuid
@@ -19,7 +16,6 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.schema.errors import ErrorCode
 
 from benchmarks import fuzz_session
 from proxy.core import apiversions
@@ -33,7 +29,7 @@ from proxy.protocol.codec import decode
 from proxy.protocol.headers import response_body_offset
 from proxy.protocol.walker import regular_names, tags_start
 
-from .wire import request_frame, response_frame
+from .wire import request_frame, response_frame, share_answer
 
 try:
     import vcproxy_native
@@ -193,45 +189,6 @@ def test_the_checked_in_entries_are_what_the_schemas_and_rules_give_now():
     assert {key for key, _ in tenant} == {0, 1, 2, 8, 12, 13, 24, 25, 26, 28, 78, 79}
 
 
-def _share_answer(key: int, version: int, leaders: int) -> bytes:
-    """A ShareFetch (with a record batch) or ShareAcknowledge answer listing `leaders` leaders' endpoints."""
-    api = "share_fetch" if key == ApiKey.SHARE_FETCH else "share_acknowledge"
-    res = importlib.import_module(f"kio.schema.{api}.v{version}.response")
-    leader = res.LeaderIdAndEpoch(leader_id=2, leader_epoch=5)
-    error = ErrorCode.not_leader_or_follower if leaders else ErrorCode.none
-    if key == ApiKey.SHARE_FETCH:
-        partition = res.PartitionData(
-            partition_index=0,
-            error_code=error,
-            error_message=None,
-            acknowledge_error_code=ErrorCode.none,
-            acknowledge_error_message=None,
-            current_leader=leader,
-            records=b"\x00" * 61,
-            acquired_records=(res.AcquiredRecords(first_offset=0, last_offset=0, delivery_count=1),),
-        )
-        topics = (res.ShareFetchableTopicResponse(topic_id=uuid.UUID(int=7), partitions=(partition,)),)
-        body_cls = res.ShareFetchResponse
-    else:
-        partition = res.PartitionData(partition_index=0, error_code=error, error_message=None, current_leader=leader)
-        topics = (res.ShareAcknowledgeTopicResponse(topic_id=uuid.UUID(int=7), partitions=(partition,)),)
-        body_cls = res.ShareAcknowledgeResponse
-    endpoints = tuple(res.NodeEndpoint(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(leaders))
-    fields = {f.name for f in dataclasses.fields(body_cls)}
-    values = (
-        {"acquisition_lock_timeout": datetime.timedelta(seconds=30)} if "acquisition_lock_timeout" in fields else {}
-    )
-    body = body_cls(
-        throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
-        error_message=None,
-        responses=topics,
-        node_endpoints=endpoints,
-        **values,
-    )
-    return response_frame(key, version, 7, body)
-
-
 @pytest.mark.parametrize(
     ("key", "version"),
     [(ApiKey.SHARE_FETCH, 1), (ApiKey.SHARE_FETCH, 2), (ApiKey.SHARE_ACKNOWLEDGE, 1), (ApiKey.SHARE_ACKNOWLEDGE, 2)],
@@ -242,9 +199,9 @@ def test_a_share_answer_goes_as_it_came_until_it_lists_a_leader(key, version):
     broker's host and port) is the session's to rewrite."""
     rng = random.Random(932)
     for leaders in (0, 1, 2):
-        answer = _share_answer(key, version, leaders)
+        answer = share_answer([uuid.UUID(int=7)], version, key, leaders)
         session = _session()
-        request = request_frame(key, version, 7, fuzz_session._body(request_type(key, version), rng))
+        request = request_frame(key, version, 5, fuzz_session._body(request_type(key, version), rng))
         assert session.on_request(memoryview(request)).action is Action.FORWARD
         result = b"".join(bytes(p) for p in session.on_response(memoryview(bytearray(answer))).pieces)
         assert TABLE.untouched(key, version, answer) is (leaders == 0)

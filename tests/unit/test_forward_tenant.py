@@ -67,7 +67,7 @@ from proxy.tenancy.model import (
 )
 from proxy.tenancy.settings import ALLOW_IF_NO_ACL
 
-from .wire import request_frame, response_frame
+from .wire import request_frame, response_frame, share_answer
 
 try:
     import vcproxy_native
@@ -2023,39 +2023,6 @@ def share_fetch(group: str, ids: list[uuid.UUID], version: int = 2, key: int = A
             topics=topics,
         )
     return request_frame(key, version, 5, body)
-
-
-def share_answer(ids: list[uuid.UUID], version: int = 2, key: int = ApiKey.SHARE_FETCH, leaders: int = 0) -> bytes:
-    api = "share_fetch" if key == ApiKey.SHARE_FETCH else "share_acknowledge"
-    _, res = _schema(api, version)
-    leader = res.LeaderIdAndEpoch(leader_id=1, leader_epoch=0)
-    common = {"partition_index": 0, "error_code": ErrorCode.none, "error_message": None, "current_leader": leader}
-    if key == ApiKey.SHARE_FETCH:
-        partition = res.PartitionData(
-            **common,
-            acknowledge_error_code=ErrorCode.none,
-            acknowledge_error_message=None,
-            records=b"\x00" * 61,
-            acquired_records=(res.AcquiredRecords(first_offset=1, last_offset=1, delivery_count=1),),
-        )
-        topics = tuple(res.ShareFetchableTopicResponse(topic_id=i, partitions=(partition,)) for i in ids)
-        cls = res.ShareFetchResponse
-    else:
-        topics = tuple(
-            res.ShareAcknowledgeTopicResponse(topic_id=i, partitions=(res.PartitionData(**common),)) for i in ids
-        )
-        cls = res.ShareAcknowledgeResponse
-    endpoints = tuple(res.NodeEndpoint(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(leaders))
-    body = _present(
-        cls,
-        throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
-        error_message=None,
-        acquisition_lock_timeout=datetime.timedelta(seconds=30),
-        responses=topics,
-        node_endpoints=endpoints,
-    )
-    return response_frame(key, version, 5, body)
 
 
 SHARE_VERSIONS = [(k, v) for k in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) for v in (1, 2)]
