@@ -22,7 +22,10 @@ round also asks a librdkafka consumer N times for the topic's watermarks (a lag 
 the earliest and the latest offset), and reports the proxy's CPU per ListOffsets request. With --share N (KIP-932),
 each round also produces N records (not measured), then a share consumer takes N and acknowledges each as it comes
 (explicit mode, a commit each: a ShareAcknowledge a record, besides the ShareFetch requests), and reports the proxy's
-CPU per record. Modes: `passthrough`,
+CPU per record. Each of those three also shows its CPU above idle when --idle measured it: the proxy's idle CPU a
+second (the whole process') times the item's wall time, taken off, so that an item that waits (a transaction's commit,
+~90 ms) is not charged the instance's background work (a tenancy's state topic clients: about 2 ms a second).
+Modes: `passthrough`,
 `tenant` (a VC bound by client id), `quota` (a VC over SASL PLAIN whose user has a producer's byte rate it never
 reaches: what metering costs), `rate` (the same with a request rate). A mode followed by `+tls-native` or
 `+tls-openssl` (e.g. `passthrough+tls-native`) has TLS listeners served by that engine (`listeners.tls.engine`), the
@@ -82,9 +85,11 @@ class Proxy:
     # depth -> (µs, vol, invol, µs in the kernel)
     runs: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
     clients: list[float] = field(default_factory=list)  # ms of CPU per client, a run each round (--clients)
-    txns: list[float] = field(default_factory=list)  # µs of CPU per transaction, a run each round (--transactions)
-    offsets: list[float] = field(default_factory=list)  # µs of CPU per ListOffsets, a run each round (--offsets)
-    shared: list[float] = field(default_factory=list)  # µs of CPU per record taken and acknowledged (--share)
+    # (µs of CPU, s of wall time) per transaction, ListOffsets, or record taken and acknowledged: a run each round
+    txns: list[tuple[float, float]] = field(default_factory=list)  # --transactions
+    offsets: list[tuple[float, float]] = field(default_factory=list)  # --offsets
+    shared: list[tuple[float, float]] = field(default_factory=list)  # --share
+    idle_ms: float | None = None  # ms of CPU a second sent nothing (--idle)
     syscalls: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
     cafile: Path | None = None  # a TLS mode's CA
     helper: subprocess.Popen[bytes] | None = None  # an upstream TLS mode's TLS front of the cluster
@@ -401,6 +406,13 @@ def clients_run(proxy: Proxy, n: int) -> float:
     return cpu_us(proxy, n, clients)[0] / 1000
 
 
+def timed_us(proxy: Proxy, n: int, run: Callable[[], object]) -> tuple[float, float]:
+    """µs of the proxy's CPU and s of wall time per item of `run`'s `n`."""
+    started = time.monotonic()
+    us = cpu_us(proxy, n, run)[0]
+    return us, (time.monotonic() - started) / n
+
+
 def cpu_us(proxy: Proxy, n: int, run: Callable[[], T]) -> tuple[float, T]:
     """µs of the proxy's CPU (user and system) per item of `run`'s `n`, and what `run` gave."""
     u0, s0 = proxy.cpu()
@@ -529,15 +541,13 @@ def main() -> None:
                     p = producers[x.name, depths[-1]]
                     drive(p, depths[-1], args.share)
                     run = functools.partial(acknowledged, queues[x.name], args.share)
-                    x.shared.append(cpu_us(x, args.share, run)[0])
+                    x.shared.append(timed_us(x, args.share, run))
                 if args.offsets:  # two ListOffsets requests a query
-                    x.offsets.append(
-                        cpu_us(x, 2 * args.offsets, functools.partial(offsets, lag[x.name], args.offsets))[0]
-                    )
+                    run = functools.partial(offsets, lag[x.name], args.offsets)
+                    x.offsets.append(timed_us(x, 2 * args.offsets, run))
                 if args.transactions:
-                    x.txns.append(
-                        cpu_us(x, args.transactions, functools.partial(transactions, txn[x.name], args.transactions))[0]
-                    )
+                    run = functools.partial(transactions, txn[x.name], args.transactions)
+                    x.txns.append(timed_us(x, args.transactions, run))
             print(f"round {r + 1}/{args.rounds} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
         if args.strace:
             for x in proxies:
@@ -553,15 +563,15 @@ def main() -> None:
         if args.rounds and args.transactions:
             print(f"{args.transactions} transactions per run (one record, a group's offset), {args.rounds} rounds")
             for x in proxies:
-                print(f"  {x.name:24} {spread(x.txns)} µs CPU per transaction")
+                print(f"  {x.name:24} {per_item(x, x.txns)} per transaction")
         if args.rounds and args.offsets:
             print(f"{args.offsets} watermark queries per run (2 ListOffsets each), {args.rounds} rounds")
             for x in proxies:
-                print(f"  {x.name:24} {spread(x.offsets)} µs CPU per ListOffsets")
+                print(f"  {x.name:24} {per_item(x, x.offsets)} per ListOffsets")
         if args.rounds and args.share:
             print(f"{args.share} records per run taken by a share consumer, each acknowledged, {args.rounds} rounds")
             for x in proxies:
-                print(f"  {x.name:24} {spread(x.shared)} µs CPU per record (ShareFetch and ShareAcknowledge)")
+                print(f"  {x.name:24} {per_item(x, x.shared)} per record (ShareFetch and ShareAcknowledge)")
         producers.clear()  # closed before their proxies stop: no reconnect noise
         for q in queues.values():
             q.close()
@@ -597,9 +607,22 @@ def idle(proxies: list[Proxy], seconds: float) -> None:
     for x, ((user, system), threads) in zip(proxies, before, strict=True):
         now_user, now_system = x.cpu()
         whole = (now_user + now_system - user - system) * 1000 / elapsed
+        x.idle_ms = whole  # the whole process' (a thread that ended is in it; by thread, it is not)
         spent = {k: (v - threads.get(k, 0.0)) * 1000 / elapsed for k, v in x.threads().items()}
         top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:6] if v >= 0.01)
         print(f"  {x.name:24} {whole:6.2f}   {top}")
+
+
+def per_item(x: Proxy, runs: list[tuple[float, float]]) -> str:
+    """µs of CPU per item, median (range); with --idle, also above the proxy's idle CPU over the item's wall time:
+    a tenancy's state topic follower and checks (about 1-2 ms a second) are the instance's, not the request's, and
+    an item that waits (a transaction's commit: ~100 ms) would be charged them."""
+    out = f"{spread([us for us, _ in runs])} µs CPU"
+    if x.idle_ms is not None:
+        above = [us - x.idle_ms * 1000 * wall for us, wall in runs]
+        wall = statistics.median(w for _, w in runs) * 1e3
+        out += f", {spread(above)} above idle ({x.idle_ms:.2f} ms/s, {wall:.1f} ms each)"
+    return out
 
 
 def report(proxies: list[Proxy], depths: list[int], args: argparse.Namespace) -> None:
