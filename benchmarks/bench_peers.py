@@ -14,6 +14,9 @@ Systems ("variants"), all in front of one Kafka cluster started with vcproxy's o
   kroxylicious     Kroxylicious, portIdentifiesNode gateway, no filters (passthrough)
   kroxylicious-mt  Kroxylicious, the same plus its MultiTenant filter
   kafka-proxy      grepplabs/kafka-proxy, one --bootstrap-server-mapping per broker
+  relay            by name only: benchmarks/relay.py, a cut-through byte relay (splice, nothing read or rewritten)
+                   in front of a second broker listener that advertises the relay: what one hop costs at least
+                   (the bench's own one-broker cluster only)
   (--metrics: every vcproxy variant with its Prometheus metrics on, as the chart deploys it)
   vcproxy-base, vcproxy-base-tenant
                    with --baseline DIR: vcproxy and vcproxy-tenant from another checkout (before a change), in
@@ -75,6 +78,8 @@ MAVEN_MIN = (3, 9)
 MAVEN_FETCH_VERSION = "3.9.9"
 ALL_VARIANTS = ["direct", "vcproxy", "vcproxy-tenant", "kroxylicious", "kroxylicious-mt", "kafka-proxy"]
 BASELINE_VARIANTS = ["vcproxy-base", "vcproxy-base-tenant"]  # --baseline DIR; ports after the others'
+RELAY = "relay"  # asked for by name only: a byte relay (relay.py) on the broker's own port plan (start_cluster)
+RELAY_LISTENER, RELAY_OFFSET = 3, 4  # the broker's RELAY listener at base port + 3, advertised at + 4 (the relay's)
 CLIENT_ID = "vcbench"  # every client uses it; vcproxy-tenant binds it to its virtual cluster
 VC_NAME = "bench"  # vcproxy's virtual cluster and Kroxylicious's virtual cluster (MultiTenant prefix "bench-")
 TOPIC_PARTITIONS = 6
@@ -483,6 +488,7 @@ class Bench:
         if not self.py.exists():
             raise BenchError(f"{self.checkout} has no .venv/bin/python (set CHECKOUT to a vcproxy checkout)")
         self.baseline = Path(args.baseline).resolve() if args.baseline else None
+        self.relay = False  # the relay variant asked for (main): the broker gets its listener
         if self.baseline is not None and not (self.baseline / "proxy").is_dir():
             raise BenchError(f"--baseline {self.baseline}: not a vcproxy checkout (no proxy/)")
         self.work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
@@ -548,7 +554,7 @@ class Bench:
             say(f"starting a {self.a.brokers}-broker Kafka on 127.0.0.1:{self.a.base_port} ...")
             p = run(
                 [*self.vcproxy_cli(), "kafka", "start", "--dir", str(self.cluster_dir), "--brokers", str(self.a.brokers),
-                 "--base-port", str(self.a.base_port)],
+                 "--base-port", str(self.a.base_port), *self.relay_properties()],
                 timeout=600, cwd=self.checkout,
             )  # fmt: skip
             self.own_cluster = (self.cluster_dir / "cluster.json").exists()
@@ -558,6 +564,23 @@ class Bench:
         self.bootstraps["direct"] = self.cluster["bootstrap"]
         self.broker_probes = [Proc(int(n["pid"])) for n in self.cluster["nodes"] if n.get("pid")]
         self.versions["kafka"] = self.cluster.get("version", "?")
+
+    def relay_properties(self) -> list[str]:
+        """With the relay variant, the broker's second listener, RELAY, which advertises the relay's address: a
+        client that bootstraps through the relay is sent back to it by every Metadata answer (the launcher's own
+        listeners spelled out again beside it; one broker only, as `listeners` is every node's)."""
+        if not self.relay:
+            return []
+        b = self.a.base_port
+        listeners = f"PLAINTEXT://127.0.0.1:{b},CONTROLLER://127.0.0.1:{b + 1},RELAY://127.0.0.1:{b + RELAY_LISTENER}"
+        advertised = f"PLAINTEXT://127.0.0.1:{b},RELAY://127.0.0.1:{b + RELAY_OFFSET}"
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT"
+        props = {
+            "listeners": listeners,
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": protocols,
+        }
+        return [x for k, v in props.items() for x in ("--property", f"{k}={v}")]
 
     def stop_cluster(self) -> None:
         if self.own_cluster and self.cluster_dir is not None:
@@ -622,6 +645,8 @@ class Bench:
         return [(int(n["node_id"]), n["host"], int(n["port"])) for n in self.cluster["nodes"] if "broker" in n["roles"]]
 
     def start_proxy(self, variant: str) -> None:
+        if variant == RELAY:
+            return self._start_proxy(variant, self.a.base_port + RELAY_OFFSET)
         for attempt in range(3):
             try:
                 return self._start_proxy(variant, self.free_port_block(variant))
@@ -665,6 +690,11 @@ class Bench:
             argv = kroxylicious_argv(self.kroxy_libs, path, opts)
             cwd = self.work
             bootstrap = f"127.0.0.1:{port}"
+        elif variant == RELAY:
+            argv = [str(self.py), str(Path(__file__).with_name("relay.py")), "--listen", f"127.0.0.1:{port}",
+                    "--target", f"127.0.0.1:{self.a.base_port + RELAY_LISTENER}"]  # fmt: skip
+            cwd, ready_line = self.checkout, "relay ready:"
+            bootstrap = f"127.0.0.1:{port}"
         elif variant == "kafka-proxy":
             argv = [str(self.kafka_proxy_bin), "server"]
             for node_id, host, bport in sorted(self.brokers()):
@@ -683,7 +713,9 @@ class Bench:
             raise AssertionError(variant)
         shown = [Path(x).name if x.startswith("/") and not x.endswith("/*") else x for x in argv]
         shown = [x if not x.endswith("/*") else "<libs>/*" for x in shown]
-        self.configs[variant] = "$ " + " ".join(shown) + "\n" + (path.read_text() if variant != "kafka-proxy" else "")
+        self.configs[variant] = (
+            "$ " + " ".join(shown) + "\n" + (path.read_text() if variant not in ("kafka-proxy", RELAY) else "")
+        )
         fh = log.open("ab")
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
         fh.close()
@@ -905,10 +937,13 @@ class Bench:
             ours = [i for i, v in enumerate(variants) if v.startswith("vcproxy")]
             at = ours[-1] + 1 if ours else len(variants)  # beside this checkout's
             variants[at:at] = BASELINE_VARIANTS
-        known = ALL_VARIANTS + (BASELINE_VARIANTS if self.baseline is not None else [])
+        known = ALL_VARIANTS + [RELAY] + (BASELINE_VARIANTS if self.baseline is not None else [])
         bad = [v for v in variants if v not in known]
         if bad:
             raise BenchError(f"unknown variants {bad}; known: {known} (vcproxy-base*: with --baseline)")
+        self.relay = RELAY in variants
+        if self.relay and (a.brokers != 1 or a.cluster_dir):
+            raise BenchError("the relay variant needs the bench's own cluster of one broker (its listener)")
         t_start = time.time()
         load_start = uptime_line()
         self.install(variants)

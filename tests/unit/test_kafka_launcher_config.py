@@ -491,3 +491,30 @@ def test_cli_notes_which_start_options_were_given():
     assert getattr(args, "given", set()) == set() and args.base_port == 19092  # the default, for a fresh start
     args = parser.parse_args(["kafka", "start", "--dir", "d", "--keep-data", "--base-port", "29092", "--heap", "1g"])
     assert args.given == {"base_port", "heap"} and (args.base_port, args.heap) == (29092, "1g")
+
+
+def test_cli_properties_are_key_value_pairs(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["kafka", "start", "--dir", "d", "--property", "a.b=1", "--property", "l=X://h:1,Y=2"])
+    assert args.property == [("a.b", "1"), ("l", "X://h:1,Y=2")]  # the first "=" splits
+    assert parser.parse_args(["kafka", "start", "--dir", "d"]).property == []
+    for bad in ("novalue", "=1", " a=1"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["kafka", "start", "--dir", "d", "--property", bad])
+        assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_cli_properties_are_refused_on_a_kept_cluster(capsys, tmp_path):
+    """A restart keeps the recorded properties: one given with --keep-data would be silently dropped."""
+    node_dir = tmp_path / "n1"
+    (node_dir / "data").mkdir(parents=True)
+    (node_dir / "data" / "meta.properties").write_text("cluster.id=x\nnode.id=1\n")
+    node = {"node_id": 1, "dir": str(node_dir), "rack": None, "pid": None}
+    state = {"dir": str(tmp_path), "version": dist.DEFAULT_KAFKA_VERSION, "cluster_id": "x", "base_port": 19092,
+             "heap": "512m", "sasl": None, "nodes": [node]}  # fmt: skip
+    (tmp_path / "cluster.json").write_text(json.dumps(state))
+    assert cli.main(["kafka", "start", "--dir", str(tmp_path), "--keep-data", "--property", "a=1"]) == 2
+    assert "--property applies to a fresh cluster" in capsys.readouterr().err

@@ -56,6 +56,13 @@ def _racks(text: str) -> list[str]:
     return racks
 
 
+def _property(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip() or key != key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a broker property), got {text!r}")
+    return key, value
+
+
 class _Given(argparse.Action):
     """Store the value and note that it was given: a restart keeps the recorded base port, version and
     heap unless told otherwise, where a fresh start takes the defaults."""
@@ -68,6 +75,8 @@ class _Given(argparse.Action):
 def _cmd_start(args: argparse.Namespace) -> int:
     _progress_to_stderr()
     if args.keep_data and has_cluster(args.dir):
+        if args.property:
+            raise KafkaLauncherError("--property applies to a fresh cluster; --keep-data keeps the recorded ones")
         given = getattr(args, "given", set())
         info = restart_cluster(
             args.dir,
@@ -86,6 +95,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
             heap=args.heap,
             sasl=args.sasl,
             timeout=args.timeout,
+            extra_properties=dict(args.property),
         )
     print(f"kafka: cluster {info.cluster_id} (Kafka {info.version}) running; state in {info.dir}", file=sys.stderr)
     if info.sasl_bootstrap:
@@ -164,6 +174,14 @@ def register(subparsers: Any) -> None:
     )
     start.add_argument("--sasl", action="store_true", help="add a SASL_PLAINTEXT listener (port+2) with test users")
     start.add_argument("--timeout", type=float, default=120, help="seconds to wait for the cluster to serve")
+    start.add_argument(
+        "--property",
+        type=_property,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker property over the launcher's, on every node (repeatable; e.g. a bench's extra listener)",
+    )
     start.add_argument(
         "--keep-data",
         action="store_true",
