@@ -56,11 +56,12 @@ def address(text: str) -> tuple[str, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--listen", type=address, required=True, help="HOST:PORT the relay serves")
+    ap.add_argument("--listen", type=address, required=True, help="HOST:PORT the relay serves (port 0: any free one)")
     ap.add_argument("--target", type=address, required=True, help="HOST:PORT each connection is relayed to")
     args = ap.parse_args()
     with socket.create_server(args.listen, reuse_port=False) as server:
-        print(f"relay ready: {args.listen[0]}:{args.listen[1]} -> {args.target[0]}:{args.target[1]}", flush=True)
+        host, port = server.getsockname()[:2]  # port 0: one the kernel chose
+        print(f"relay ready: {host}:{port} -> {args.target[0]}:{args.target[1]}", flush=True)
         while True:
             client, _ = server.accept()
             threading.Thread(target=serve, args=(client, args.target), daemon=True).start()
