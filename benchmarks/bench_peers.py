@@ -1047,6 +1047,23 @@ def rng(xs: list[float], nd: int = 2) -> str:
     return f"{statistics.median(xs):.{nd}f} ({min(xs):.{nd}f}–{max(xs):.{nd}f})"
 
 
+def against_relay(variants: list[str], ratios: Any, per_gb: Any) -> list[str]:
+    """Each system against the relay, per round: what a proxy adds to, or takes from, one hop that does nothing (on a
+    small machine the hop's own cost is most of any proxy's gap to direct)."""
+    out = ["### Against the relay (one hop that does nothing)", ""]
+    out.append("| system | producer ÷ relay (per round) | consumer ÷ relay (per round) | CPU/GB produced ÷ relay's "
+               "| CPU/GB consumed ÷ relay's |")  # fmt: skip
+    out.append("|---|---|---|---|---|")
+    for v in variants:
+        cpu = []
+        for w in "ab":
+            mine, hop = med(per_gb(v, w)), med(per_gb(RELAY, w))
+            cpu.append(fmt(mine / hop, 2) if mine and hop else "–")
+        a, b = rng(ratios(v, "a", "mb_s", RELAY)), rng(ratios(v, "b", "mb_s", RELAY))
+        out.append(f"| {v} | {a} | {b} | {cpu[0]} | {cpu[1]} |")
+    return [*out, ""]
+
+
 def report(res: dict[str, Any]) -> str:
     rows, variants = res["rows"], res["variants"]
     ok = [r for r in rows if "error" not in r]
@@ -1059,10 +1076,10 @@ def report(res: dict[str, Any]) -> str:
             if r["variant"] == v and r["workload"] == w and key in r and (rnd is None or r["round"] == rnd)
         ]
 
-    def ratios(v: str, w: str, key: str) -> list[float]:
+    def ratios(v: str, w: str, key: str, against: str = "direct") -> list[float]:
         out = []
         for rnd in rounds:
-            x, d = val(v, w, key, rnd), val("direct", w, key, rnd)
+            x, d = val(v, w, key, rnd), val(against, w, key, rnd)
             if x and d and d[0]:
                 out.append(x[0] / d[0])
         return out
@@ -1134,6 +1151,8 @@ def report(res: dict[str, Any]) -> str:
             f"{fmt(d50, 0)} / {fmt(d99, 0)} / {fmt(d999, 0)} | {d99r} |"
         )
     L.append("")
+    if RELAY in variants:
+        L += against_relay([v for v in variants if v not in ("direct", RELAY)], ratios, per_gb)
     q = QUIET_CORES
     L.append(
         f"Quiet runs only: the same medians over the runs during which other work on the machine took under {q} "
