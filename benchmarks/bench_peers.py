@@ -68,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1047,7 +1048,11 @@ def rng(xs: list[float], nd: int = 2) -> str:
     return f"{statistics.median(xs):.{nd}f} ({min(xs):.{nd}f}–{max(xs):.{nd}f})"
 
 
-def against_relay(variants: list[str], ratios: Any, per_gb: Any) -> list[str]:
+def against_relay(
+    variants: list[str],
+    ratios: Callable[[str, str, str, str], list[float]],
+    per_gb: Callable[[str, str], list[float]],
+) -> list[str]:
     """Each system against the relay, per round: what a proxy adds to, or takes from, one hop that does nothing (on a
     small machine the hop's own cost is most of any proxy's gap to direct)."""
     out = ["### Against the relay (one hop that does nothing)", ""]
