@@ -47,6 +47,11 @@ Environment: CHECKOUT (vcproxy checkout with .venv; default: the current directo
 KROXYLICIOUS_VERSION (0.21.0: the newest that runs on Java 17), KAFKA_PROXY_VERSION (v0.4.3),
 KROXYLICIOUS_SRC, KAFKA_PROXY_SRC, KROXYLICIOUS_JAVA_OPTS (extra JVM flags for Kroxylicious).
 
+Pinning (--pin KAFKA/PROXY, taskset CPU lists such as 0/1): the broker's threads and every client tool run on the
+first CPUs, every proxy and the relay on the second, in every variant alike (direct's broker and tools too). On a
+machine of two cores that gives each hop a core of its own: what it costs in latency, not in CPU taken from the
+broker and the clients (docs/performance.md, "Throughput with the proxy on its own core").
+
 Exit status: 0 when the bench completed (even with some runs failed: they are reported), 1 when it could
 not run at all, 130 when interrupted. Everything it started is stopped by PID.
 """
@@ -395,6 +400,40 @@ class Proc:
         return None
 
 
+def parse_pin(text: str) -> tuple[list[int], list[int]]:
+    """`--pin KAFKA/PROXY`: two taskset CPU lists (`0`, `0-3`, `0,2`), each of CPUs this process may use."""
+    allowed = os.sched_getaffinity(0)
+
+    def cpus(part: str) -> list[int]:
+        out: set[int] = set()
+        for item in part.split(","):
+            lo, dash, hi = item.partition("-")
+            if not lo.isdigit() or (dash and not hi.isdigit()):
+                raise BenchError(f"--pin {text!r}: {item!r} is not a CPU or a range of CPUs")
+            out |= set(range(int(lo), int(hi or lo) + 1))
+        if not out or not out <= allowed:
+            raise BenchError(f"--pin {text!r}: CPUs {sorted(out)} are not among this machine's {sorted(allowed)}")
+        return sorted(out)
+
+    kafka, sep, proxy = text.partition("/")
+    if not sep:
+        raise BenchError(f"--pin {text!r}: expected KAFKA/PROXY, e.g. 0/1")
+    return cpus(kafka), cpus(proxy)
+
+
+def taskset(cpus: list[int]) -> list[str]:
+    return ["taskset", "-c", ",".join(map(str, cpus))]
+
+
+def pin_threads(pid: int, cpus: list[int]) -> None:
+    """Every thread of a running process onto `cpus` (threads made later inherit their maker's); twice, for
+    threads started while the first pass ran."""
+    for _ in range(2):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(tid), cpus)
+
+
 def settle() -> float:
     """Writes out the page cache's dirty pages before a run (--settle), and returns how long that took: a gigabyte
     produced stays dirty for the kernel's 30 s (vm.dirty_expire_centisecs), so without it the next run, whichever
@@ -490,6 +529,7 @@ class Bench:
             raise BenchError(f"{self.checkout} has no .venv/bin/python (set CHECKOUT to a vcproxy checkout)")
         self.baseline = Path(args.baseline).resolve() if args.baseline else None
         self.relay = False  # the relay variant asked for (main): the broker gets its listener
+        self.pin = parse_pin(args.pin) if args.pin else None  # (Kafka's and the tools' CPUs, the proxies')
         if self.baseline is not None and not (self.baseline / "proxy").is_dir():
             raise BenchError(f"--baseline {self.baseline}: not a vcproxy checkout (no proxy/)")
         self.work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
@@ -564,6 +604,10 @@ class Bench:
         self.cluster = json.loads((self.cluster_dir / "cluster.json").read_text())
         self.bootstraps["direct"] = self.cluster["bootstrap"]
         self.broker_probes = [Proc(int(n["pid"])) for n in self.cluster["nodes"] if n.get("pid")]
+        if self.pin is not None:
+            for n in self.cluster["nodes"]:
+                if n.get("pid"):
+                    pin_threads(int(n["pid"]), self.pin[0])
         self.versions["kafka"] = self.cluster.get("version", "?")
 
     def relay_properties(self) -> list[str]:
@@ -717,6 +761,8 @@ class Bench:
         self.configs[variant] = (
             "$ " + " ".join(shown) + "\n" + (path.read_text() if variant not in ("kafka-proxy", RELAY) else "")
         )
+        if self.pin is not None:
+            argv = [*taskset(self.pin[1]), *argv]
         fh = log.open("ab")
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
         fh.close()
@@ -767,7 +813,7 @@ class Bench:
     # -- tools --------------------------------------------------------------------------------------
 
     def tool(self, label: str, name: str, args: list[str], timeout: float = TOOL_TIMEOUT) -> str:
-        argv = [*self.tool_prefix[name], *args]
+        argv = [*(taskset(self.pin[0]) if self.pin is not None else []), *self.tool_prefix[name], *args]
         t0 = time.monotonic()
         try:
             p = run(argv, timeout=timeout)
@@ -1133,6 +1179,13 @@ def report(res: dict[str, Any]) -> str:
         f"(+1 s warm-up excluded). Ratios: per round against direct in the same round; median (min–max) over rounds."
     )
     L.append("")
+    if o.get("pin"):
+        kafka, proxy = o["pin"].split("/")
+        L.append(
+            f"Pinned (`--pin {o['pin']}`): the broker and every client tool on CPUs {kafka}, every proxy and the relay "
+            f"on CPUs {proxy}, in every variant (direct's broker and tools too)."
+        )
+        L.append("")
     L.append("### Throughput and latency vs direct")
     L.append("")
     L.append(
@@ -1323,11 +1376,18 @@ def main() -> int:
     p.add_argument("--json", type=Path, help="also write the raw results as JSON here")
     p.add_argument("--settle", action="store_true", help="write the page cache out (sync) before every run")
     p.add_argument("--report", type=Path, help="also write the markdown report here")
+    p.add_argument("--pin", metavar="KAFKA/PROXY",
+                   help="CPU lists (taskset's) for the broker and the client tools, and for every proxy: e.g. 0/1")  # fmt: skip
     a = p.parse_args()
     if a.quick:
         a.rounds, a.records, a.latency_seconds, a.rdkafka_requests = 1, 20_000, 3, 300
     if not a.workloads or set(a.workloads) - set("abcde") or ("b" in a.workloads and "a" not in a.workloads):
         p.error(f"--workloads {a.workloads!r}: letters of abcde, with a wherever b (b reads what a wrote)")
+    if a.pin:
+        try:
+            parse_pin(a.pin)
+        except BenchError as exc:
+            p.error(str(exc))
     ports = [a.proxy_port_base + 100 * i for i in range(len(ALL_VARIANTS))]
     if min(ports) < 1024 or max(ports) + 99 > 65535:
         p.error("ports out of range")
