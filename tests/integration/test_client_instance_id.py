@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import json
 import time
 import types
 import typing
@@ -30,6 +29,7 @@ from proxy.protocol.framing import frame
 from proxy.protocol.headers import encode_request_header, response_body_offset
 from vcproxy_tools.process import ProxyProcess
 
+from ..jsonl import complete_records
 from .ports import free_port_block
 from .rawclient import RawClient
 from .tenants import tenancy_config
@@ -397,15 +397,13 @@ def _spans(directory: Path, wanted, complete, timeout: float = 120) -> list[dict
     deadline = time.monotonic() + timeout
     while True:
         found = []
-        for path in sorted(directory.glob("*.jsonl*")):
-            for line in path.read_text().splitlines():
-                data = json.loads(line)
-                for rs in data.get("resourceSpans", [data] if "scopeSpans" in data else []):
-                    for ss in rs.get("scopeSpans", []):
-                        for span in ss.get("spans", []):
-                            attrs = {a["key"]: _value(a["value"]) for a in span.get("attributes", [])}
-                            if wanted(attrs):
-                                found.append(attrs)
+        for data in complete_records(directory):
+            for rs in data.get("resourceSpans", [data] if "scopeSpans" in data else []):
+                for ss in rs.get("scopeSpans", []):
+                    for span in ss.get("spans", []):
+                        attrs = {a["key"]: _value(a["value"]) for a in span.get("attributes", [])}
+                        if wanted(attrs):
+                            found.append(attrs)
         if complete(found) or time.monotonic() > deadline:
             return found
         time.sleep(0.5)

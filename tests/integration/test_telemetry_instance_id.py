@@ -6,7 +6,6 @@ the same id in the proxy's spans."""
 from __future__ import annotations
 
 import base64
-import json
 import re
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from vcproxy_tools.kafka.cluster import ClusterInfo, start_cluster, stop_cluster
 from vcproxy_tools.kafka.dist import ensure_dist, java_executable
 from vcproxy_tools.process import ProxyProcess, proxy_config
 
+from ..jsonl import complete_records
 from .ports import free_kafka_base_port, free_port_block
 from .rawclient import RawClient
 from .tool_jvm import run_tool
@@ -90,15 +90,14 @@ def pushed_ids(cluster: ClusterInfo) -> set[uuid.UUID]:
 def span_ids(directory: Path) -> dict[str, set[str]]:
     """source -> instance ids, over every request span exported so far."""
     out: dict[str, set[str]] = {}
-    for path in directory.glob("*.jsonl*"):
-        for line in path.read_text().splitlines():
-            for rs in json.loads(line).get("resourceSpans", []):
-                for ss in rs.get("scopeSpans", []):
-                    for span in ss.get("spans", []):
-                        attrs: dict[str, Any] = {a["key"]: a["value"].get("stringValue") for a in span["attributes"]}
-                        source = attrs.get("vcproxy.client_instance_id.source")
-                        if source is not None and "vcproxy.api.name" in attrs:
-                            out.setdefault(source, set()).add(attrs["vcproxy.client_instance_id"])
+    for data in complete_records(directory):
+        for rs in data.get("resourceSpans", []):
+            for ss in rs.get("scopeSpans", []):
+                for span in ss.get("spans", []):
+                    attrs: dict[str, Any] = {a["key"]: a["value"].get("stringValue") for a in span["attributes"]}
+                    source = attrs.get("vcproxy.client_instance_id.source")
+                    if source is not None and "vcproxy.api.name" in attrs:
+                        out.setdefault(source, set()).add(attrs["vcproxy.client_instance_id"])
     return out
 
 
