@@ -332,9 +332,21 @@ class LimitsConfig(_Strict):
     connection_failed_authentication_delay_ms: int = Field(100, ge=0)
     """Kafka's connection.failed.authentication.delay.ms: a failed login is answered after this delay."""
     max_failed_authentications: int = Field(60, ge=1)
-    """Failed logins per client address, and PLAIN password checks failed per user, allowed in
-    `failed_authentication_window_seconds`; beyond it logins fail at once without checking (docs/security.md)."""
+    """Failed logins per client address allowed in `failed_authentication_window_seconds`; beyond it, failures
+    from the address are answered ten times later (docs/security.md#failed-logins)."""
+    max_failed_authentications_per_user: int | None = Field(None, ge=1)
+    """Failed logins per user name (from any address) in the window; beyond it, that user's password checks
+    are paced to this many per window. Default: `max_failed_authentications`."""
+    max_failed_authentications_per_ip_and_user: int | None = Field(None, ge=1)
+    """Failed logins per (client address, user name) in the window; beyond it, that pair's password checks
+    are paced to this many per window. Default: 10, or `max_failed_authentications` if smaller."""
     failed_authentication_window_seconds: float = Field(60.0, gt=0)
+    failed_authentication_log_interval_ms: int = Field(10_000, ge=0)
+    """Failed logins are logged once per (client address, user name) per interval, with a count."""
+    num_password_check_threads: int = Field(1, ge=1, le=64)
+    """Threads per process for PLAIN password checks (a key derivation each); more checks wait their turn."""
+    max_password_checks_per_ip: int = Field(1, ge=1)
+    """Of those, how many one client address may use at once (its fair share); the rest waits, in turn."""
 
 
 class LoggingConfig(_Strict):

@@ -10,11 +10,16 @@ from typing import Any
 
 @dataclass(slots=True)
 class PasswordCheck:
-    """Work too slow for the event loop (a PLAIN key derivation): the shell runs `run` in a worker thread,
-    then `finish` with its result on the loop, which gives the reply."""
+    """Work too slow for the event loop (a PLAIN key derivation): the shell waits `wait` seconds (a spent
+    failed-login budget paces the login, proxy/auth/guard.py), runs `run` in a worker thread when `cpu` (in
+    its turn among the checks from address `key`, proxy/auth/check_queue.py; else on the loop), then `finish`
+    with its result on the loop, which gives the reply."""
 
     run: Callable[[], bool]
     finish: Callable[[bool], Any]
+    key: str = ""
+    wait: float = 0.0
+    cpu: bool = True
 
 
 @dataclass(slots=True)

@@ -29,9 +29,10 @@ read the same way and must name the same user, and an OAUTHBEARER exchange takes
 
 A PLAIN password check runs a key derivation, milliseconds of CPU: the server hands it to the shell
 as a ``PasswordCheck`` to run off the event loop, then finishes the login with the result. Failed
-logins count against the client address, failed PLAIN checks also against the user, in a
-``LoginGuard`` shared by the proxy (docs/security.md): beyond the budget, PLAIN passwords not
-verified before fail without a derivation, and every failure from that address is answered slowly.
+logins count against the client address, the user and both together, in a
+``LoginGuard`` shared by the proxy (docs/security.md): beyond a budget the login is paced or answered
+slowly, never refused while its check can be queued. Failed logins are logged once per address and user
+per interval, with how many failures and checks the line stands for.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from ..protocol.headers import RequestHeader
 from ..quoting import bare, shown
 from . import SASL_MECHANISMS, SCRAM_MECHANISMS
 from .credentials import DEFAULT_ITERATIONS, CredentialStore, ScramCredential
-from .guard import LoginGuard
+from .guard import LoginGuard, Verdict, pair_key
 from .replies import PasswordCheck, SaslReply
 from .sasl_messages import PRINCIPAL_CLAIM, Login, Refused, read_login, read_plain, read_scram_first
 
@@ -295,20 +296,18 @@ class SaslServer:
             raise ProtocolViolation("internal: a relayed answer on a login the proxy terminates")
         if error:
             self._state = _State.FAILED
-            slow = False
-            if self.guard is not None:
-                now = self.clock()
-                slow = self.guard.by_address.exhausted(self.address, now)
-                self.guard.by_address.record(self.address, now)
             user = self._relayed_user
-            log.warning(
-                "%s: authentication failed for %s with %s: refused by the broker: %s%s",
-                self.name,
-                "unknown user" if user is None else f"user {shown(user)}",
-                self.mechanism,
-                _err(error),
-                f": {message}" if message else "",
-            )
+            slow, summary = self._count_failure(user, True)
+            if summary is not None:
+                log.warning(
+                    "%s: authentication failed for %s with %s: refused by the broker: %s%s%s",
+                    self.name,
+                    "unknown user" if user is None else f"user {shown(user)}",
+                    self.mechanism,
+                    _err(error),
+                    f": {message}" if message else "",
+                    summary,
+                )
             return True, slow
         self._relay_rounds += 1
         if not _relay_finished(self.mechanism, self._relay_rounds, token):
@@ -332,18 +331,31 @@ class SaslServer:
         credential = self.store.plain_credential(username)
         if self.store.verified_before(username, password):
             return self._succeeded(version, username, b"", credential)
-        if self.guard is not None and (spent := self.guard.spent(self.address, username, self.clock())):
-            return self._denied(version, username, _TOO_MANY, detail=f"budget of {spent} spent", count=False)
+        verdict = self._pace(username)
+        if verdict.refuse:
+            return self._queued_too_far(version, username, verdict)
 
         def finish(ok: bool) -> SaslReply:
+            if self.guard is not None:
+                self.guard.log.checked(pair_key(self.address, username))
             if not ok:
-                if self.guard is not None:
-                    self.guard.by_user.record(username, self.clock())
                 return self._denied(version, username, _invalid_credentials("PLAIN"))
             self.store.remember_verified(username, password, credential)
             return self._succeeded(version, username, b"", credential)
 
-        return SaslReply(b"", check=PasswordCheck(lambda: self.store.check_plain(credential, password), finish))
+        check = PasswordCheck(
+            lambda: self.store.check_plain(credential, password), finish, key=self.address, wait=verdict.wait
+        )
+        return SaslReply(b"", check=check)
+
+    def _pace(self, username: str) -> Verdict:
+        """When the check of a login of `username` may run (proxy/auth/guard.py: a spent budget paces it)."""
+        return Verdict() if self.guard is None else self.guard.before_check(self.address, username, self.clock())
+
+    def _queued_too_far(self, version: int, username: str, verdict: Verdict) -> SaslReply:
+        assert self.guard is not None
+        detail = f"budget of {verdict.spent} spent, its checks queued {self.guard.horizon:g} s ahead"
+        return self._denied(version, username, _TOO_MANY, detail=detail, count=False)
 
     def _scram_step(self, version: int, token: bytes) -> SaslReply:
         assert self.mechanism in SCRAM_MECHANISMS
@@ -390,10 +402,19 @@ class SaslServer:
         try:
             self._scram = ScramMechanism(mechanism).make_server(lookup)
             self._scram.set_client_first(message)
-            first = self._scram.get_server_first()
+            server_first = self._scram.get_server_first()
         except ScramException as exc:
             return self._denied(version, self._scram_user, _invalid_credentials(mechanism), detail=str(exc))
-        return SaslReply(_authenticate_body(version, ErrorCode.none, None, first.encode("utf-8")))
+        reply = SaslReply(_authenticate_body(version, ErrorCode.none, None, server_first.encode("utf-8")))
+        # A proof costs two HMACs, checked on the loop; a spent budget paces the exchange all the same, so
+        # guessing over SCRAM is no faster than over PLAIN.
+        verdict = self._pace(first.username)
+        if verdict.refuse:
+            return self._queued_too_far(version, first.username, verdict)
+        if verdict.wait > 0:
+            check = PasswordCheck(lambda: True, lambda _ok: reply, key=self.address, wait=verdict.wait, cpu=False)
+            return SaslReply(b"", check=check)
+        return reply
 
     # -- outcomes -------------------------------------------------------------------------------
 
@@ -420,25 +441,35 @@ class SaslServer:
     ) -> SaslReply:
         self._state = _State.FAILED
         self._scram = None
-        slow = False
-        if self.guard is not None:
-            now = self.clock()
-            slow = self.guard.by_address.exhausted(self.address, now)
-            if count:
-                self.guard.by_address.record(self.address, now)
-        who = "unknown user" if username is None else f"user {shown(username)}"
-        # The client gets Kafka's generic message; the log keeps the reason (scramp's, if any) for operators.
-        log.log(
-            logging.WARNING if count else logging.INFO,
-            "%s: authentication failed for %s with %s: %s%s",
-            self.name,
-            who,
-            self.mechanism,
-            message,
-            f" ({detail})" if detail else "",
-        )
+        slow, summary = self._count_failure(username, count)
+        if summary is not None:
+            who = "unknown user" if username is None else f"user {shown(username)}"
+            # The client gets Kafka's generic message; the log keeps the reason (scramp's, if any) for operators.
+            log.log(
+                logging.WARNING if count else logging.INFO,
+                "%s: authentication failed for %s with %s: %s%s%s",
+                self.name,
+                who,
+                self.mechanism,
+                message,
+                f" ({detail})" if detail else "",
+                summary,
+            )
         body = _authenticate_body(version, ErrorCode.sasl_authentication_failed, message)
         return SaslReply(body, close=True, slow=slow)
+
+    def _count_failure(self, username: str | None, count: bool) -> tuple[bool, str | None]:
+        """Count a failed login in the guard's budgets (unless `count` is False: refused without a check);
+        whether to answer it slowly, and the log line's summary (None: this key was logged lately)."""
+        if self.guard is None:
+            return False, ""
+        now = self.clock()
+        if count:
+            slow = self.guard.failed(self.address, username, now)
+        else:
+            slow = self.guard.spent(self.address, username, now) is not None
+        summary = self.guard.log.failed(pair_key(self.address, username or ""), now)
+        return slow, None if summary is None else f" [{summary} for this address and user]"
 
     def _fail(self, why: str) -> None:
         self._state = _State.FAILED

@@ -37,8 +37,10 @@ from . import allowances
 from .forwarder import Forwarder, ForwarderLimits, Outcome
 from .frames import FrameReader, FrameWriter
 from .native_tls import NativeTlsStream
+from .password_checks import PasswordChecks
 
 if TYPE_CHECKING:
+    from ..auth.replies import PasswordCheck
     from ..core.exchange import Exchange
     from ..observability.tracing import ConnectionTelemetry
 
@@ -50,9 +52,10 @@ StateWriter = Callable[[list[Any]], Awaitable[None]]
 StateDecider = Callable[[Callable[[], tuple[bytes, list[Any]]]], Awaitable[tuple[bytes, list[Any]]]]
 UpstreamConnector = Callable[[bool], Awaitable[trio.abc.Stream]]  # login: with the proxy's own SASL login
 
-# Password checks (PLAIN key derivations) share one worker thread per proxy: a flood of guesses costs at
-# most one core and queues behind itself, never the event loop.
-PASSWORD_CHECKS = trio.CapacityLimiter(1)
+# Password checks (PLAIN key derivations) share `num_password_check_threads` worker threads per process, each
+# address its fair share of them: a flood of guesses costs at most those cores and queues behind itself,
+# never the event loop nor the other addresses' logins (proxy/net/password_checks.py).
+PASSWORD_CHECKS = PasswordChecks()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,8 @@ class ConnectionLimits:
     idle_timeout: float = 600.0
     max_in_flight: int = 100
     failed_authentication_delay: float = 0.1
+    password_check_threads: int = 1
+    password_checks_per_ip: int = 1
 
     @classmethod
     def from_config(cls, limits: Any) -> ConnectionLimits:
@@ -79,6 +84,8 @@ class ConnectionLimits:
             idle_timeout=limits.connections_max_idle_ms / 1000,
             max_in_flight=limits.max_in_flight_requests_per_connection,
             failed_authentication_delay=limits.connection_failed_authentication_delay_ms / 1000,
+            password_check_threads=limits.num_password_check_threads,
+            password_checks_per_ip=limits.max_password_checks_per_ip,
         )
 
 
@@ -548,7 +555,7 @@ class ClientConnection:
                         result = await decision.work()
                     else:
                         assert decision.check is not None
-                        result = await trio.to_thread.run_sync(decision.check.run, limiter=PASSWORD_CHECKS)
+                        result = await self._password_check(decision.check)
                     decision = decision.resume(result)
                 if decision.delay > 0:  # a stage holds the request back (quotas)
                     await trio.sleep(decision.delay)
@@ -596,6 +603,16 @@ class ClientConnection:
         if self._reading and not session.in_flight:  # the response pump waits on the broker for nothing
             connection_scope.cancel()
         self._wake()
+
+    async def _password_check(self, check: PasswordCheck) -> bool:
+        """A login's password check: after the wait a spent failed-login budget sets (the connection waits,
+        within its login deadline), in its address's turn on the check threads."""
+        if check.wait > 0:
+            await trio.sleep(check.wait)
+        if not check.cpu:
+            return check.run()
+        PASSWORD_CHECKS.resize(self.limits.password_check_threads, self.limits.password_checks_per_ip)
+        return await PASSWORD_CHECKS.run(check.key, check.run)
 
     async def _answer_local(self, local: Exchange, connection_scope: trio.CancelScope) -> bool:
         """Send a request's local answer (the oldest outstanding, dequeued); True if the connection closes."""

@@ -91,9 +91,7 @@ class ProxyServer:
         self.admission = ConnectionLimiter(
             limits.max_connections, limits.max_connections_per_ip, limits.max_connection_creation_rate
         )
-        self.login_guard = LoginGuard.create(
-            limits.max_failed_authentications, limits.failed_authentication_window_seconds
-        )
+        self.login_guard = LoginGuard.from_config(limits)
         # Each broker's ApiVersions answers, for clients that have not logged in (no broker connection for them).
         self.upstream_versions: dict[int | None, apiversions.UpstreamVersions] = {}
         # Principal -> holds the right on kafka-cluster (writes VC caps, the VC default, global quota levels):

@@ -65,7 +65,7 @@ class WorkerLink:
         REGEXES.tell = lambda told: self.send({"regex": told})
         REGEXES.share = 1 / self.count
         if self.guard is not None:
-            self.guard.share(lambda told: self.send({"login": told}))
+            self.guard.share(lambda told: self.send({"login": told}), self.count)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write)
             nursery.start_soon(self._read_control)
@@ -120,7 +120,7 @@ class WorkerLink:
         elif "regex" in message:
             REGEXES.learn(message["regex"])
         elif "login" in message and self.guard is not None:
-            self.guard.learn(message["login"])
+            self.guard.learn(message["login"], trio.current_time())  # the SASL servers' clock
         elif "quota" in message and self.fleet is not None and self._image is not None:
             value = message["quota"]
             meters = self._image().quotas.meters

@@ -63,8 +63,8 @@ def test_failure_budget_slides_and_stays_bounded():
     assert len(budget._failures) <= 4
 
 
-def _ask(server: SaslServer, api_key: int, **fields) -> tuple[object, bool, bool]:
-    """(response, close, ran_a_password_check)."""
+def _ask(server: SaslServer, api_key: int, **fields) -> tuple[object, bool, bool, float]:
+    """(response, close, ran a password check, seconds the check waited first)."""
     frame = request_frame(
         api_key,
         2 if api_key == AUTHENTICATE else 1,
@@ -74,11 +74,12 @@ def _ask(server: SaslServer, api_key: int, **fields) -> tuple[object, bool, bool
     version = 2 if api_key == AUTHENTICATE else 1
     header = parse_request_header(frame, api_info(api_key).request_header_version(version))
     reply = server.on_sasl_request(api_key, version, memoryview(frame), header)
-    checked = reply.check is not None
+    checked = reply.check is not None and reply.check.cpu
+    wait = 0.0 if reply.check is None else reply.check.wait
     if reply.check is not None:
         reply = reply.check.finish(reply.check.run())
     body, _ = codec.decode(response_type(api_key, version), reply.body)
-    return body, reply.close, checked
+    return body, reply.close, checked, wait
 
 
 class Proxy:
@@ -89,38 +90,47 @@ class Proxy:
         self.guard = LoginGuard.create(limit=limit, window=60)
 
 
-def _plain(proxy: Proxy, clock: Clock, address: str, user: str, password: str) -> tuple[object, bool]:
+def _plain(proxy: Proxy, clock: Clock, address: str, user: str, password: str) -> tuple[object, float, bool]:
+    """(response, seconds the check waits, whether a password check ran)."""
     server = SaslServer(proxy.store, ["PLAIN"], guard=proxy.guard, address=address, clock=clock)
     _ask(server, HANDSHAKE, mechanism="PLAIN")
-    body, _, checked = _ask(server, AUTHENTICATE, auth_bytes=f"\0{user}\0{password}".encode())
-    return body, checked
+    body, _, checked, wait = _ask(server, AUTHENTICATE, auth_bytes=f"\0{user}\0{password}".encode())
+    return body, wait, checked
 
 
-def test_an_address_that_keeps_failing_is_refused_without_a_password_check():
+def test_a_spent_address_and_user_is_paced_and_the_next_user_from_that_address_is_not():
     clock, proxy = Clock(), Proxy(3)
     for _ in range(3):
-        body, checked = _plain(proxy, clock, "10.0.0.9", "alice", "guess")
-        assert body.error_code == ErrorCode.sasl_authentication_failed and checked
-    body, checked = _plain(proxy, clock, "10.0.0.9", "alice", "alice-secret")
-    assert body.error_code == ErrorCode.sasl_authentication_failed and not checked
-    assert "too many failed authentications" in body.error_message
-    body, checked = _plain(proxy, clock, "10.0.0.10", "nobody", "x")  # other addresses are not affected
-    assert checked
+        body, wait, checked = _plain(proxy, clock, "10.0.0.9", "alice", "guess")
+        assert body.error_code == ErrorCode.sasl_authentication_failed and checked and wait == 0
+    # Every budget of 10.0.0.9 and alice is spent: alice's checks from there are paced, one per 60/3 s.
+    body, wait, checked = _plain(proxy, clock, "10.0.0.9", "alice", "alice-secret")
+    assert body.error_code == ErrorCode.none and checked and wait == 0  # the first paced slot is free
+    body, wait, checked = _plain(proxy, clock, "10.0.0.9", "alice", "guess")  # the next is 20 s ahead:
+    assert not checked and "too many failed authentications" in body.error_message  # beyond the horizon
+    clock.now += 16  # 4 s before the next slot: queued, not refused
+    body, wait, checked = _plain(proxy, clock, "10.0.0.9", "alice", "guess again")
+    assert body.error_code == ErrorCode.sasl_authentication_failed and checked and wait == pytest.approx(4)
+    # bob from the spent address: his right password is checked at once (and so is a wrong one)
+    proxy.store = CredentialStore.from_mapping({"alice": ENTRY, "bob": ENTRY})
+    body, wait, checked = _plain(proxy, clock, "10.0.0.9", "bob", "alice-secret")
+    assert body.error_code == ErrorCode.none and checked and wait == 0
     clock.now += 61
-    body, _ = _plain(proxy, clock, "10.0.0.9", "alice", "alice-secret")
-    assert body.error_code == ErrorCode.none
+    assert proxy.guard.spent("10.0.0.9", "alice", clock()) is None
 
 
 def test_guessing_a_users_password_does_not_lock_out_a_client_that_knows_it():
     clock, proxy = Clock(), Proxy(3)
-    body, checked = _plain(proxy, clock, "10.0.0.1", "alice", "alice-secret")
+    body, _, checked = _plain(proxy, clock, "10.0.0.1", "alice", "alice-secret")
     assert body.error_code == ErrorCode.none and checked
-    for i in range(6):  # guesses for alice from many addresses spend alice's check budget
+    for i in range(3):  # guesses for alice from many addresses spend alice's user budget
         _plain(proxy, clock, f"10.9.0.{i}", "alice", f"guess{i}")
-    body, checked = _plain(proxy, clock, "10.9.1.1", "alice", "another-guess")
-    assert body.error_code == ErrorCode.sasl_authentication_failed and not checked  # no derivation paid
-    body, checked = _plain(proxy, clock, "10.0.0.1", "alice", "alice-secret")
-    assert body.error_code == ErrorCode.none and not checked  # verified before: no derivation either
+    body, wait, checked = _plain(proxy, clock, "10.9.1.1", "alice", "another-guess")
+    assert checked and wait == 0  # paced: the first slot
+    body, wait, checked = _plain(proxy, clock, "10.9.1.2", "alice", "again")
+    assert body.error_code == ErrorCode.sasl_authentication_failed and not checked  # 20 s ahead: no derivation
+    body, _, checked = _plain(proxy, clock, "10.0.0.1", "alice", "alice-secret")
+    assert body.error_code == ErrorCode.none and not checked  # verified before: no derivation, no wait
 
 
 def test_scram_from_a_spent_address_is_still_checked_and_its_failures_are_answered_slowly():
@@ -140,11 +150,16 @@ def test_scram_from_a_spent_address_is_still_checked_and_its_failures_are_answer
     frame_server = SaslServer(proxy.store, ["SCRAM-SHA-512"], guard=proxy.guard, address="10.1.1.1", clock=clock)
     _ask(frame_server, HANDSHAKE, mechanism="SCRAM-SHA-512")
     version = 2
-    frame = request_frame(AUTHENTICATE, version, 3, request_type(AUTHENTICATE, version)(auth_bytes=b"n,,n=alice,r=x"))
+    # Another user from the spent address: not paced, but its failure is answered slowly.
+    frame = request_frame(AUTHENTICATE, version, 3, request_type(AUTHENTICATE, version)(auth_bytes=b"n,,n=bob,r=x"))
     header = parse_request_header(frame, api_info(AUTHENTICATE).request_header_version(version))
     first = frame_server.on_sasl_request(AUTHENTICATE, version, memoryview(frame), header)
     frame = request_frame(
         AUTHENTICATE, version, 4, request_type(AUTHENTICATE, version)(auth_bytes=b"c=biws,r=x,p=AAAA")
     )
     reply = frame_server.on_sasl_request(AUTHENTICATE, version, memoryview(frame), header)
-    assert first.slow is False and reply.close and reply.slow  # the failure is answered SLOW_DOWN times later
+    assert first.check is None and first.slow is False  # bob is not paced
+    assert reply.close and reply.slow  # the failure is answered SLOW_DOWN times later
+    # alice from there is paced: the first paced slot was the correct proof's, the next is 30 s ahead
+    body, _ = scram("wrong")
+    assert "too many failed authentications" in body.error_message

@@ -287,24 +287,28 @@ def test_failed_logins_count_for_the_instance():
     from proxy.auth.guard import LoginGuard
 
     here, there = LoginGuard.create(3, 60.0), LoginGuard.create(3, 60.0)
-    here.share(there.learn)
+    told: list[object] = []
+    here.share(told.append, workers=2)
     for _ in range(3):
-        here.by_address.record("10.0.0.1", 100.0)
-    here.by_user.record("alice", 100.0)
-    assert there.spent("10.0.0.1", "bob", 101.0) == "10.0.0.1"  # spent here, refused there too
-    assert there.by_user.exhausted("alice", 101.0) is False  # one failure of three
-    assert there.spent("10.0.0.1", "bob", 161.0) is None  # the window passes there as here
+        here.failed("10.0.0.1", None, 100.0)
+    here.failed("10.0.0.2", "alice", 100.0)
+    assert told[-2:] == [["user", "alice"], ["pair", "10.0.0.2\0alice"]]  # no time: each clock has its origin
+    for message in told:
+        there.learn(message, 5000.0)  # stamped with the receiver's clock
+    assert there.spent("10.0.0.1", "bob", 5001.0) == "10.0.0.1"  # spent here, spent there too
+    assert there.by_user.exhausted("alice", 5001.0) is False  # one failure of three
+    assert there.spent("10.0.0.1", "bob", 5061.0) is None  # the window passes there as here
+    assert here.workers == 2
 
 
 @pytest.mark.parametrize(
     "told",
-    [None, [], ["address", "10.0.0.1"], ["host", "10.0.0.1", 1.0], ["address", 7, 1.0],
-     ["address", "x" * 1025, 1.0], ["address", "10.0.0.1", "1.0"], ["address", "10.0.0.1", True],
-     ["address", "10.0.0.1", float("nan")]],
+    [None, [], ["address"], ["host", "10.0.0.1"], ["address", 7], ["address", "x" * 3000],
+     ["address", "10.0.0.1", 1.0, 2.0], {"address": "10.0.0.1"}],
 )  # fmt: skip
 def test_what_is_not_a_told_failure_is_ignored(told):
     from proxy.auth.guard import LoginGuard
 
     guard = LoginGuard.create(1, 60.0)
-    guard.learn(told)
-    assert guard.by_address._failures == {} and guard.by_user._failures == {}
+    guard.learn(told, 1.0)
+    assert guard.by_address._failures == {} and guard.by_user._failures == {} and guard.by_pair._failures == {}
