@@ -339,7 +339,7 @@ class LimitsConfig(_Strict):
     are paced to this many per window. Default: `max_failed_authentications`."""
     max_failed_authentications_per_ip_and_user: int | None = Field(None, ge=1)
     """Failed logins per (client address, user name) in the window; beyond it, that pair's password checks
-    are paced to this many per window. Default: 10, or `max_failed_authentications` if smaller."""
+    are paced to this many per window. Default: `max_failed_authentications`."""
     failed_authentication_window_seconds: float = Field(60.0, gt=0)
     failed_authentication_log_interval_ms: int = Field(10_000, ge=0)
     """Failed logins are logged once per (client address, user name) per interval, with a count."""

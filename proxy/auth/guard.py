@@ -26,7 +26,6 @@ from typing import Any
 from ..quoting import shown
 
 MAX_KEY = 1024  # a user name or an address told by another worker; longer ones are not learnt
-PAIR_LIMIT = 10  # failures of one (address, user) before its checks are paced, unless configured
 SLOW_DOWN = 10  # failed logins beyond a budget wait this many times the usual delay
 
 
@@ -187,8 +186,7 @@ class LoginGuard:
             limits.max_failed_authentications,
             limits.failed_authentication_window_seconds,
             per_user=limits.max_failed_authentications_per_user,
-            per_pair=limits.max_failed_authentications_per_ip_and_user
-            or min(PAIR_LIMIT, limits.max_failed_authentications),
+            per_pair=limits.max_failed_authentications_per_ip_and_user,
             horizon=limits.authentication_timeout_ms / 2000,  # a paced login still ends before its deadline
             log_interval=limits.failed_authentication_log_interval_ms / 1000,
         )
