@@ -17,7 +17,9 @@ Quota reports are proxy/quotas/fleet.py's, relayed to every worker (the sender's
 how it knows the others' are in sight); fetch-session owners, the regexes behind expansions and failed
 logins are relayed to the other workers (`learn` in proxy/tenancy/fetch_sessions.py,
 proxy/tenancy/regex.py and proxy/auth/guard.py). A VC's regex matching budget is the instance's, 1/N of
-it in each worker (proxy/tenancy/regex.py).
+it in each worker (proxy/tenancy/regex.py). A failed login is told as ``["address"|"user"|"pair", key]``,
+without its time (each worker's clock has its own origin): the receiver counts it at its own now, and each
+worker paces a spent login budget at 1/N of its rate.
 Workers are the parent's own children, not clients: still, a line that does not parse or exceeds its
 bound is dropped with one log line, never trusted halfway.
 """

@@ -324,7 +324,9 @@ def test_login_guessing_does_not_slow_other_tenants_and_runs_out_of_budget(make_
     for seen in outcomes:
         assert set(seen["codes"]) == {"58"}, seen  # SASL_AUTHENTICATION_FAILED, nothing else
         assert seen["fastest"] >= 0.09, seen  # connection.failed.authentication.delay.ms
-        assert any("too many failed authentications" in m for m in seen["messages"]), seen
+    # Once alice's budget (10) is spent, her checks are paced and every failure waits 1 s (SLOW_DOWN): each
+    # guesser gets about one answer a second, where 100 ms answers would give it sixty in 6 s.
+    assert sum(o["attempts"] for o in outcomes) <= 10 + len(guessers) * 8, outcomes
     assert p99(during) < max(5 * p99(baseline), 0.25), (p99(baseline), p99(during))
     assert statistics.median(during) < max(3 * statistics.median(baseline), 0.05)
     assert "Traceback" not in proxy.log_path.read_text()

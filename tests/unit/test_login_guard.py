@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.auth.check_queue import FairQueue
 from proxy.auth.guard import FailureLog, LoginGuard, pair_key
+from proxy.config import ConfigError, parse_config
 from proxy.net.password_checks import PasswordChecks
 
 ADDRESSES = st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.3"])
@@ -254,3 +255,35 @@ async def test_a_cancelled_waiter_passes_its_turn_on():
         gate.set()
     assert await checks.run("c", lambda: done.append("c") or True)
     assert done == ["c"]
+
+
+# -- config ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"num_password_check_threads": 0}, "f.yaml: limits.num_password_check_threads: Input should be greater"),
+        ({"max_password_checks_per_ip": 0}, "f.yaml: limits.max_password_checks_per_ip: Input should be greater"),
+        ({"max_failed_authentications_per_user": 0}, "f.yaml: limits.max_failed_authentications_per_user: Input"),
+        ({"max_failed_authentications_per_ip_and_user": "x"}, "limits.max_failed_authentications_per_ip_and_user:"),
+        ({"failed_authentication_log_interval_ms": -1}, "f.yaml: limits.failed_authentication_log_interval_ms:"),
+    ],
+)
+def test_bad_login_limits_name_file_key_and_reason(limits, expected):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"upstream": {"bootstrap_servers": ["k:1"]}, "limits": limits}, "f.yaml")
+    assert expected in str(info.value)
+
+
+def test_the_login_budgets_follow_max_failed_authentications_unless_set():
+    def guard(**limits: object) -> LoginGuard:
+        config = parse_config({"upstream": {"bootstrap_servers": ["k:1"]}, "limits": limits}, "f.yaml")
+        return LoginGuard.from_config(config.limits)
+
+    old = guard(max_failed_authentications=7, failed_authentication_window_seconds=30)  # an existing config
+    assert (old.by_address.limit, old.by_user.limit, old.by_pair.limit) == (7, 7, 7)
+    assert old.by_pair.window == 30 and old.horizon == 5.0
+    new = guard(max_failed_authentications_per_user=20, max_failed_authentications_per_ip_and_user=5)
+    assert (new.by_address.limit, new.by_user.limit, new.by_pair.limit) == (60, 20, 5)
+    assert guard(authentication_timeout_ms=4000, failed_authentication_log_interval_ms=0).horizon == 2.0
