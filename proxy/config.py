@@ -342,7 +342,7 @@ class LimitsConfig(_Strict):
     are paced to this many per window. Default: `max_failed_authentications`."""
     failed_authentication_window_seconds: float = Field(60.0, gt=0)
     failed_authentication_log_interval_ms: int = Field(10_000, ge=0)
-    """Failed logins are logged once per (client address, user name) per interval, with a count."""
+    """Failed logins are logged once per (client address, user name, mechanism) per interval, with a count."""
     num_password_check_threads: int = Field(1, ge=1, le=64)
     """Threads per process for PLAIN password checks (a key derivation each); more checks wait their turn."""
     max_password_checks_per_ip: int = Field(1, ge=1)

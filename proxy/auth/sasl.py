@@ -31,8 +31,8 @@ A PLAIN password check runs a key derivation, milliseconds of CPU: the server ha
 as a ``PasswordCheck`` to run off the event loop, then finishes the login with the result. Failed
 logins count against the client address, the user and both together, in a
 ``LoginGuard`` shared by the proxy (docs/security.md): beyond a budget the login is paced or answered
-slowly, never refused while its check can be queued. Failed logins are logged once per address and user
-per interval, with how many failures and checks the line stands for.
+slowly, never refused while its check can be queued. Failed logins are logged once per address, user and
+mechanism per interval, with how many failures and checks the line stands for.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ class SaslServer:
 
         def finish(ok: bool) -> SaslReply:
             if self.guard is not None:
-                self.guard.log.checked(pair_key(self.address, username))
+                self.guard.log.checked(self._log_key(username))
             if not ok:
                 return self._denied(version, username, _invalid_credentials("PLAIN"))
             self.store.remember_verified(username, password, credential)
@@ -468,8 +468,12 @@ class SaslServer:
             slow = self.guard.failed(self.address, username, now)
         else:
             slow = self.guard.spent(self.address, username, now) is not None
-        summary = self.guard.log.failed(pair_key(self.address, username or ""), now)
-        return slow, None if summary is None else f" [{summary} for this address and user]"
+        summary = self.guard.log.failed(self._log_key(username), now)
+        return slow, None if summary is None else f" [{summary} for this address, user and mechanism]"
+
+    def _log_key(self, username: str | None) -> str:
+        """Failed logins are logged once per address, user and mechanism per interval."""
+        return f"{pair_key(self.address, username or '')}\0{self.mechanism}"
 
     def _fail(self, why: str) -> None:
         self._state = _State.FAILED
