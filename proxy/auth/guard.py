@@ -18,6 +18,7 @@ password it has not checked while the check can still be queued; a spent budget 
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..quoting import shown
 
+LONG_NAME = 128  # user names longer than this are counted by their digest
 MAX_KEY = 1024  # a user name or an address told by another worker; longer ones are not learnt
 SLOW_DOWN = 10  # failed logins beyond a budget wait this many times the usual delay
 
@@ -143,8 +145,16 @@ class FailureLog:
         return entry
 
 
+def user_key(user: str) -> str:
+    """A user name as the budgets count it: a long one by its digest, so that no key of these tables, whose
+    names come from strangers, costs more than about a hundred bytes."""
+    if len(user) <= LONG_NAME:
+        return user
+    return "sha256:" + hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def pair_key(address: str, user: str) -> str:
-    return f"{address}\0{user}"  # NUL: in neither an address nor a user name Kafka accepts
+    return f"{address}\0{user_key(user)}"  # NUL: in neither an address nor a user name Kafka accepts
 
 
 @dataclass
@@ -218,12 +228,12 @@ class LoginGuard:
     def before_check(self, address: str, user: str, now: float) -> Verdict:
         """Whether a check of `user`'s password from `address` may run now, later, or (queued too far
         ahead) not at all. Taking a later slot reserves it: call once per check."""
-        pair = pair_key(address, user)
+        pair, name = pair_key(address, user), user_key(user)
         paced: list[tuple[Pacer, str, FailureBudget]] = []
         if self.by_pair.exhausted(pair, now):
             paced.append((self._pace_pair, pair, self.by_pair))
-        if self.by_user.exhausted(user, now):
-            paced.append((self._pace_user, user, self.by_user))
+        if self.by_user.exhausted(name, now):
+            paced.append((self._pace_user, name, self.by_user))
         if not paced:
             return Verdict(spent=self._address_spent(address, now))
         spent = " and ".join(self._name(budget, address, user) for _, _, budget in paced)
@@ -239,7 +249,7 @@ class LoginGuard:
         slow = self.spent(address, user, now) is not None
         self.by_address.record(address, now)
         if user is not None:
-            self.by_user.record(user, now)
+            self.by_user.record(user_key(user), now)
             self.by_pair.record(pair_key(address, user), now)
         return slow
 
@@ -248,7 +258,7 @@ class LoginGuard:
         if user is not None:
             if self.by_pair.exhausted(pair_key(address, user), now):
                 return self._name(self.by_pair, address, user)
-            if self.by_user.exhausted(user, now):
+            if self.by_user.exhausted(user_key(user), now):
                 return self._name(self.by_user, address, user)
         return self._address_spent(address, now)
 

@@ -287,3 +287,14 @@ def test_the_login_budgets_follow_max_failed_authentications_unless_set():
     new = guard(max_failed_authentications_per_user=20, max_failed_authentications_per_ip_and_user=5)
     assert (new.by_address.limit, new.by_user.limit, new.by_pair.limit) == (60, 20, 5)
     assert guard(authentication_timeout_ms=4000, failed_authentication_log_interval_ms=0).horizon == 2.0
+
+
+def test_a_long_user_name_costs_the_tables_a_digest():
+    guard = LoginGuard.create(1, 60.0)
+    name = "x" * 500_000  # a stranger's PLAIN token may carry half a megabyte of name
+    guard.failed("10.0.0.1", name, 0.0)
+    guard.before_check("10.0.0.1", name, 1.0)
+    keys = [*guard.by_user._failures, *guard.by_pair._failures, *guard._pace_pair._next, *guard._pace_user._next]
+    assert len(keys) == 4 and all(len(key) < 100 for key in keys)
+    assert guard.spent("10.0.0.1", name, 1.0) is not None  # and still counted as that name
+    assert guard.spent("10.0.0.1", name + "y", 1.0) == "10.0.0.1"  # another name: only the address is spent
