@@ -2,8 +2,8 @@
 proxy share (a budget the broker lacks, but a proxy holding many tenants' passwords needs; docs/security.md).
 Sans-I/O: the caller passes the clock.
 
-Three budgets count failures: per (address, user), per user and per address. None of them ever refuses a
-password it has not checked while the check can still be queued; a spent budget is answered by delay:
+Three budgets count failures: per (address, user), per user and per address. A spent budget is answered by
+delay; no login is refused without a check unless its own key's checks are queued `horizon` seconds ahead:
 
 * a spent (address, user) or user budget *paces* that key's logins: at most one password check per
   `window / limit` seconds for it (across workers), the waiting ones queued up to `horizon` seconds ahead.
