@@ -230,3 +230,12 @@ def grant_for(ctx: ConnectionState) -> Any:
         vc_changes = vc.changes if vc is not None else None
         current = ctx.grant = module.Grant(image.changes, FETCH_SESSIONS.changes, vc_changes)
     return current
+
+
+def sessions_used(ctx: ConnectionState, grant: Any) -> None:
+    """The fetch sessions the forwarder served a Fetch of since last asked, marked used in the ownership table as the
+    Python path marks those it serves: a busy consumer's session is not the least recently used of its VC."""
+    used = grant.take_used()
+    engine = ctx.engine
+    if used and engine is not None:
+        FETCH_SESSIONS.touch(engine.vc.id, ctx.broker, used)

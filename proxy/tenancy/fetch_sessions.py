@@ -15,21 +15,25 @@ alone: proxy/net/discovery.py). A connection whose broker is not known yet owns 
 
 Per VC rather than per connection: a client that reconnects keeps its session. Bounded: the
 broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;
-ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS` the
-least recently used id goes (its owner's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and
-the client starts a new session, as it does when a broker evicts one).
+ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS_PER_VC`
+of a VC, or `MAX_FETCH_SESSIONS` in all, a least recently used id goes, of that VC or of the VC
+holding the most (proxy/tenancy/per_vc_lru.py): one tenant opening sessions evicts only its own. Its
+owner's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and the client starts a new session, as
+it does when a broker evicts one. A Fetch the forwarder serves marks its session used too (`touch`).
 """
 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots
+from .per_vc_lru import PerVcLru
+
+MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots (limits.max_fetch_sessions)
+MAX_FETCH_SESSIONS_PER_VC = 1_000  # one broker's worth (limits.max_fetch_sessions_per_vc)
 FIRST_SESSION_VERSION = 7  # Fetch v7 introduced sessions (KIP-227)
 _HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id: the start of every v7+ body
 
@@ -38,10 +42,9 @@ Broker = Hashable  # a broker's node id (or a key of one upstream connection: se
 
 
 class FetchSessionOwners:
-    def __init__(self, limit: int = MAX_FETCH_SESSIONS):
-        self.limit = limit
-        # (broker, session id) -> VC id, least recently used first
-        self._owner: OrderedDict[tuple[Broker, int], str] = OrderedDict()
+    def __init__(self, limit: int = MAX_FETCH_SESSIONS, per_vc: int = MAX_FETCH_SESSIONS_PER_VC):
+        # (broker, session id) -> its VC, each VC's least recently used first
+        self._owner: PerVcLru[tuple[Broker, int], None] = PerVcLru(limit, per_vc)
         # With workers (proxy/core/handoff.py): told each change of a broker's (node id's) session, for the
         # other workers' `learn`; a client that reconnects to another worker keeps its session.
         self.tell: Callable[[list[object]], None] | None = None
@@ -52,24 +55,38 @@ class FetchSessionOwners:
     def __len__(self) -> int:
         return len(self._owner)
 
+    def bound(self, total: int, per_vc: int) -> None:
+        """The limits from now on (the config's `limits.max_fetch_sessions*`); applied at the next record."""
+        self._owner.total, self._owner.per_vc = total, per_vc
+
     def owns(self, vc_id: str, broker: Broker | None, session_id: int) -> bool:
         if broker is None:
             return False
         key = (broker, session_id)
-        if self._owner.get(key) != vc_id:
+        if self._owner.vc_of(key) != vc_id:
             return False
-        self._owner.move_to_end(key)
+        self._owner.touch(key)
         return True
+
+    def touch(self, vc_id: str, broker: Broker | None, session_ids: Iterable[int]) -> None:
+        """Sessions of `vc_id` on `broker` a client used where `owns` was not asked (the forwarder served its Fetch):
+        kept as fresh as those the Python path serves, here and (told) in the other workers."""
+        if broker is None:
+            return
+        used = [s for s in session_ids if self._owner.vc_of((broker, s)) == vc_id and self._owner.touch((broker, s))]
+        if used and self.tell is not None and type(broker) is int:
+            self.tell(["used", vc_id, broker, used])
 
     def record(self, vc_id: str, broker: Broker, session_id: int) -> None:
         key = (broker, session_id)
-        if self._owner.get(key) != vc_id and self.tell is not None and type(broker) is int:
+        if self._owner.vc_of(key) != vc_id and self.tell is not None and type(broker) is int:
             self.tell(["record", vc_id, broker, session_id])
         self._set(key, vc_id)  # a newer owner wins: that broker reused the id
 
     def drop(self, broker: Broker, session_id: int) -> None:
-        if self._owner.pop((broker, session_id), None) is None:
+        if (broker, session_id) not in self._owner:
             return
+        self._owner.pop((broker, session_id))
         self._changed()
         if self.tell is not None and type(broker) is int:
             self.tell(["drop", broker, session_id])
@@ -85,25 +102,30 @@ class FetchSessionOwners:
             _, vc_id, broker, session_id = told
             if isinstance(vc_id, str) and type(broker) is int and type(session_id) is int:
                 key = (broker, session_id)
-                owner = self._owner.get(key)
+                owner = self._owner.vc_of(key)
                 if owner is None or owner == vc_id:
                     self._set(key, vc_id)
                 else:
-                    del self._owner[key]
+                    self._owner.pop(key)
                     self._changed()
         elif told[0] == "drop" and len(told) == 3:
             _, broker, session_id = told
-            if type(broker) is int and type(session_id) is int and self._owner.pop((broker, session_id), None):
+            if type(broker) is int and type(session_id) is int and (broker, session_id) in self._owner:
+                self._owner.pop((broker, session_id))
                 self._changed()
+        elif told[0] == "used" and len(told) == 4:
+            _, vc_id, broker, used = told
+            if isinstance(vc_id, str) and type(broker) is int and isinstance(used, list):
+                for session_id in used[: self._owner.per_vc]:
+                    if type(session_id) is int and self._owner.vc_of((broker, session_id)) == vc_id:
+                        self._owner.touch((broker, session_id))
 
     def _set(self, key: tuple[Broker, int], vc_id: str) -> None:
-        if self._owner.get(key, vc_id) != vc_id:
+        owner = self._owner.vc_of(key)
+        if owner is not None and owner != vc_id:
             self._changed()
-        self._owner[key] = vc_id
-        self._owner.move_to_end(key)
-        while len(self._owner) > self.limit:
-            self._owner.popitem(last=False)
-            self._changed()
+        if self._owner.put(vc_id, key, None):
+            self._changed()  # evicted: of this VC, or of the VC holding the most
 
     def generation(self) -> int:
         """How many times an id left a VC (0 where nothing counts: no forwarder)."""
