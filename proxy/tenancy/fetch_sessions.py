@@ -48,9 +48,11 @@ class FetchSessionOwners:
         # With workers (proxy/core/handoff.py): told each change of a broker's (node id's) session, for the
         # other workers' `learn`; a client that reconnects to another worker keeps its session.
         self.tell: Callable[[list[object]], None] | None = None
-        # Bumped whenever an id leaves a VC (dropped, evicted, given to another): the fetch sessions the forwarder
-        # holds for a connection are void (vcproxy_native.Generation, made by proxy/core/grants.py; else None).
-        self.changes: Any = None
+        # Per VC, bumped whenever an id leaves it (dropped, evicted, given to another): the fetch sessions the
+        # forwarder holds for that VC's connections are void, and another VC's churn leaves them standing
+        # (vcproxy_native.Generation, made by `make_generation`, which proxy/core/grants.py sets; else none).
+        self.make_generation: Callable[[], Any] | None = None
+        self._changes: dict[str, Any] = {}  # VC id -> its Generation, made for a grant (VCs of the state only)
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -84,10 +86,11 @@ class FetchSessionOwners:
         self._set(key, vc_id)  # a newer owner wins: that broker reused the id
 
     def drop(self, broker: Broker, session_id: int) -> None:
-        if (broker, session_id) not in self._owner:
+        owner = self._owner.vc_of((broker, session_id))
+        if owner is None:
             return
         self._owner.pop((broker, session_id))
-        self._changed()
+        self._changed(owner)
         if self.tell is not None and type(broker) is int:
             self.tell(["drop", broker, session_id])
 
@@ -107,12 +110,13 @@ class FetchSessionOwners:
                     self._set(key, vc_id)
                 else:
                     self._owner.pop(key)
-                    self._changed()
+                    self._changed(owner)
         elif told[0] == "drop" and len(told) == 3:
             _, broker, session_id = told
-            if type(broker) is int and type(session_id) is int and (broker, session_id) in self._owner:
+            owner = self._owner.vc_of((broker, session_id)) if type(broker) is int and type(session_id) is int else None
+            if owner is not None:
                 self._owner.pop((broker, session_id))
-                self._changed()
+                self._changed(owner)
         elif told[0] == "used" and len(told) == 4:
             _, vc_id, broker, used = told
             if isinstance(vc_id, str) and type(broker) is int and isinstance(used, list):
@@ -123,17 +127,26 @@ class FetchSessionOwners:
     def _set(self, key: tuple[Broker, int], vc_id: str) -> None:
         owner = self._owner.vc_of(key)
         if owner is not None and owner != vc_id:
-            self._changed()
-        if self._owner.put(vc_id, key, None):
-            self._changed()  # evicted: of this VC, or of the VC holding the most
+            self._changed(owner)
+        for evicted, _, _ in self._owner.put(vc_id, key, None):  # of this VC, or of the VC holding the most
+            self._changed(evicted)
 
-    def generation(self) -> int:
-        """How many times an id left a VC (0 where nothing counts: no forwarder)."""
-        return self.changes.value() if self.changes is not None else 0
+    def changes_of(self, vc_id: str) -> Any:
+        """The Generation of `vc_id`'s sessions (for a grant), made on first use; None without `make_generation`."""
+        changes = self._changes.get(vc_id)
+        if changes is None and self.make_generation is not None:
+            changes = self._changes[vc_id] = self.make_generation()
+        return changes
 
-    def _changed(self) -> None:
-        if self.changes is not None:
-            self.changes.bump()
+    def generation(self, vc_id: str) -> int:
+        """How many times an id left `vc_id` since its Generation was made (0 where nothing counts: no forwarder)."""
+        changes = self._changes.get(vc_id)
+        return changes.value() if changes is not None else 0
+
+    def _changed(self, vc_id: str) -> None:
+        changes = self._changes.get(vc_id)
+        if changes is not None:
+            changes.bump()
 
     def on_response(
         self, vc_id: str, broker: Broker | None, sent: tuple[int, int] | None, body: memoryview | bytes

@@ -158,20 +158,32 @@ def test_what_is_not_a_told_use_changes_nothing(told):
     assert not table.owns("alice", 1, 1)  # 1 stayed the least recently used
 
 
-def test_an_eviction_voids_the_forwarders_sessions():
-    class Changes:
-        bumps = 0
+def test_an_eviction_voids_the_forwarders_sessions_of_that_vc_only():
+    class Generation:
+        def __init__(self) -> None:
+            self.bumps = 0
 
         def bump(self) -> None:
             self.bumps += 1
 
-    table = FetchSessionOwners(limit=100, per_vc=2)
-    table.changes = Changes()
+        def value(self) -> int:
+            return self.bumps
+
+    table = FetchSessionOwners(limit=4, per_vc=2)
+    table.make_generation = Generation
+    alice, bob = table.changes_of("alice"), table.changes_of("bob")
+    assert table.changes_of("alice") is alice
     table.record("alice", 1, 1)
     table.record("alice", 1, 2)
-    assert table.changes.bumps == 0
-    table.record("alice", 1, 3)
-    assert table.changes.bumps == 1
+    table.record("alice", 1, 3)  # her own bound: 1 goes
+    assert (table.generation("alice"), table.generation("bob")) == (1, 0)
+    for sid in range(100, 200):  # bob's churn never voids alice's grants
+        table.record("bob", 1, sid)
+    assert alice.bumps == 1 and bob.bumps == 98
+    table.record("bob", 1, 2)  # the broker gave alice's id to bob: hers goes
+    assert alice.bumps == 2
+    table.drop(1, 2)
+    assert (alice.bumps, bob.bumps) == (2, 100)
 
 
 # -- placeholders and regexes ---------------------------------------------------------------------------------------
