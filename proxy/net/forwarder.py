@@ -16,7 +16,8 @@ request's trace id as the sampler would, and keeps a record of each sampled one 
 its answer) from which Python makes the span, in batches and when the phase ends. With metrics on, the forwarder
 counts what it serves in a native tally that /metrics folds in (proxy/observability/metrics.py), and an API whose
 answer's error codes it cannot find stays Python's. The fetch sessions its Fetches named are taken from the grant
-every `SESSIONS_EVERY` and when the phase ends, and marked used in the ownership table (proxy/core/grants.py).
+every `SESSIONS_EVERY` and when the phase ends, and marked used in the ownership table (proxy/core/grants.py), which
+tells the other workers once a `SESSIONS_EVERY`.
 `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does `VCPROXY_FORWARDER=0` alone.
 """
 
@@ -35,6 +36,7 @@ import trio
 from ..core.forward_table import forward_entries
 from ..core.session import ProxySession
 from ..protocol import native
+from ..tenancy.fetch_sessions import FETCH_SESSIONS
 from .allowances import Allowances
 from .native_tls import NativeTlsStream
 
@@ -157,6 +159,7 @@ class Forwarder:
                     take()
                 except Exception:  # one connection's bookkeeping never costs the others theirs
                     log.exception("forwarder: cannot mark a phase's fetch sessions used")
+            FETCH_SESSIONS.tell_uses()  # with workers: every connection's in one message per VC and broker
 
     def table_for(self, session: ProxySession) -> Any | None:
         """The compiled table of the session's plain requests, or None when there are none."""

@@ -53,6 +53,7 @@ class FetchSessionOwners:
         # (vcproxy_native.Generation, made by `make_generation`, which proxy/core/grants.py sets; else none).
         self.make_generation: Callable[[], Any] | None = None
         self._changes: dict[str, Any] = {}  # VC id -> its Generation, made for a grant (VCs of the state only)
+        self._uses: dict[tuple[str, int], set[int]] = {}  # (VC id, broker) -> sessions `touch`ed, not told yet
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -77,7 +78,15 @@ class FetchSessionOwners:
             return
         used = [s for s in session_ids if self._owner.vc_of((broker, s)) == vc_id and self._owner.touch((broker, s))]
         if used and self.tell is not None and type(broker) is int:
-            self.tell(["used", vc_id, broker, used])
+            self._uses.setdefault((vc_id, broker), set()).update(used)
+
+    def tell_uses(self) -> None:
+        """The uses `touch` noted since, told to the other workers: one message per VC and broker, not per
+        connection (proxy/net/forwarder.py calls it once a second)."""
+        uses, self._uses = self._uses, {}
+        if self.tell is not None:
+            for (vc_id, broker), used in uses.items():
+                self.tell(["used", vc_id, broker, sorted(used)])
 
     def record(self, vc_id: str, broker: Broker, session_id: int) -> None:
         key = (broker, session_id)

@@ -138,8 +138,12 @@ def test_touch_is_told_to_the_other_workers_only_for_what_the_vc_owns():
     here.record("bob", 1, 9)
     told.clear()
     here.touch("alice", 1, [1, 9, 404])  # 9 is bob's, 404 nobody's: neither is alice's to touch
-    assert told == [["used", "alice", 1, [1]]]
+    here.touch("alice", 1, [1])  # another connection's: told together
     here.touch("bob", 2, [9])  # bob's 9 is on broker 1
+    assert told == []
+    here.tell_uses()
+    assert told == [["used", "alice", 1, [1]]]
+    here.tell_uses()
     assert len(told) == 1
     there.record("alice", 1, 4)  # the other worker's alice churns: 2 goes, not 1, which was used
     assert there.owns("alice", 1, 1) and not there.owns("alice", 1, 2)
