@@ -17,7 +17,8 @@ Per VC rather than per connection: a client that reconnects keeps its session. B
 broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;
 ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS_PER_VC`
 of a VC, or `MAX_FETCH_SESSIONS` in all, a least recently used id goes, of that VC or of the VC
-holding the most (proxy/tenancy/per_vc_lru.py): one tenant opening sessions evicts only its own. Its
+holding the most (proxy/tenancy/per_vc_lru.py; an operator may set a VC's own bound, its setting
+`max_fetch_sessions`): one tenant opening sessions evicts only its own. Its
 owner's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and the client starts a new session, as
 it does when a broker evicts one. A Fetch the forwarder serves marks its session used too (`touch`).
 """
@@ -88,7 +89,9 @@ class FetchSessionOwners:
             for (vc_id, broker), used in uses.items():
                 self.tell(["used", vc_id, broker, sorted(used)])
 
-    def record(self, vc_id: str, broker: Broker, session_id: int) -> None:
+    def record(self, vc_id: str, broker: Broker, session_id: int, per_vc: int | None = None) -> None:
+        """`per_vc`: the VC's own bound (its `max_fetch_sessions` setting), None for the config's."""
+        self._owner.bound(vc_id, per_vc)
         key = (broker, session_id)
         if self._owner.vc_of(key) != vc_id and self.tell is not None and type(broker) is int:
             self.tell(["record", vc_id, broker, session_id])
@@ -158,11 +161,17 @@ class FetchSessionOwners:
             changes.bump()
 
     def on_response(
-        self, vc_id: str, broker: Broker | None, sent: tuple[int, int] | None, body: memoryview | bytes
+        self,
+        vc_id: str,
+        broker: Broker | None,
+        sent: tuple[int, int] | None,
+        body: memoryview | bytes,
+        per_vc: int | None = None,
     ) -> None:
         """Learn from a Fetch v7+ response body from `broker` (read at its fixed head, records never decoded).
 
-        `sent` is the (session id, epoch) of the request, None for a request without a session.
+        `sent` is the (session id, epoch) of the request, None for a request without a session; `per_vc` the VC's
+        own bound, as `record` takes it.
         """
         if len(body) < _HEAD.size or broker is None:
             return
@@ -174,7 +183,7 @@ class FetchSessionOwners:
             if epoch <= 0 or error == ErrorCode.fetch_session_id_not_found or (error == 0 and session_id != old):
                 self.drop(broker, old)
         if error == 0 and session_id != 0:
-            self.record(vc_id, broker, session_id)
+            self.record(vc_id, broker, session_id, per_vc)
 
 
 FETCH_SESSIONS = FetchSessionOwners()  # one per proxy process: shared by every connection of a VC

@@ -4,7 +4,7 @@ A process-wide least-recently-used table lets one tenant's churn evict another t
 (a fetch session, a placeholder, a regex's expansion): whoever adds fastest decides what everyone else
 keeps. Here each entry belongs to one VC, and eviction stays within a VC:
 
-* past `per_vc` entries, a VC's own least recently used entry goes;
+* past `per_vc` entries (or the VC's own bound, `bound`), a VC's own least recently used entry goes;
 * past `total`, the least recently used entry of the VC holding the most entries goes. That VC holds
   more than `total` / (VCs with entries), its fair share, so a VC under its share never loses an entry
   to another's churn. Of VCs holding as many, the one adding goes first (but never its new entry).
@@ -30,6 +30,7 @@ class PerVcLru(Generic[K, V]):
         self._entries: dict[str, OrderedDict[K, V]] = {}  # VC -> its entries, least recently used first
         self._by_count: dict[int, dict[str, None]] = {}  # entries held -> the VCs holding that many (ordered)
         self._most = 0  # the largest count held
+        self._bounds: dict[str, int] = {}  # VC -> its own bound, where it is not `per_vc`
 
     def __len__(self) -> int:
         return len(self._vc_of)
@@ -43,6 +44,13 @@ class PerVcLru(Generic[K, V]):
 
     def vc_of(self, key: K) -> str | None:
         return self._vc_of.get(key)
+
+    def bound(self, vc: str, per_vc: int | None) -> None:
+        """`vc`'s own bound from its next entry on (None: `per_vc`)."""
+        if per_vc is None:
+            self._bounds.pop(vc, None)
+        else:
+            self._bounds[vc] = per_vc
 
     def get(self, key: K) -> V | None:
         """The entry's value, leaving its place as it is."""
@@ -77,7 +85,7 @@ class PerVcLru(Generic[K, V]):
         if len(entries) != before:
             self._recount(vc, before, before + 1)
         evicted: list[tuple[str, K, V]] = []
-        while len(entries) > max(self.per_vc, 1):
+        while len(entries) > max(self._bounds.get(vc, self.per_vc), 1):
             evicted.append(self._evict(vc))
         while len(self._vc_of) > max(self.total, 1):
             evicted.append(self._evict(self._largest(vc, key)))

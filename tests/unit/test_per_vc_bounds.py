@@ -217,6 +217,39 @@ def test_another_vcs_regexes_never_drop_a_vcs_evaluation():
     assert len(cache._evaluations) == 31 and cache._evaluations.count(alice.id) == 1
 
 
+def test_an_operator_sets_a_vcs_own_bound_in_the_fetch_session_table():
+    """The VC setting `max_fetch_sessions` (proxy/tenancy/settings.py), which the fetch handler passes along."""
+    table = FetchSessionOwners(limit=1000, per_vc=10)
+    for sid in range(100):
+        table.record("big", 1, sid, per_vc=50)
+        table.record("small", 2, sid)
+    big = sum(table.owns("big", 1, s) for s in range(100))
+    assert (big, sum(table.owns("small", 2, s) for s in range(100))) == (50, 10)
+    table.record("big", 1, 100)  # the setting deleted: the config's again
+    assert sum(table.owns("big", 1, s) for s in range(101)) == 10
+
+
+def test_the_fetch_handler_records_with_the_vcs_own_bound(monkeypatch):
+    from proxy.tenancy import fetch_sessions
+    from proxy.tenancy.handlers import fetch as fetch_handlers
+    from proxy.tenancy.model import setting_record
+
+    from .test_tenant_fetch_sessions import FETCH, broker_says, fetch
+    from .test_tenant_rewrite import forward, tenant_session
+
+    table = FetchSessionOwners(limit=1000, per_vc=2)
+    monkeypatch.setattr(fetch_sessions, "FETCH_SESSIONS", table)
+    monkeypatch.setattr(fetch_handlers, "FETCH_SESSIONS", table)
+    image, _ = make_image()
+    image.apply(*setting_record("team-a", "max_fetch_sessions", 3))
+    alice = tenant_session(image)
+    for cid, sid in enumerate((11, 12, 13, 14), start=1):
+        forward(alice, FETCH, 12, fetch(12, 0, 0), cid=cid)
+        broker_says(alice, 12, sid, cid=cid)
+    team_a = image.vcs["team-a"].id
+    assert [table.owns(team_a, 1, s) for s in (11, 12, 13, 14)] == [False, True, True, True]
+
+
 def test_the_config_bounds_the_tables_per_vc_and_in_total():
     limits = ProxyConfig.model_validate({"upstream": {"bootstrap_servers": ["k:9092"]}}).limits
     assert (limits.max_fetch_sessions, limits.max_fetch_sessions_per_vc) == (10_000, 1_000)
