@@ -16,11 +16,11 @@ alone: proxy/net/discovery.py). A connection whose broker is not known yet owns 
 Per VC rather than per connection: a client that reconnects keeps its session. Bounded: the
 broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;
 ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS_PER_VC`
-of a VC, or `MAX_FETCH_SESSIONS` in all, a least recently used id goes, of that VC or of the VC
-holding the most (proxy/tenancy/per_vc_lru.py; an operator may set a VC's own bound, its setting
-`max_fetch_sessions`): one tenant opening sessions evicts only its own. Its
-owner's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and the client starts a new session, as
-it does when a broker evicts one. A Fetch the forwarder serves marks its session used too (`touch`).
+of a VC (or its own bound, the operator's setting `max_fetch_sessions`), or `MAX_FETCH_SESSIONS` in
+all, a least recently used id goes, of that VC or of the VC holding the most
+(proxy/tenancy/per_vc_lru.py): one tenant opening sessions evicts only its own. Its owner's next
+incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and the client starts a new session, as it does
+when a broker evicts one. A Fetch the forwarder serves marks its session used too (`touch`).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class FetchSessionOwners:
         elif told[0] == "used" and len(told) == 4:
             _, vc_id, broker, used = told
             if isinstance(vc_id, str) and type(broker) is int and isinstance(used, list):
-                for session_id in used[: self._owner.per_vc]:
+                for session_id in used[: self._owner.total]:
                     if type(session_id) is int and self._owner.vc_of((broker, session_id)) == vc_id:
                         self._owner.touch((broker, session_id))
 

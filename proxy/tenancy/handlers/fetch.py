@@ -56,8 +56,9 @@ def fetch_spliced(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_
     if ex.version >= FIRST_SESSION_VERSION:
         # The broker now: the one the answer came from (a bootstrap connection knows it once connected).
         bound = engine.vc.settings.get(MAX_FETCH_SESSIONS)  # the VC's own, set by an operator (else the config's)
+        own = bound if type(bound) is int and bound > 0 else None
         FETCH_SESSIONS.on_response(
-            engine.vc.id, engine.broker(), ex.state.get("fetch_session"), frame[body_offset:], bound
+            engine.vc.id, engine.broker(), ex.state.get("fetch_session"), frame[body_offset:], own
         )
 
 
