@@ -91,10 +91,13 @@ class FetchSessionOwners:
 
     def record(self, vc_id: str, broker: Broker, session_id: int, per_vc: int | None = None) -> None:
         """`per_vc`: the VC's own bound (its `max_fetch_sessions` setting), None for the config's."""
-        self._owner.bound(vc_id, per_vc)
         key = (broker, session_id)
-        if self._owner.vc_of(key) != vc_id and self.tell is not None and type(broker) is int:
+        if self._owner.vc_of(key) == vc_id:  # every answer of a session goes on: only used
+            self._owner.touch(key)
+            return
+        if self.tell is not None and type(broker) is int:
             self.tell(["record", vc_id, broker, session_id])
+        self._owner.bound(vc_id, per_vc)
         self._set(key, vc_id)  # a newer owner wins: that broker reused the id
 
     def drop(self, broker: Broker, session_id: int) -> None:
