@@ -316,6 +316,20 @@ class LimitsConfig(_Strict):
     """The most a connection's receive buffer grows to; it starts small and grows with traffic."""
     initial_buffer_bytes: int = Field(16 * 1024, ge=1024)
     """A new connection's receive buffer (per direction)."""
+    # Tables every tenant fills, kept per process (proxy/tenancy/per_vc_lru.py): past a VC's bound its own least
+    # recently used entry goes; past the total, one of the VC holding the most.
+    max_fetch_sessions: int = Field(10_000, ge=1)
+    """Fetch sessions (KIP-227) whose owning VC the proxy remembers, in all."""
+    max_fetch_sessions_per_vc: int = Field(1_000, ge=1)
+    """The same, of one VC (Kafka's max.incremental.fetch.session.cache.slots is per broker)."""
+    max_placeholders: int = Field(10_000, ge=1)
+    """Placeholders remembered for topic ids a VC named and does not own, in all."""
+    max_placeholders_per_vc: int = Field(1_000, ge=1)
+    """The same, of one VC."""
+    max_regexes: int = Field(4096, ge=1)
+    """Client topic regexes (KIP-848, KIP-1071) whose evaluation the proxy keeps, in all."""
+    max_regexes_per_vc: int = Field(256, ge=1)
+    """The same, of one VC."""
     drain_timeout_seconds: float = Field(10.0, ge=0)
     authentication_timeout_ms: int = Field(10_000, ge=1)
     """A connection that has not logged in this long after it opened is closed (SASL listeners)."""

@@ -284,6 +284,9 @@ struct Granted {
     // since (`sessions_cell`: bumped when an id is dropped, evicted or given to another VC): (generation, ids).
     sessions_cell: Arc<AtomicU64>,
     sessions: Mutex<(u64, HashSet<i32>)>,
+    // Of those, the ones a served Fetch named since Python last took them (`Grant.take_used`): the ownership table
+    // keeps a session in use fresh, least recently used ones going first.
+    used: Mutex<HashSet<i32>>,
 }
 
 /// A name and the one it stands for: the client's -> the broker's (requests), or back (answers).
@@ -336,6 +339,15 @@ impl Granted {
         let held = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         held.0 == self.sessions_cell.load(Ordering::Acquire) && held.1.contains(&session)
     }
+
+    /// `owns_session`, noting the session as used when it does.
+    fn use_session(&self, session: i32) -> bool {
+        if !self.owns_session(session) {
+            return false;
+        }
+        self.used.lock().unwrap_or_else(|e| e.into_inner()).insert(session);
+        true
+    }
 }
 
 #[pyclass(frozen)]
@@ -366,6 +378,7 @@ impl Grant {
                 names: Mutex::new(Names::default()),
                 sessions_cell,
                 sessions: Mutex::new((now, HashSet::new())),
+                used: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -386,6 +399,12 @@ impl Grant {
 
     fn owns_session(&self, session: i32) -> bool {
         self.inner.owns_session(session)
+    }
+
+    /// The fetch sessions the forwarder served a Fetch of since the last call (each once), emptied.
+    fn take_used(&self) -> Vec<i32> {
+        let mut used = self.inner.used.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *used).into_iter().collect()
     }
 
     /// Whether the state is still the one the grant was made in.
@@ -1487,7 +1506,7 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
         if let Some(at) = tenant.session {
             let at = off + at as usize;
             let (session, epoch) = (be_i32(frame.get(at..at + 4)?), be_i32(frame.get(at + 4..at + 8)?));
-            if session != 0 && !grant.owns_session(session) {
+            if session != 0 && !grant.use_session(session) {
                 return None; // another VC's, one gone, or one not seen yet: the fetch-session table decides
             }
             note = Some((session, epoch));

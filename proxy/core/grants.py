@@ -15,10 +15,10 @@ its link is the only name of its topic, so the answer's name is the one the clie
 connection's virtual cluster, void once it changes (`VirtualCluster.changes`: its links, ACLs, settings, the ids of its
 topics) or the whole state does (`TenancyImage.changes`: bindings, credentials, quotas, VCs made or deleted), so a right
 revoked or a topic unlinked takes effect at the next request, and another VC's records leave it standing; its sessions
-are void once the fetch-session table lets any id go (`FETCH_SESSIONS.changes`). The forwarder (native/src/forward.rs)
-reads a request with the plans made here, as the tenancy stage reads it: a body the strict walker accepts, each name
-null or granted, no tagged field of its own; an answer with a message, an id the grant does not hold or a session that
-changed goes back to the session's rewrite."""
+are void once the fetch-session table lets any id of the VC go (`FETCH_SESSIONS.changes_of`: another VC's churn leaves
+them standing). The forwarder (native/src/forward.rs) reads a request with the plans made here, as the tenancy stage
+reads it: a body the strict walker accepts, each name null or granted, no tagged field of its own; an answer with a
+message, an id the grant does not hold or a session that changed goes back to the session's rewrite."""
 
 from __future__ import annotations
 
@@ -219,8 +219,8 @@ def grant_for(ctx: ConnectionState) -> Any:
         return None
     if image.changes is None:
         image.changes = module.Generation()
-    if FETCH_SESSIONS.changes is None:
-        FETCH_SESSIONS.changes = module.Generation()
+    if FETCH_SESSIONS.make_generation is None:
+        FETCH_SESSIONS.make_generation = module.Generation
     vc = ctx.vc
     if vc is not None and vc.changes is None:
         vc.changes = module.Generation()
@@ -228,5 +228,15 @@ def grant_for(ctx: ConnectionState) -> Any:
     if current is None or not current.valid():
         # Of the whole state and of the connection's VC: a record about another VC leaves it standing.
         vc_changes = vc.changes if vc is not None else None
-        current = ctx.grant = module.Grant(image.changes, FETCH_SESSIONS.changes, vc_changes)
+        sessions = FETCH_SESSIONS.changes_of(vc.id if vc is not None else "")
+        current = ctx.grant = module.Grant(image.changes, sessions, vc_changes)
     return current
+
+
+def sessions_used(ctx: ConnectionState, grant: Any) -> None:
+    """The fetch sessions the forwarder served a Fetch of since last asked, marked used in the ownership table as the
+    Python path marks those it serves: a busy consumer's session is not the least recently used of its VC."""
+    used = grant.take_used()
+    engine = ctx.engine
+    if used and engine is not None:
+        FETCH_SESSIONS.touch(engine.vc.id, ctx.broker, used)

@@ -18,6 +18,7 @@ request sent there awaits its answer.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 import trio
 
 from .. import audit
+from ..core import grants
 from ..core.endpoints import BrokerEndpoint
 from ..core.session import Action, ProtocolViolation, ProxySession
 from ..observability.local_answers import log_local_answer
@@ -327,8 +329,21 @@ class ClientConnection:
                 if self._sampling is not None and telemetry is not None:
                     sampling = (self._sampling, telemetry.draw())  # the first request's draw, made here
                     telemetry.drawn, spans = None, telemetry.forwarded_spans
+                used = None if grant is None else functools.partial(grants.sessions_used, self.session.ctx, grant)
                 outcome = await forwarder.serve(
-                    self.client, upstream, table, rewrite, limits, started, initial, grant, tally, held, sampling, spans
+                    self.client,
+                    upstream,
+                    table,
+                    rewrite,
+                    limits,
+                    started,
+                    initial,
+                    grant,
+                    tally,
+                    held,
+                    sampling,
+                    spans,
+                    used,
                 )
             finally:
                 self._phase = None

@@ -15,7 +15,9 @@ through the connection's session), and with no tap. With tracing on, the forward
 request's trace id as the sampler would, and keeps a record of each sampled one it serves (copies of the request and
 its answer) from which Python makes the span, in batches and when the phase ends. With metrics on, the forwarder
 counts what it serves in a native tally that /metrics folds in (proxy/observability/metrics.py), and an API whose
-answer's error codes it cannot find stays Python's.
+answer's error codes it cannot find stays Python's. The fetch sessions its Fetches named are taken from the grant
+every `SESSIONS_EVERY` and when the phase ends, and marked used in the ownership table (proxy/core/grants.py), which
+tells the other workers once a `SESSIONS_EVERY`.
 `VCPROXY_PURE=1` turns it off with the rest of the compiled parts, and so does `VCPROXY_FORWARDER=0` alone.
 """
 
@@ -34,6 +36,7 @@ import trio
 from ..core.forward_table import forward_entries
 from ..core.session import ProxySession
 from ..protocol import native
+from ..tenancy.fetch_sessions import FETCH_SESSIONS
 from .allowances import Allowances
 from .native_tls import NativeTlsStream
 
@@ -42,6 +45,9 @@ log = logging.getLogger(__name__)
 # How long after the first span record of a batch the others that come are taken with it (the exporters batch spans
 # once a second: a span written a little later costs nothing, a wake-up per sampled request would).
 SPANS_BATCH = 0.25
+# How often the fetch sessions served phases used are marked used (proxy/tenancy/fetch_sessions.py): a VC replacing its
+# whole share of the table within this long could evict a session in use.
+SESSIONS_EVERY = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,8 @@ class Forwarder:
         self._span_takers: dict[int, Callable[[], None]] = {}  # phase id -> takes its span records (tracing)
         self._spans_waiting: set[int] = set()  # phases the forwarder said have records, not taken since
         self._spans_due = trio.Event()
+        self._sessions_takers: dict[int, Callable[[], None]] = {}  # phase id -> marks its fetch sessions used
+        self._sessions_due = trio.Event()  # set while some phase has a taker
         self._token: Any = None  # the Trio run whose task reads the ends
 
     @property
@@ -102,8 +110,11 @@ class Forwarder:
             self._span_takers.clear()
             self._spans_waiting.clear()
             self._spans_due = trio.Event()
+            self._sessions_takers.clear()
+            self._sessions_due = trio.Event()
             trio.lowlevel.spawn_system_task(self._read_ends, self._native, name="forwarder ends")
             trio.lowlevel.spawn_system_task(self._take_spans, name="forwarder spans")
+            trio.lowlevel.spawn_system_task(self._take_sessions, name="forwarder fetch sessions")
         return self._native
 
     async def _read_ends(self, forwarder: Any) -> None:
@@ -136,6 +147,20 @@ class Forwarder:
                     except Exception:  # telemetry never costs a connection, nor this task the others' spans
                         log.exception("forwarder: cannot make the spans of a phase")
 
+    async def _take_sessions(self) -> None:
+        """Every `SESSIONS_EVERY` while any phase may use fetch sessions: one wake-up for every connection's."""
+        while True:
+            await self._sessions_due.wait()
+            await trio.sleep(SESSIONS_EVERY)
+            if not self._sessions_takers:
+                self._sessions_due = trio.Event()
+            for take in list(self._sessions_takers.values()):
+                try:
+                    take()
+                except Exception:  # one connection's bookkeeping never costs the others theirs
+                    log.exception("forwarder: cannot mark a phase's fetch sessions used")
+            FETCH_SESSIONS.tell_uses()  # with workers: every connection's in one message per VC and broker
+
     def table_for(self, session: ProxySession) -> Any | None:
         """The compiled table of the session's plain requests, or None when there are none."""
         entries = forward_entries(session)
@@ -164,6 +189,7 @@ class Forwarder:
         allowances: Allowances | None = None,
         sampling: tuple[int, int | None] | None = None,
         spans: Callable[[list[Any], int], None] | None = None,
+        sessions_used: Callable[[], None] | None = None,
     ) -> Outcome:
         """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
@@ -171,7 +197,8 @@ class Forwarder:
         (proxy/net/allowances.py), renewed while the phase lasts. With `sampling` (tracing: the sampler's bound, and
         the draw made for the first request), a request drawn under the bound is served and its record handed to
         `spans` (with the wall clock's ns at the forwarder's epoch) when the forwarder says records wait and at the
-        end, or, with no `spans` or no room for it, handed back with its draw."""
+        end, or, with no `spans` or no room for it, handed back with its draw. `sessions_used` is called every
+        `SESSIONS_EVERY` and at the end (the grant's fetch sessions served)."""
         native = self._forwarder()
         tls = client.session if isinstance(client, NativeTlsStream) else None  # its bytes go through its session
         socket = client.transport_stream.socket if isinstance(client, NativeTlsStream) else client.socket
@@ -207,6 +234,9 @@ class Forwarder:
 
         if spans is not None:
             self._span_takers[phase.id] = take_spans
+        if sessions_used is not None:
+            self._sessions_takers[phase.id] = sessions_used
+            self._sessions_due.set()
 
         try:
             while not ended.is_set():
@@ -227,6 +257,9 @@ class Forwarder:
                     await ended.wait()
         self._span_takers.pop(phase.id, None)
         take_spans()
+        if self._sessions_takers.pop(phase.id, None) is not None:
+            assert sessions_used is not None
+            sessions_used()
         outcome = phase.outcome()
         assert outcome is not None
         kind, reason, requests, responses, leftover, broker_leftover, in_flight, drawn = outcome

@@ -20,6 +20,9 @@ from ..config import ProxyConfig
 from ..core import apiversions
 from ..core.admission import ConnectionLimiter
 from ..core.endpoints import BrokerEndpoint, UnknownServerName
+from ..tenancy.fetch_sessions import FETCH_SESSIONS
+from ..tenancy.placeholders import PLACEHOLDERS
+from ..tenancy.regex import REGEXES
 from ..tenancy.settings import VcSettings
 from . import upstream as up
 from .connection import ClientConnection, ConnectionLimits
@@ -88,6 +91,10 @@ class ProxyServer:
         self._connection_id = 0
         limits = config.limits
         self.connection_limits = ConnectionLimits.from_config(limits)
+        # The process' tables every tenant fills: bounded per VC and in all.
+        FETCH_SESSIONS.bound(limits.max_fetch_sessions, limits.max_fetch_sessions_per_vc)
+        PLACEHOLDERS.bound(limits.max_placeholders, limits.max_placeholders_per_vc)
+        REGEXES.bound(limits.max_regexes, limits.max_regexes_per_vc)
         self.admission = ConnectionLimiter(
             limits.max_connections, limits.max_connections_per_ip, limits.max_connection_creation_rate
         )

@@ -15,21 +15,26 @@ alone: proxy/net/discovery.py). A connection whose broker is not known yet owns 
 
 Per VC rather than per connection: a client that reconnects keeps its session. Bounded: the
 broker's own cache holds `max.incremental.fetch.session.cache.slots` (1000) sessions per broker;
-ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS` the
-least recently used id goes (its owner's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and
-the client starts a new session, as it does when a broker evicts one).
+ids the broker reports gone or a client closes are dropped, and beyond `MAX_FETCH_SESSIONS_PER_VC`
+of a VC (or its own bound, the operator's setting `max_fetch_sessions`), or `MAX_FETCH_SESSIONS` in
+all, a least recently used id goes, of that VC or of the VC holding the most
+(proxy/tenancy/per_vc_lru.py): one tenant opening sessions evicts only its own. Its owner's next
+incremental fetch gets FETCH_SESSION_ID_NOT_FOUND and the client starts a new session, as it does
+when a broker evicts one. A Fetch the forwarder serves marks its session used too (`touch`).
 """
 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots
+from .per_vc_lru import PerVcLru
+
+MAX_FETCH_SESSIONS = 10_000  # ten brokers' worth of Kafka's default cache slots (limits.max_fetch_sessions)
+MAX_FETCH_SESSIONS_PER_VC = 1_000  # one broker's worth (limits.max_fetch_sessions_per_vc)
 FIRST_SESSION_VERSION = 7  # Fetch v7 introduced sessions (KIP-227)
 _HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id: the start of every v7+ body
 
@@ -38,39 +43,69 @@ Broker = Hashable  # a broker's node id (or a key of one upstream connection: se
 
 
 class FetchSessionOwners:
-    def __init__(self, limit: int = MAX_FETCH_SESSIONS):
-        self.limit = limit
-        # (broker, session id) -> VC id, least recently used first
-        self._owner: OrderedDict[tuple[Broker, int], str] = OrderedDict()
+    def __init__(self, limit: int = MAX_FETCH_SESSIONS, per_vc: int = MAX_FETCH_SESSIONS_PER_VC):
+        # (broker, session id) -> its VC, each VC's least recently used first
+        self._owner: PerVcLru[tuple[Broker, int], None] = PerVcLru(limit, per_vc)
         # With workers (proxy/core/handoff.py): told each change of a broker's (node id's) session, for the
         # other workers' `learn`; a client that reconnects to another worker keeps its session.
         self.tell: Callable[[list[object]], None] | None = None
-        # Bumped whenever an id leaves a VC (dropped, evicted, given to another): the fetch sessions the forwarder
-        # holds for a connection are void (vcproxy_native.Generation, made by proxy/core/grants.py; else None).
-        self.changes: Any = None
+        # Per VC, bumped whenever an id leaves it (dropped, evicted, given to another): the fetch sessions the
+        # forwarder holds for that VC's connections are void, and another VC's churn leaves them standing
+        # (vcproxy_native.Generation, made by `make_generation`, which proxy/core/grants.py sets; else none).
+        self.make_generation: Callable[[], Any] | None = None
+        self._changes: dict[str, Any] = {}  # VC id -> its Generation, made for a grant (VCs of the state only)
+        self._uses: dict[tuple[str, int], set[int]] = {}  # (VC id, broker) -> sessions `touch`ed, not told yet
 
     def __len__(self) -> int:
         return len(self._owner)
+
+    def bound(self, total: int, per_vc: int) -> None:
+        """The limits from now on (the config's `limits.max_fetch_sessions*`); applied at the next record."""
+        self._owner.total, self._owner.per_vc = total, per_vc
 
     def owns(self, vc_id: str, broker: Broker | None, session_id: int) -> bool:
         if broker is None:
             return False
         key = (broker, session_id)
-        if self._owner.get(key) != vc_id:
+        if self._owner.vc_of(key) != vc_id:
             return False
-        self._owner.move_to_end(key)
+        self._owner.touch(key)
         return True
 
-    def record(self, vc_id: str, broker: Broker, session_id: int) -> None:
+    def touch(self, vc_id: str, broker: Broker | None, session_ids: Iterable[int]) -> None:
+        """Sessions of `vc_id` on `broker` a client used where `owns` was not asked (the forwarder served its Fetch):
+        kept as fresh as those the Python path serves, here and (told) in the other workers."""
+        if broker is None:
+            return
+        used = [s for s in session_ids if self._owner.vc_of((broker, s)) == vc_id and self._owner.touch((broker, s))]
+        if used and self.tell is not None and type(broker) is int:
+            self._uses.setdefault((vc_id, broker), set()).update(used)
+
+    def tell_uses(self) -> None:
+        """The uses `touch` noted since, told to the other workers: one message per VC and broker, not per
+        connection (proxy/net/forwarder.py calls it once a second)."""
+        uses, self._uses = self._uses, {}
+        if self.tell is not None:
+            for (vc_id, broker), used in uses.items():
+                self.tell(["used", vc_id, broker, sorted(used)])
+
+    def record(self, vc_id: str, broker: Broker, session_id: int, per_vc: int | None = None) -> None:
+        """`per_vc`: the VC's own bound (its `max_fetch_sessions` setting), None for the config's."""
         key = (broker, session_id)
-        if self._owner.get(key) != vc_id and self.tell is not None and type(broker) is int:
+        if self._owner.vc_of(key) == vc_id:  # every answer of a session goes on: only used
+            self._owner.touch(key)
+            return
+        if self.tell is not None and type(broker) is int:
             self.tell(["record", vc_id, broker, session_id])
+        self._owner.bound(vc_id, per_vc)
         self._set(key, vc_id)  # a newer owner wins: that broker reused the id
 
     def drop(self, broker: Broker, session_id: int) -> None:
-        if self._owner.pop((broker, session_id), None) is None:
+        owner = self._owner.vc_of((broker, session_id))
+        if owner is None:
             return
-        self._changed()
+        self._owner.pop((broker, session_id))
+        self._changed(owner)
         if self.tell is not None and type(broker) is int:
             self.tell(["drop", broker, session_id])
 
@@ -85,40 +120,61 @@ class FetchSessionOwners:
             _, vc_id, broker, session_id = told
             if isinstance(vc_id, str) and type(broker) is int and type(session_id) is int:
                 key = (broker, session_id)
-                owner = self._owner.get(key)
+                owner = self._owner.vc_of(key)
                 if owner is None or owner == vc_id:
                     self._set(key, vc_id)
                 else:
-                    del self._owner[key]
-                    self._changed()
+                    self._owner.pop(key)
+                    self._changed(owner)
         elif told[0] == "drop" and len(told) == 3:
             _, broker, session_id = told
-            if type(broker) is int and type(session_id) is int and self._owner.pop((broker, session_id), None):
-                self._changed()
+            owner = self._owner.vc_of((broker, session_id)) if type(broker) is int and type(session_id) is int else None
+            if owner is not None:
+                self._owner.pop((broker, session_id))
+                self._changed(owner)
+        elif told[0] == "used" and len(told) == 4:
+            _, vc_id, broker, used = told
+            if isinstance(vc_id, str) and type(broker) is int and isinstance(used, list):
+                for session_id in used[: self._owner.total]:
+                    if type(session_id) is int and self._owner.vc_of((broker, session_id)) == vc_id:
+                        self._owner.touch((broker, session_id))
 
     def _set(self, key: tuple[Broker, int], vc_id: str) -> None:
-        if self._owner.get(key, vc_id) != vc_id:
-            self._changed()
-        self._owner[key] = vc_id
-        self._owner.move_to_end(key)
-        while len(self._owner) > self.limit:
-            self._owner.popitem(last=False)
-            self._changed()
+        owner = self._owner.vc_of(key)
+        if owner is not None and owner != vc_id:
+            self._changed(owner)
+        for evicted, _, _ in self._owner.put(vc_id, key, None):  # of this VC, or of the VC holding the most
+            self._changed(evicted)
 
-    def generation(self) -> int:
-        """How many times an id left a VC (0 where nothing counts: no forwarder)."""
-        return self.changes.value() if self.changes is not None else 0
+    def changes_of(self, vc_id: str) -> Any:
+        """The Generation of `vc_id`'s sessions (for a grant), made on first use; None without `make_generation`."""
+        changes = self._changes.get(vc_id)
+        if changes is None and self.make_generation is not None:
+            changes = self._changes[vc_id] = self.make_generation()
+        return changes
 
-    def _changed(self) -> None:
-        if self.changes is not None:
-            self.changes.bump()
+    def generation(self, vc_id: str) -> int:
+        """How many times an id left `vc_id` since its Generation was made (0 where nothing counts: no forwarder)."""
+        changes = self._changes.get(vc_id)
+        return changes.value() if changes is not None else 0
+
+    def _changed(self, vc_id: str) -> None:
+        changes = self._changes.get(vc_id)
+        if changes is not None:
+            changes.bump()
 
     def on_response(
-        self, vc_id: str, broker: Broker | None, sent: tuple[int, int] | None, body: memoryview | bytes
+        self,
+        vc_id: str,
+        broker: Broker | None,
+        sent: tuple[int, int] | None,
+        body: memoryview | bytes,
+        per_vc: int | None = None,
     ) -> None:
         """Learn from a Fetch v7+ response body from `broker` (read at its fixed head, records never decoded).
 
-        `sent` is the (session id, epoch) of the request, None for a request without a session.
+        `sent` is the (session id, epoch) of the request, None for a request without a session; `per_vc` the VC's
+        own bound, as `record` takes it.
         """
         if len(body) < _HEAD.size or broker is None:
             return
@@ -130,7 +186,7 @@ class FetchSessionOwners:
             if epoch <= 0 or error == ErrorCode.fetch_session_id_not_found or (error == 0 and session_id != old):
                 self.drop(broker, old)
         if error == 0 and session_id != 0:
-            self.record(vc_id, broker, session_id)
+            self.record(vc_id, broker, session_id, per_vc)
 
 
 FETCH_SESSIONS = FetchSessionOwners()  # one per proxy process: shared by every connection of a VC

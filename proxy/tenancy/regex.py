@@ -12,8 +12,10 @@ tenant's input, so:
   `RE2_MAX_MEM` of memory. A pattern RE2 refuses, or too big, is `InvalidRegex`: the API answers
   INVALID_REGULAR_EXPRESSION with the reason.
 * **Cached** per (VC, regex, links version): a heartbeat looks the expansion up; when the VC's links
-  change only the added names are matched. A compiled pattern is kept only while names are left to
-  match, so cached expansions hold no RE2 memory (and RE2's own module cache is kept empty).
+  change only the added names are matched. At most `MAX_REGEXES_PER_VC` of a VC and `MAX_REGEXES` in
+  all, least recently used first (proxy/tenancy/per_vc_lru.py: one VC's churn drops only its own). A
+  compiled pattern is kept only while names are left to match, so cached expansions hold no RE2
+  memory (and RE2's own module cache is kept empty).
 * **Budgeted**: matching runs in slices of at most `SLICE_SECONDS` per request, and a VC may spend
   at most `VC_RATE` seconds of matching per second (burst `VC_BURST`), per instance: each of N workers
   (`serve --workers N`) grants a VC 1/N of it (`RegexCache.share`). An expansion that is not
@@ -26,13 +28,13 @@ import dataclasses
 import hashlib
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import re2
 
 from ..errors import Refusal
+from .per_vc_lru import PerVcLru
 
 MAX_REGEX_LENGTH = 4096  # characters of one client pattern
 MAX_PROGRAM_SIZE = 5000  # RE2 instructions of one compiled pattern
@@ -40,7 +42,8 @@ RE2_MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern (program and DFA cach
 SLICE_SECONDS = 0.010  # matching one request may do
 VC_RATE = 0.050  # seconds of matching per second a VC may use on average ...
 VC_BURST = 0.200  # ... and at once
-MAX_REGEXES_PER_VC = 256  # cached evaluations per VC (least recently used dropped)
+MAX_REGEXES_PER_VC = 256  # cached evaluations per VC (least recently used dropped): limits.max_regexes_per_vc
+MAX_REGEXES = 4096  # cached evaluations in all, and remembered expansions in all: limits.max_regexes
 
 
 class InvalidRegex(Refusal, ValueError):
@@ -108,11 +111,14 @@ class Expansion:
 class RegexCache:
     """Per proxy: the expansions of every VC's topic regexes, and each VC's matching budget."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, limit: int = MAX_REGEXES, per_vc: int = MAX_REGEXES_PER_VC
+    ):
         self.clock = clock
-        self._evaluations: dict[str, OrderedDict[str, _Evaluation]] = {}
+        self._evaluations: PerVcLru[tuple[str, str], _Evaluation] = PerVcLru(limit, per_vc)  # (VC, regex) ->
         self._buckets: dict[str, _Bucket] = {}
-        self._regex_of: dict[str, OrderedDict[bytes, str]] = {}  # digest of an expansion -> the regex
+        # (VC, digest of an expansion) -> the regex
+        self._regex_of: PerVcLru[tuple[str, bytes], str] = PerVcLru(limit, per_vc)
         self.share = 1.0  # of each VC's budget this process grants: 1/N in each of N workers
         # With workers: told each expansion's regex, for the others' `learn` (a group described through
         # another worker than its heartbeats' shows the client's regex, not HIDDEN).
@@ -120,14 +126,12 @@ class RegexCache:
 
     def expand(self, vc: Any, regex: str, what: str = "SubscribedTopicRegex") -> Expansion:
         """The physical names of `vc`'s links that fully match `regex`, as an RE2 alternation."""
-        per_vc = self._evaluations.setdefault(vc.id, OrderedDict())
-        ev = per_vc.get(regex)
+        ev = self._evaluations.get((vc.id, regex))
         if ev is None:
             ev = _Evaluation(compile_client_regex(regex, what))
-            per_vc[regex] = ev
-            while len(per_vc) > MAX_REGEXES_PER_VC:
-                per_vc.popitem(last=False)
-        per_vc.move_to_end(regex)
+            self._evaluations.put(vc.id, (vc.id, regex), ev)
+        else:
+            self._evaluations.touch((vc.id, regex))
         if ev.version != vc.links_version:
             current = frozenset(vc.links)
             ev.matched &= current
@@ -145,9 +149,14 @@ class RegexCache:
             self._remember(vc.id, ev.expansion, regex)
         return Expansion(ev.expansion, not ev.todo)
 
+    def bound(self, total: int, per_vc: int) -> None:
+        """The limits from now on (the config's `limits.max_regexes*`)."""
+        for table in (self._evaluations, self._regex_of):
+            table.total, table.per_vc = total, per_vc
+
     def regex_for(self, vc: Any, expansion: str) -> str | None:
         """The client regex behind an expansion this proxy sent (ConsumerGroupDescribe shows it back)."""
-        return self._regex_of.get(vc.id, {}).get(_digest(expansion))
+        return self._regex_of.get((vc.id, _digest(expansion)))
 
     def _match(self, vc_id: str, ev: _Evaluation) -> bool:
         """Match what the VC's budget allows; True if anything new matched."""
@@ -181,7 +190,7 @@ class RegexCache:
 
     def _remember(self, vc_id: str, expansion: str, regex: str) -> None:
         key = _digest(expansion)
-        if self.tell is not None and self._regex_of.get(vc_id, {}).get(key) != regex:
+        if self.tell is not None and self._regex_of.get((vc_id, key)) != regex:
             self.tell(["regex", vc_id, key.hex(), regex])
         self._keep(vc_id, key, regex)
 
@@ -201,11 +210,7 @@ class RegexCache:
         self._keep(vc_id, key, regex)
 
     def _keep(self, vc_id: str, key: bytes, regex: str) -> None:
-        seen = self._regex_of.setdefault(vc_id, OrderedDict())
-        seen[key] = regex
-        seen.move_to_end(key)
-        while len(seen) > MAX_REGEXES_PER_VC:
-            seen.popitem(last=False)
+        self._regex_of.put(vc_id, (vc_id, key), regex)
 
 
 def _digest(text: str) -> bytes:

@@ -33,8 +33,12 @@ ALLOW_IF_NO_ACL = "allow_everyone_if_no_acl_found"
 DELETE_PHYSICAL_TOPICS = "delete_physical_topics"
 POLICY_KEYS = ("max_partitions_per_topic", "max_topics", "max_partitions", "allow_unlisted_configs")
 LIMIT_KEYS = state_limits.VC_KEYS  # what the VC's state may hold (proxy/tenancy/limits.py)
-KEYS = (DESCRIPTION, LABELS, ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS, *LIMIT_KEYS)
-OPERATOR_KEYS = frozenset({ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS, *LIMIT_KEYS})
+# The VC's own bound in the proxy's fetch-session table (proxy/tenancy/fetch_sessions.py), over the config's
+# `limits.max_fetch_sessions_per_vc`: a large tenant's consumers need more than the default.
+MAX_FETCH_SESSIONS = "max_fetch_sessions"
+TABLE_KEYS = (MAX_FETCH_SESSIONS,)
+KEYS = (DESCRIPTION, LABELS, ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS, *LIMIT_KEYS, *TABLE_KEYS)
+OPERATOR_KEYS = frozenset({ALLOW_IF_NO_ACL, DELETE_PHYSICAL_TOPICS, *POLICY_KEYS, *LIMIT_KEYS, *TABLE_KEYS})
 
 MAX_DESCRIPTION = 1024
 MAX_LABELS = 64
@@ -67,7 +71,21 @@ def parse(key: str, text: str) -> Any:
         return value
     if key in LIMIT_KEYS:
         return _state_limit(key, text)
+    if key in TABLE_KEYS:
+        return _table_bound(key, text)
     return _limit(key, text)
+
+
+def _table_bound(key: str, text: str) -> int:
+    """A VC's bound in one of the proxy's tables: a whole number of entries, at least 1 (delete the setting for the
+    config's; there is no \"no limit\": the table's total bounds every VC)."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise SettingError(key, f"must be a whole number (got {text!r})") from None
+    if value < 1:
+        raise SettingError(key, "must be at least 1")
+    return value
 
 
 def _state_limit(key: str, text: str) -> int | float | None:

@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -846,10 +847,15 @@ async def test_a_vcs_fetch_session_is_learned_on_the_trio_thread_and_then_forwar
             await peer.exchange(fetch([ORDERS], 78, epoch, correlation=correlation))
         assert peer.connection._phase is not None
         await peer.close()
+        # The Fetches it served in session 78 marked it used, here and (told once a second) in the other workers.
+        with trio.fail_after(30):
+            while not told or told[-1][0][0] != "used":
+                await trio.sleep(0.05)
     finally:
         FETCH_SESSIONS.tell = None
     assert told and all(on_trio for _, on_trio in told), told
-    assert [m[0] for m, _ in told] == ["record", "drop", "record"]
+    assert [m[0] for m, _ in told if m[0] != "used"] == ["record", "drop", "record"]
+    assert told[-1][0] == ["used", s.vc.id, 1, [78]]
     assert peer.connection.forwarded >= 4
 
 

@@ -206,7 +206,7 @@ def test_another_worker_shows_the_regex_behind_an_expansion_it_did_not_send():
 def test_what_is_not_a_told_regex_is_ignored(told):
     cache = RegexCache()
     cache.learn(told)
-    assert cache._regex_of == {}
+    assert len(cache._regex_of) == 0
 
 
 def test_each_of_n_workers_grants_a_vc_one_nth_of_its_matching_budget():

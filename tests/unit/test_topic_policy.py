@@ -617,6 +617,25 @@ def test_a_held_member_leaves_without_the_broker(shared):
     assert decision.action is Action.FORWARD
 
 
+def test_another_vcs_held_members_never_make_the_proxy_forget_a_vcs(shared, monkeypatch):
+    from proxy.tenancy.handlers import streams
+    from proxy.tenancy.per_vc_lru import PerVcLru
+
+    monkeypatch.setattr(streams, "_HELD", PerVcLru(total=20, per_vc=10))
+    image, _ = shared
+    grant(
+        image,
+        allow("*", Op.CREATE, perm=Perm.DENY),
+        allow("kafka-cluster", Op.CREATE, rtype=R.CLUSTER, perm=Perm.DENY),
+    )
+    s = open_session(image, "User:carol")
+    assert _held(s, _streams_join()).member_epoch == HELD_EPOCH
+    for i in range(1000):  # another VC's members refused by the thousand
+        streams._HELD.put(image.vcs["team-b"].id, (image.vcs["team-b"].id, "app", f"m-{i}"), None)
+    left = _held(s, _heartbeat(-1))  # still known: answered by the proxy
+    assert (left.error_code, left.member_epoch) == (E.none, -1)
+
+
 def test_a_held_member_without_the_groups_acl_is_refused_as_kafka_refuses_it(shared):
     image, _ = shared
     grant(

@@ -102,6 +102,7 @@ def outcome(img: TenancyImage, caller: Caller, request) -> tuple[int, str | None
         ("description", "Payments team, prod", "Payments team, prod"),
         ("labels", "team=payments, cost-center=42", {"team": "payments", "cost-center": "42"}),
         ("labels", "", {}),
+        ("max_fetch_sessions", "5000", 5000),
     ],
 )
 def test_values_parse_to_what_is_stored_and_show_back(key, text, value):
@@ -122,6 +123,8 @@ def test_values_parse_to_what_is_stored_and_show_back(key, text, value):
         ("labels", "team=a b", "label value"),
         ("description", "x" * 1025, "at most 1024"),
         ("description", "a\nb", "control characters"),
+        ("max_fetch_sessions", "0", "at least 1"),
+        ("max_fetch_sessions", "null", "whole number"),  # no "no limit": the table's total bounds every VC
     ],
 )
 def test_bad_keys_and_values_are_refused_naming_the_key(key, text, why):
@@ -224,6 +227,7 @@ REACH = [
     ("max_topics", "100000"),
     ("max_partitions", "null"),
     ("allow_unlisted_configs", "true"),
+    ("max_fetch_sessions", "5000"),
 ]
 
 

@@ -122,9 +122,11 @@ class TenancyStage:
     def _grant_owned(self, grant: Any, session: int) -> None:
         """Asked of the table after its generation is read, so that a grant never holds a session the table let go
         since (both are changed on this thread only; the forwarder's thread reads the grant)."""
-        seen = FETCH_SESSIONS.generation()
         engine = self.ctx.engine
-        if engine is not None and FETCH_SESSIONS.owns(engine.vc.id, self.ctx.broker, session):
+        if engine is None:
+            return
+        seen = FETCH_SESSIONS.generation(engine.vc.id)
+        if FETCH_SESSIONS.owns(engine.vc.id, self.ctx.broker, session):
             grant.add_session(session, seen)
 
     def _decide(self, ex: Exchange, engine: TenantEngine) -> tuple[bytes, list[Any]]:

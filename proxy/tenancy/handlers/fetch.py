@@ -14,6 +14,7 @@ from ..fetch_sessions import FETCH_SESSIONS, FIRST_SESSION_VERSION
 from ..model import (
     TenancyError,
 )
+from ..settings import MAX_FETCH_SESSIONS
 from .calls import error_answer, response_cls
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,11 @@ def fetch_spliced(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_
     """Fetch responses are spliced, never decoded: the session id sits at the head of the body."""
     if ex.version >= FIRST_SESSION_VERSION:
         # The broker now: the one the answer came from (a bootstrap connection knows it once connected).
-        FETCH_SESSIONS.on_response(engine.vc.id, engine.broker(), ex.state.get("fetch_session"), frame[body_offset:])
+        bound = engine.vc.settings.get(MAX_FETCH_SESSIONS)  # the VC's own, set by an operator (else the config's)
+        own = bound if type(bound) is int and bound > 0 else None
+        FETCH_SESSIONS.on_response(
+            engine.vc.id, engine.broker(), ex.state.get("fetch_session"), frame[body_offset:], own
+        )
 
 
 def fetch_unseen(engine: TenantEngine, ex: TenantCall, frame: memoryview, body_offset: int) -> bytes | None:

@@ -29,7 +29,6 @@ import dataclasses
 import datetime
 import logging
 import uuid
-from collections import OrderedDict
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +39,7 @@ from ...quoting import cut, shown
 from .. import names
 from ..engine import LocalAnswer, TenantCall, TenantEngine
 from ..model import derived_topic_for, link_record, partitions_record
+from ..per_vc_lru import PerVcLru
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,9 @@ MISSING_INTERNAL_TOPICS = 1  # the StreamsGroupHeartbeat status code (KIP-1071)
 # The member epoch the proxy gives a member it keeps out of the broker: no broker gets near it (epochs
 # start at 1 and grow by one per rebalance), so any replica, on any connection, knows such a member.
 HELD_EPOCH = 2**31 - 1
-MAX_HELD = 65536  # held members remembered for their leave (least recently joined forgotten)
-_HELD: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # (vc id, group, member id)
+MAX_HELD = 65536  # held members remembered for their leave (least recently joined forgotten) ...
+MAX_HELD_PER_VC = 4096  # ... and of one VC: another VC's joins never forget a VC's
+_HELD: PerVcLru[tuple[str, str, str], None] = PerVcLru(MAX_HELD, MAX_HELD_PER_VC)  # (vc id, group, member id)
 # What the proxy answers a member it keeps out: Kafka's defaults for the group's intervals.
 HEARTBEAT_INTERVAL = datetime.timedelta(seconds=5)  # streams.heartbeat.interval.ms
 TASK_OFFSET_INTERVAL = datetime.timedelta(minutes=1)  # task offset interval
@@ -124,14 +125,11 @@ def streams_group_heartbeat_request(engine: TenantEngine, ex: TenantCall, body: 
     refusals, admitted = _refusals(engine, ex, specs)
     key = (engine.vc.id, body.group_id, body.member_id)
     if refusals:
-        _HELD[key] = None
-        _HELD.move_to_end(key)
-        while len(_HELD) > MAX_HELD:
-            _HELD.popitem(last=False)
+        _HELD.put(engine.vc.id, key, None)
         for name, reason in refusals.items():
             log.info("virtual cluster %s: internal topic %s refused: %s", engine.vc.name, shown(name), cut(reason))
         raise _missing_topics(ex, body, specs, refusals)
-    _HELD.pop(key, None)
+    _HELD.pop(key)
     to_link: dict[str, str] = {}  # physical -> link, written once the broker accepted the topology
     partitions: dict[str, int] = {}
     for name in sorted(set(internal) | sources):
@@ -160,7 +158,7 @@ def _held_heartbeat(engine: TenantEngine, ex: TenantCall, body: Any) -> Any:
         message = "Internal topics are missing: rejoin to have them checked again."
         raise LocalAnswer(codec._empty(cls, error_code=ErrorCode.fenced_member_epoch, error_message=message))
     if epoch < 0 and key in _HELD:  # leaving, never having reached the broker
-        del _HELD[key]
+        _HELD.pop(key)
         raise LocalAnswer(codec._empty(_response_type(ex), member_id=body.member_id, member_epoch=i32(epoch)))
     return body
 
