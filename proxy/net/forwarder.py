@@ -120,14 +120,14 @@ class Forwarder:
         every connection, nothing for a connection with none."""
         while True:
             await trio.lowlevel.wait_readable(forwarder.notify_fd())
+            for phase_id in forwarder.finished():  # first: it reads the eventfd, so what comes after wakes it again
+                waiter = self._waiters.pop(phase_id, None)
+                if waiter is not None:
+                    waiter.set()
             for phase_id, *asked in forwarder.rewrites():
                 rewriter = self._rewriters.get(phase_id)
                 if rewriter is not None:
                     rewriter.send_nowait(tuple(asked))  # unbounded: one answer a phase at a time (it waits for it)
-            for phase_id in forwarder.finished():
-                waiter = self._waiters.pop(phase_id, None)
-                if waiter is not None:
-                    waiter.set()
             ready = forwarder.spans_ready()
             if ready:
                 self._spans_waiting.update(ready)
