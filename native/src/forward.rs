@@ -1833,7 +1833,8 @@ impl Conn {
                     Answer::Renamed(out) => (Some(out), false),
                     Answer::Python => {
                         // Queued for the Trio thread; this answer is taken again once Python has given it back.
-                        shared.rewrites.lock().unwrap_or_else(|e| e.into_inner()).push((self.id, key, version, frame.to_vec(), note));
+                        let asked = (self.id, key, version, frame.to_vec(), note);
+                        shared.rewrites.lock().unwrap_or_else(|e| e.into_inner()).push(asked);
                         shared.notify_python();
                         self.rewrite = Rewrite::Asked;
                         progress = true;

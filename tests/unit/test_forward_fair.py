@@ -121,6 +121,37 @@ async def test_an_answer_python_is_slow_to_rewrite_holds_its_own_connection_alon
     assert (outcomes["other"].kind, outcomes["other"].responses) == ("client-closed", 1)
 
 
+async def test_a_drain_while_python_rewrites_an_answer_hands_back_after_that_answer_is_written():
+    """The rewrite has run (a fetch session learnt, a mute charged): the session must not run it again, so the
+    connection goes back once the rewritten answer is written, not with it outstanding."""
+    pair = Pair()
+    asked, release = trio.Event(), trio.Event()
+    phases: list[object] = []
+
+    async def hook(*_: object) -> bytes:
+        asked.set()
+        await release.wait()
+        return b"rewritten"
+
+    await pair.client.send(_hinted_request(4))
+    await pair.broker.send(_hinted_answer(4))
+    outcomes = {}
+
+    async def run() -> None:
+        outcomes["held"] = await pair.run(hook=hook, started=phases.append)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        with trio.fail_after(30):
+            await asked.wait()
+        phases[0].hold()  # type: ignore[attr-defined]
+        release.set()
+        with trio.fail_after(30):
+            assert await pair.read(pair.client, len(b"rewritten")) == b"rewritten"
+    held = outcomes["held"]
+    assert (held.kind, held.responses, held.in_flight, held.broker_leftover) == ("yield", 1, (), b"")
+
+
 def _unread(sock: trio.socket.SocketType) -> int:
     """The bytes a socket holds unread now."""
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
