@@ -9,8 +9,9 @@
 //! handed back unread with whatever followed it, and with the requests sent before it whose answers have
 //! not come (Python's pumps answer them first); a frame that breaks the protocol ends the connection, with
 //! the reason the Python path gives. An answer whose endpoints are a tagged field (KIP-951 leader hints) is
-//! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python (`hook`)
-//! like the session rewrites it.
+//! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python like the session
+//! rewrites it (`Forwarder.rewrites`: queued for the Trio thread, the connection waiting meanwhile, not the thread). Each
+//! connection has a bounded turn (`TURN_BYTES`) before the next (`run`).
 //!
 //! A large Fetch answer (`STREAM_MIN`) goes on to the client as it arrives instead of once it is whole: the bytes before
 //! its tagged section, and for a tenant before any topic id not seen whole in the grant, are sent as they come, and
@@ -802,7 +803,7 @@ impl ForwardTable {
     }
 
     /// Whether the forwarder passes this answer (size prefix included) to request `(key, version)` as it came;
-    /// False: Python rewrites it (`hook`). For the tests that hold it to the session.
+    /// False: Python rewrites it (`Forwarder.rewrites`). For the tests that hold it to the session.
     #[pyo3(signature = (key, version, frame, grant=None, note=None))]
     fn untouched(
         &self,
@@ -1536,7 +1537,7 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
 enum Answer {
     AsIs,
     Renamed(Vec<u8>), // a tenant's, its topic names put back as the client named them
-    Python,           // rewritten by the session (`hook`)
+    Python,           // rewritten by the session (`Forwarder.rewrites`)
 }
 
 /// How an answer goes back: as the broker sent it when there is no tagged field where endpoints may be (KIP-951
