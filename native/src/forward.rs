@@ -9,8 +9,9 @@
 //! handed back unread with whatever followed it, and with the requests sent before it whose answers have
 //! not come (Python's pumps answer them first); a frame that breaks the protocol ends the connection, with
 //! the reason the Python path gives. An answer whose endpoints are a tagged field (KIP-951 leader hints) is
-//! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python (`hook`)
-//! like the session rewrites it.
+//! skipped to its tagged section by the walker's plan, and when it has one, rewritten by Python like the session
+//! rewrites it (`Forwarder.rewrites`: queued for the Trio thread, the connection waiting meanwhile, not the thread). Each
+//! connection has a bounded turn (`TURN_BYTES`) before the next (`run`).
 //!
 //! A large Fetch answer (`STREAM_MIN`) goes on to the client as it arrives instead of once it is whole: the bytes before
 //! its tagged section, and for a tenant before any topic id not seen whole in the grant, are sent as they come, and
@@ -51,6 +52,12 @@ const STREAM_STEP: usize = 16 * 1024; // new bytes of such an answer between two
 const SPLICE_MIN: usize = 16 * 1024;
 const WAKE: u64 = u64::MAX;
 const EVENTS: usize = 256;
+// One connection's turn on the forwarder's thread: about this many bytes handled (read from a socket, TLS records
+// included, sent, or forwarded as frames) before the next connection's turn. One that still has work then waits at
+// the back of the queue (`run`), so that a connection that always has bytes never starves the others.
+const TURN_BYTES: usize = 256 * 1024;
+// What a frame read and forwarded costs a turn besides its bytes (its walk, a send each): many small frames are work.
+const FRAME_COST: usize = 512;
 
 /// What the forwarder needs of one plain API version.
 struct Entry {
@@ -815,7 +822,7 @@ impl ForwardTable {
     }
 
     /// Whether the forwarder passes this answer (size prefix included) to request `(key, version)` as it came;
-    /// False: Python rewrites it (`hook`). For the tests that hold it to the session.
+    /// False: Python rewrites it (`Forwarder.rewrites`). For the tests that hold it to the session.
     #[pyo3(signature = (key, version, frame, grant=None, note=None))]
     fn untouched(
         &self,
@@ -925,7 +932,11 @@ enum Command {
     Attach(Box<Conn>),
     Hold(u64),
     Detach(u64),
+    Rewritten(u64, Result<Vec<u8>, String>),
 }
+
+/// An answer for Python to rewrite (`Forwarder.rewrites`): phase id, API key, version, the answer, a Fetch's session.
+type Asked = (u64, i16, i16, Vec<u8>, Note);
 
 struct Shared {
     epfd: i32,
@@ -937,6 +948,7 @@ struct Shared {
     epoch: Instant,
     commands: Mutex<Vec<Command>>,
     outcomes: Mutex<HashMap<u64, Outcome>>,
+    rewrites: Mutex<Vec<Asked>>, // answers waiting for Python's rewrite (their phases' ids in them)
 }
 
 impl Shared {
@@ -1038,7 +1050,6 @@ struct Conn {
     allowance: Option<Arc<Allowed>>,
     answer_allowance: Option<Arc<Allowed>>,
     count: Option<Arc<Allowed>>,
-    hook: Py<PyAny>,
     max_in_flight: usize,
     max_frame: usize,
     limit: usize, // bytes read ahead, or waiting to be sent, before reading stops
@@ -1081,6 +1092,19 @@ struct Conn {
     spans: Option<Arc<Mutex<Spans>>>,
     sampled: VecDeque<(u64, Vec<u8>)>,
     spans_waiting: bool, // a record came to an empty `spans`: Python is told after this pump (`Shared::spans_ready`)
+    rewrite: Rewrite,    // the answer at the front of `bin`, when Python rewrites it
+    spent: usize,        // of this turn (`TURN_BYTES`)
+    more: bool,          // the turn ended with work left: the connection waits for its next (`run`)
+    queued: bool,        // in `run`'s queue of connections waiting for their turn
+}
+
+/// An answer Python rewrites (the session's response side: `Forwarder.rewrites`), on the Trio thread: the forwarder's
+/// thread never waits for it. Meanwhile the connection reads and sends nothing more but what was already on its way
+/// (its answers go in order, and a rewrite may mute it: `Phase.hold`); the others go on.
+enum Rewrite {
+    No,
+    Asked,
+    Given(Result<Vec<u8>, String>), // what Python made of it, or why it could not
 }
 
 /// The sampler's rule (OpenTelemetry's TraceIdRatioBased): a request is sampled when its trace id's low 64 bits, drawn
@@ -1260,7 +1284,7 @@ impl Inbound {
         // SAFETY: `room` bytes of the mapping lie after the `len` counted.
         let n = unsafe { recv_into(fd, m.ptr.add(m.len), room)? };
         m.len += n;
-        Ok(Received { n, drained: n < room })
+        Ok(Received { n, cost: n, drained: n < room })
     }
 
     /// `n` bytes of the answer went by the pipe: their place, zeros (untouched, in a mapping).
@@ -1326,6 +1350,7 @@ fn be_i16(b: &[u8]) -> i16 {
 /// What one receive read: `n` bytes (0 at end of stream), and whether they were all the socket held.
 struct Received {
     n: usize,
+    cost: usize, // bytes taken from the socket (a TLS session's records: maybe none of their plaintext yet)
     // Fewer bytes than there was room for: a stream socket's recv(2) takes all it holds up to the room given, so it
     // held no more. The next bytes to arrive raise a new edge (after a hang-up none: read on to the end of stream),
     // so the receive that would meet EAGAIN (a system call a request in each direction) need not be made.
@@ -1339,7 +1364,7 @@ fn receive(fd: i32, buf: &mut Vec<u8>, want: usize, most: usize) -> io::Result<R
     // SAFETY: the Vec's spare capacity holds `room` bytes; only the `n` the kernel wrote are counted as initialised.
     let n = unsafe { recv_into(fd, buf.as_mut_ptr().add(buf.len()), room)? };
     unsafe { buf.set_len(buf.len() + n) };
-    Ok(Received { n, drained: n < room })
+    Ok(Received { n, cost: n, drained: n < room })
 }
 
 /// One recv(2) of at most `room` bytes to `at`: the bytes read, 0 at end of stream.
@@ -1434,7 +1459,7 @@ fn send_to(
     let Some(state) = tls else { return send_or_queue(fd, frame, out, *at, writable) };
     out.extend_from_slice(frame);
     if *writable {
-        *writable = tls::flush(state, fd, out, at)?;
+        *writable = tls::flush(state, fd, out, at, TURN_BYTES)?;
     }
     Ok(())
 }
@@ -1531,7 +1556,7 @@ fn plain_request(frame: &[u8], table: &HashMap<u32, Entry>, grant: Option<&Grant
 enum Answer {
     AsIs,
     Renamed(Vec<u8>), // a tenant's, its topic names put back as the client named them
-    Python,           // rewritten by the session (`hook`)
+    Python,           // rewritten by the session (`Forwarder.rewrites`)
 }
 
 /// How an answer goes back: as the broker sent it when there is no tagged field where endpoints may be (KIP-951
@@ -1701,7 +1726,7 @@ impl Conn {
     fn requests(&mut self) -> Result<bool, End> {
         let mut at = 0;
         let mut progress = false;
-        while !self.hold && Conn::pending_out(&self.bout, self.bout_at) < self.limit {
+        while !self.hold && Conn::pending_out(&self.bout, self.bout_at) < self.limit && self.spent < TURN_BYTES {
             let Some(total) = whole_frame(&self.cin[at..], self.max_frame)? else { break };
             if self.in_flight.len() >= self.max_in_flight {
                 break;
@@ -1781,6 +1806,7 @@ impl Conn {
                         }
                     }
                     self.requests += 1;
+                    self.spent += total + FRAME_COST;
                     at += total;
                     progress = true;
                 }
@@ -1794,11 +1820,11 @@ impl Conn {
 
     /// Answers read whole from `bin`, each the next outstanding request's, written to the client; a large Fetch
     /// answer is sent on as it arrives (`stream`).
-    fn answers(&mut self) -> Result<bool, End> {
+    fn answers(&mut self, shared: &Shared) -> Result<bool, End> {
         let mut at = 0;
         let mut progress = false;
         let mut partial = false;
-        while Conn::pending_out(&self.cout, self.cout_at) < self.limit && self.piped == 0 {
+        while Conn::pending_out(&self.cout, self.cout_at) < self.limit && self.piped == 0 && self.spent < TURN_BYTES {
             let Some(total) = whole_frame(&self.bin[at..], self.max_frame)? else {
                 partial = true;
                 break;
@@ -1819,18 +1845,22 @@ impl Conn {
             let entry = &self.table[&idx];
             let (key, version) = ((idx >> 16) as u16 as i16, idx as u16 as i16);
             let failed = |why: String| End::Protocol(format!("cannot rewrite response to api {key} v{version}: {why}"));
-            let answer = answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)?;
-            let hooked = matches!(answer, Answer::Python);
-            let rewritten = match answer {
-                Answer::AsIs => None,
-                Answer::Renamed(out) => Some(out),
-                Answer::Python => {
-                    let hook = &self.hook;
-                    let result = Python::attach(|py| -> PyResult<Vec<u8>> {
-                        hook.call1(py, (key, version, PyBytes::new(py, frame), note))?.extract(py)
-                    });
-                    Some(result.map_err(|e| failed(e.to_string()))?)
-                }
+            let (rewritten, hooked) = match std::mem::replace(&mut self.rewrite, Rewrite::No) {
+                Rewrite::Given(result) => (Some(result.map_err(failed)?), true),
+                Rewrite::Asked => unreachable!("a connection waiting for a rewrite is not pumped"),
+                Rewrite::No => match answer_untouched(entry, key, frame, self.grant.as_deref(), note).map_err(failed)? {
+                    Answer::AsIs => (None, false),
+                    Answer::Renamed(out) => (Some(out), false),
+                    Answer::Python => {
+                        // Queued for the Trio thread; this answer is taken again once Python has given it back.
+                        let asked = (self.id, key, version, frame.to_vec(), note);
+                        shared.rewrites.lock().unwrap_or_else(|e| e.into_inner()).push(asked);
+                        shared.notify_python();
+                        self.rewrite = Rewrite::Asked;
+                        progress = true;
+                        break;
+                    }
+                },
             };
             let out = rewritten.as_deref().unwrap_or(frame);
             let sent = std::mem::take(&mut self.streamed);
@@ -1879,6 +1909,7 @@ impl Conn {
             }
             self.in_flight.pop_front();
             self.responses += 1;
+            self.spent += out.len() - sent + FRAME_COST;
             at += total;
             progress = true;
         }
@@ -1967,6 +1998,7 @@ impl Conn {
                 self.splice_left -= n;
                 self.piped += n;
                 self.streamed += n;
+                self.spent += n;
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -1988,6 +2020,7 @@ impl Conn {
         match splice(pipe.read, self.client, self.piped) {
             Ok(n) => {
                 self.piped -= n;
+                self.spent += n;
                 Ok(n > 0)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -1998,16 +2031,22 @@ impl Conn {
         }
     }
 
-    /// Moves everything that can move now; Some(end) when the phase is over.
+    /// One turn: moves what can move now, up to `TURN_BYTES` (`more`: work was left); Some(end) when the phase is over.
     fn pump(&mut self, shared: &Shared) -> Option<End> {
+        self.spent = 0;
+        self.more = false;
         loop {
             let mut progress = false;
+            // Waiting for Python's rewrite of the answer at the front: only what is already on its way moves.
+            let waiting = matches!(self.rewrite, Rewrite::Asked);
             let sealed = self.broker_tls.as_ref().is_some_and(tls::pending);
             if self.broker_writable && (self.bout_at < self.bout.len() || sealed) {
+                let before = Conn::pending_out(&self.bout, self.bout_at);
                 let sent = match &self.broker_tls {
-                    Some(state) => tls::flush(state, self.broker, &mut self.bout, &mut self.bout_at),
+                    Some(state) => tls::flush(state, self.broker, &mut self.bout, &mut self.bout_at, TURN_BYTES),
                     None => send_out(self.broker, &mut self.bout, &mut self.bout_at),
                 };
+                self.spent += before.saturating_sub(Conn::pending_out(&self.bout, self.bout_at));
                 match sent {
                     Ok(all) => {
                         self.broker_writable = all;
@@ -2018,10 +2057,12 @@ impl Conn {
             }
             let sealed = self.tls.as_ref().is_some_and(tls::pending); // records the session made while reading
             if self.client_writable && (self.cout_at < self.cout.len() || sealed) {
+                let before = Conn::pending_out(&self.cout, self.cout_at);
                 let sent = match &self.tls {
-                    Some(state) => tls::flush(state, self.client, &mut self.cout, &mut self.cout_at),
+                    Some(state) => tls::flush(state, self.client, &mut self.cout, &mut self.cout_at, TURN_BYTES),
                     None => send_out(self.client, &mut self.cout, &mut self.cout_at),
                 };
+                self.spent += before.saturating_sub(Conn::pending_out(&self.cout, self.cout_at));
                 match sent {
                     Ok(all) => {
                         self.client_writable = all;
@@ -2036,15 +2077,20 @@ impl Conn {
                     Err(end) => return Some(end),
                 }
             }
-            match self.requests() {
-                Ok(p) => progress |= p,
-                Err(end) => return Some(end),
+            if !waiting {
+                match self.requests() {
+                    Ok(p) => progress |= p,
+                    Err(end) => return Some(end),
+                }
+                match self.answers(shared) {
+                    Ok(p) => progress |= p,
+                    Err(end) => return Some(end),
+                }
             }
-            match self.answers() {
-                Ok(p) => progress |= p,
-                Err(end) => return Some(end),
-            }
-            if self.broker_readable && self.splice_left > 0 {
+            let waiting = waiting || matches!(self.rewrite, Rewrite::Asked);
+            if waiting || self.spent >= TURN_BYTES {
+                // Nothing is read while a rewrite is awaited; past the turn's budget, the next reads are the next turn's.
+            } else if self.broker_readable && self.splice_left > 0 {
                 match self.splice_in() {
                     Ok(p) => progress |= p,
                     Err(end) => return Some(end),
@@ -2063,15 +2109,17 @@ impl Conn {
                 let (want, most) =
                     if self.streamed > 0 || fetch { (READ_CHUNK, READ_CHUNK) } else { (self.wanted(false), usize::MAX) };
                 let got = match &self.broker_tls {
-                    Some(state) => tls::receive(state, self.broker, &mut self.bin.vec).map(|(n, drained)| Received { n, drained }),
+                    Some(state) => tls::receive(state, self.broker, &mut self.bin.vec)
+                        .map(|(n, cost, drained)| Received { n, cost, drained }),
                     None => self.bin.receive(self.broker, want, most),
                 };
                 match got {
-                    Ok(Received { n: 0, .. }) => {
+                    Ok(Received { n: 0, cost: 0, .. }) => {
                         return Some(End::BrokerClosed("upstream broker closed the connection".into()));
                     }
                     Ok(got) => {
                         progress = true;
+                        self.spent += got.cost;
                         // With one answer owed at most, the broker says nothing more until the next request. With
                         // more owed, the next answer may be on its way: a look costs less than a wait.
                         self.broker_readable = !(got.drained && self.in_flight.len() <= 1) || self.broker_hup;
@@ -2082,6 +2130,8 @@ impl Conn {
                 }
             }
             if self.client_readable
+                && !waiting
+                && self.spent < TURN_BYTES
                 && !self.hold
                 && !self.client_eof
                 && Conn::pending_out(&self.bout, self.bout_at) < self.limit
@@ -2090,16 +2140,19 @@ impl Conn {
                 let want = self.wanted(true);
                 let in_flight = self.in_flight.len();
                 let got = match &self.tls {
-                    Some(state) => tls::receive(state, self.client, &mut self.cin).map(|(n, drained)| Received { n, drained }),
+                    Some(state) => {
+                        tls::receive(state, self.client, &mut self.cin).map(|(n, cost, drained)| Received { n, cost, drained })
+                    }
                     None => receive(self.client, &mut self.cin, want, usize::MAX),
                 };
                 match got {
-                    Ok(Received { n: 0, .. }) => {
+                    Ok(Received { n: 0, cost: 0, .. }) => {
                         self.client_eof = true;
                         progress = true;
                     }
                     Ok(got) => {
                         progress = true;
+                        self.spent += got.cost;
                         // A client owed nothing sent what it had to send (one at a time, or a burst read whole); one
                         // that pipelines may be sending more.
                         self.client_readable = !(got.drained && in_flight == 0) || self.client_hup;
@@ -2113,6 +2166,10 @@ impl Conn {
                 break;
             }
             self.published.last_active_ns.store(shared.now_ns(), Ordering::Relaxed);
+            if self.spent >= TURN_BYTES {
+                self.more = true; // the rest is the next turn's, after the others'
+                break;
+            }
         }
         self.published.in_flight.store(self.in_flight.len(), Ordering::Relaxed);
         if std::mem::take(&mut self.spans_waiting) {
@@ -2138,10 +2195,11 @@ impl Conn {
             && self.piped == 0
             && !self.tls.as_ref().is_some_and(tls::pending)
             && !self.broker_tls.as_ref().is_some_and(tls::pending);
-        if flushed && self.hold && self.streamed == 0 {
+        if flushed && self.hold && self.streamed == 0 && matches!(self.rewrite, Rewrite::No) {
             // The next request (or a drain) is Python's: everything read before it has been sent on, and the
             // answers not yet read go back with it (Python's pumps read them, in order, before its answer). An
-            // answer partly sent on as it arrived is finished first: Python would send it again whole.
+            // answer partly sent on as it arrived is finished first: Python would send it again whole; one Python is
+            // rewriting is written first (its rewrite has run: the session would run it again).
             return Some(End::Yield);
         }
         if !(flushed && self.in_flight.is_empty()) {
@@ -2223,12 +2281,17 @@ fn finish(shared: &Shared, conn: Conn, end: End) {
     shared.notify_python();
 }
 
+/// The forwarder's thread: every connection it holds, each in turn. Epoll is edge-triggered, so a connection whose turn
+/// ended with work left (`Conn::more`) is remembered in `ready` and has its next turn after every other connection
+/// waiting then, and after a look at new events (without waiting for any while some connection has work).
 fn run(shared: Arc<Shared>) {
     let mut conns: HashMap<u64, Conn> = HashMap::new();
+    let mut ready: VecDeque<u64> = VecDeque::new(); // connections waiting for a turn, in the order they take them
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
     loop {
+        let timeout = if ready.is_empty() { -1 } else { 0 };
         // SAFETY: the kernel fills at most EVENTS entries of a live buffer.
-        let n = unsafe { libc::epoll_wait(shared.epfd, events.as_mut_ptr(), EVENTS as i32, -1) };
+        let n = unsafe { libc::epoll_wait(shared.epfd, events.as_mut_ptr(), EVENTS as i32, timeout) };
         if n < 0 {
             continue; // EINTR
         }
@@ -2271,6 +2334,14 @@ fn run(shared: Arc<Shared>) {
                                 finish(&shared, conn, End::Detached);
                             }
                         }
+                        Command::Rewritten(id, result) => {
+                            if let Some(conn) = conns.get_mut(&id) {
+                                if matches!(conn.rewrite, Rewrite::Asked) {
+                                    conn.rewrite = Rewrite::Given(result);
+                                    touched.push(id);
+                                }
+                            }
+                        }
                     }
                 }
                 continue;
@@ -2300,18 +2371,31 @@ fn run(shared: Arc<Shared>) {
                 touched.push(id);
             }
         }
-        touched.sort_unstable();
-        touched.dedup();
         for id in touched {
-            let end = match conns.get_mut(&id) {
-                // A bug must cost one connection, never the thread every forwarded connection relies on.
-                Some(conn) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.pump(&shared)))
-                    .unwrap_or_else(|_| Some(End::Protocol("internal error in the forwarder".into()))),
-                None => None,
-            };
-            if let Some(end) = end {
-                let conn = conns.remove(&id).expect("pumped above");
-                finish(&shared, conn, end);
+            if let Some(conn) = conns.get_mut(&id) {
+                if !std::mem::replace(&mut conn.queued, true) {
+                    ready.push_back(id);
+                }
+            }
+        }
+        // A round: one turn each for the connections waiting now; those with work left go to the back.
+        for _ in 0..ready.len() {
+            let Some(id) = ready.pop_front() else { break };
+            let Some(conn) = conns.get_mut(&id) else { continue }; // ended since it was queued
+            conn.queued = false;
+            // A bug must cost one connection, never the thread every forwarded connection relies on.
+            let end = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.pump(&shared)))
+                .unwrap_or_else(|_| Some(End::Protocol("internal error in the forwarder".into())));
+            match end {
+                Some(end) => {
+                    let conn = conns.remove(&id).expect("pumped above");
+                    finish(&shared, conn, end);
+                }
+                None if conn.more => {
+                    conn.queued = true;
+                    ready.push_back(id);
+                }
+                None => {}
             }
         }
     }
@@ -2358,6 +2442,7 @@ impl Forwarder {
             epoch: Instant::now(),
             commands: Mutex::new(Vec::new()),
             outcomes: Mutex::new(HashMap::new()),
+            rewrites: Mutex::new(Vec::new()),
         });
         let thread_shared = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -2379,13 +2464,12 @@ impl Forwarder {
     /// (`Phase.take_spans`) while there is room, else handed back with its draw (`Phase.outcome`).
     /// With `tls`, the client's TLS session (tls.rs), the connection's bytes to and from the client go through it; with
     /// `broker_tls`, the proxy's session to the broker, those to and from the broker.
-    #[pyo3(signature = (client, broker, table, hook, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None, tls=None, broker_tls=None))]
+    #[pyo3(signature = (client, broker, table, max_in_flight, max_frame_bytes, buffer_bytes, initial, grant=None, tally=None, allowance=None, answer_allowance=None, count=None, sampling=None, tls=None, broker_tls=None))]
     fn attach(
         &self,
         client: i32,
         broker: i32,
         table: &ForwardTable,
-        hook: Py<PyAny>,
         max_in_flight: usize,
         max_frame_bytes: usize,
         buffer_bytes: usize,
@@ -2421,7 +2505,6 @@ impl Forwarder {
             allowance: allowance.map(|a| Arc::clone(&a.inner)),
             answer_allowance: answer_allowance.map(|a| Arc::clone(&a.inner)),
             count: count.map(|a| Arc::clone(&a.inner)),
-            hook,
             max_in_flight,
             max_frame: max_frame_bytes,
             limit: buffer_bytes.max(READ_CHUNK),
@@ -2457,6 +2540,10 @@ impl Forwarder {
             spans: spans.clone(),
             sampled: VecDeque::new(),
             spans_waiting: false,
+            rewrite: Rewrite::No,
+            spent: 0,
+            more: false,
+            queued: false,
         };
         self.shared.send(Command::Attach(Box::new(conn)));
         Ok(Phase { id, published, shared: Arc::clone(&self.shared), spans })
@@ -2475,6 +2562,14 @@ impl Forwarder {
     /// The ids of the phases whose span records came since the last call to an empty store (`Phase.take_spans`).
     fn spans_ready(&self) -> Vec<u64> {
         std::mem::take(&mut *self.shared.spans_ready.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The answers waiting for Python's rewrite since the last call, as (phase id, API key, version, the answer, a
+    /// Fetch's session as its request named it): each phase waits for its `Phase.rewritten` (or `rewrite_failed`).
+    #[allow(clippy::type_complexity)]
+    fn rewrites<'py>(&self, py: Python<'py>) -> Vec<(u64, i16, i16, Bound<'py, PyBytes>, Note)> {
+        let asked = std::mem::take(&mut *self.shared.rewrites.lock().unwrap_or_else(|e| e.into_inner()));
+        asked.into_iter().map(|(id, key, version, frame, note)| (id, key, version, PyBytes::new(py, &frame), note)).collect()
     }
 
     /// The ids of the phases that ended since the last call (their outcomes wait in `Phase.outcome`).
@@ -2510,6 +2605,19 @@ impl Phase {
     /// End now, whatever is outstanding (the connection is closing).
     fn detach(&self) {
         self.shared.send(Command::Detach(self.id));
+    }
+
+    /// Python's rewrite of the answer it was given (`Forwarder.rewrites`): written in its place, and the phase goes on.
+    fn rewritten(&self, answer: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buffer = PyBuffer::<u8>::get(answer)?;
+        let bytes = crate::bytes_of(&buffer)?.to_vec();
+        self.shared.send(Command::Rewritten(self.id, Ok(bytes)));
+        Ok(())
+    }
+
+    /// The answer it was given could not be rewritten (`why`): the phase ends, as the session ends the connection.
+    fn rewrite_failed(&self, why: String) {
+        self.shared.send(Command::Rewritten(self.id, Err(why)));
     }
 
     /// Seconds since the last request read or answer written.

@@ -33,6 +33,10 @@ create_exception!(vcproxy_native, TlsError, PyException, "A TLS handshake or rec
 const RECEIVE_CHUNK: usize = 64 * 1024;
 // Plaintext given to the session per flush, so that what waits encrypted stays bounded like `cout` itself.
 const ENCRYPT_STEP: usize = 64 * 1024;
+// Records after the handshake that decrypt to no data (empty application data, KeyUpdate, which rustls takes without
+// end when they alternate: its own limits count each kind in a row) cost a decryption, a KeyUpdate a key derivation,
+// and move nothing: past this many of their bytes in a row, the peer is flooding and its connection ends.
+const BARREN_MOST: usize = 256 * 1024;
 
 thread_local! {
     static CHUNK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -190,6 +194,7 @@ pub(crate) struct TlsState {
     plain: Vec<u8>,
     plain_at: usize,
     peer_closed: bool, // a close_notify came: no more plaintext
+    barren: usize,     // bytes of records read since the last that had data (`BARREN_MOST`)
 }
 
 pub(crate) type Shared = Arc<Mutex<TlsState>>;
@@ -200,7 +205,7 @@ fn locked(state: &Shared) -> MutexGuard<'_, TlsState> {
 
 impl TlsState {
     fn shared(conn: Connection) -> Shared {
-        Arc::new(Mutex::new(TlsState { conn, plain: Vec::new(), plain_at: 0, peer_closed: false }))
+        Arc::new(Mutex::new(TlsState { conn, plain: Vec::new(), plain_at: 0, peer_closed: false, barren: 0 }))
     }
 
     /// Decrypts `data` (the client's bytes) into `out`. An error leaves its alert in the session to send.
@@ -209,6 +214,14 @@ impl TlsState {
             let read = self.conn.read_tls(&mut data).map_err(|e| e.to_string())?;
             let io = self.conn.process_new_packets().map_err(|e| e.to_string())?;
             let plain = io.plaintext_bytes_to_read();
+            if plain > 0 || self.conn.is_handshaking() {
+                self.barren = 0;
+            } else {
+                self.barren += read;
+                if self.barren > BARREN_MOST {
+                    return Err(format!("{} bytes of records with no data in a row (a flood)", self.barren));
+                }
+            }
             if plain > 0 {
                 let at = out.len();
                 out.resize(at + plain, 0);
@@ -244,14 +257,16 @@ impl TlsState {
     }
 }
 
-/// One receive for the forwarder: the plaintext the Python path left, else the socket's ciphertext decrypted into
-/// `out`. `Ok((n, drained))` as forward.rs' `Received`; n = 0 at the end of the client's stream (or its close_notify);
-/// `WouldBlock` when the socket holds no whole record.
-pub(crate) fn receive(state: &Shared, fd: i32, out: &mut Vec<u8>) -> io::Result<(usize, bool)> {
+/// One receive for the forwarder: the plaintext the Python path left, else one recv(2) of the socket's ciphertext
+/// (`RECEIVE_CHUNK` at most: what a turn of the forwarder costs is bounded) decrypted into `out`. `Ok((n, read,
+/// drained))`: `n` bytes of plaintext (possibly none: records with no data, or part of one), `read` bytes taken from the
+/// socket, and whether they were all it held, as forward.rs' `Received`; (0, 0, _) at the end of the peer's stream (or
+/// its close_notify); `WouldBlock` when the socket holds nothing.
+pub(crate) fn receive(state: &Shared, fd: i32, out: &mut Vec<u8>) -> io::Result<(usize, usize, bool)> {
     let mut s = locked(state);
     let left = s.take_plain(out);
     if left > 0 {
-        return Ok((left, false));
+        return Ok((left, 0, false));
     }
     CHUNK.with_borrow_mut(|chunk| {
         if chunk.is_empty() {
@@ -261,36 +276,32 @@ pub(crate) fn receive(state: &Shared, fd: i32, out: &mut Vec<u8>) -> io::Result<
     })
 }
 
-fn receive_into(s: &mut TlsState, fd: i32, chunk: &mut [u8], out: &mut Vec<u8>) -> io::Result<(usize, bool)> {
-    loop {
-        if s.peer_closed {
-            return Ok((0, true));
-        }
+fn receive_into(s: &mut TlsState, fd: i32, chunk: &mut [u8], out: &mut Vec<u8>) -> io::Result<(usize, usize, bool)> {
+    if s.peer_closed {
+        return Ok((0, 0, true));
+    }
+    let n = loop {
         // SAFETY: recv writes at most `chunk.len()` bytes into the live buffer.
         let n = unsafe { libc::recv(fd, chunk.as_mut_ptr() as *mut libc::c_void, chunk.len(), 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
             return Err(err);
         }
-        let n = n as usize;
-        if n == 0 {
-            return Ok((0, true));
-        }
-        let before = out.len();
-        s.absorb(&chunk[..n], out).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {why}")))?;
-        let got = out.len() - before;
-        let drained = n < chunk.len();
-        if got > 0 || s.peer_closed {
-            return Ok((got, drained));
-        }
-        if drained {
-            // Part of a record: the rest raises the socket's next edge.
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
+    };
+    if n == 0 {
+        return Ok((0, 0, true));
     }
+    let before = out.len();
+    s.absorb(&chunk[..n], out).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {why}")))?;
+    if s.peer_closed && out.len() == before {
+        return Ok((0, 0, true));
+    }
+    // No plaintext yet (part of a record, or records with no data): the caller reads again while `drained` is false,
+    // a turn at a time; the rest of a record raises the socket's next edge.
+    Ok((out.len() - before, n, n < chunk.len()))
 }
 
 /// A socket as rustls writes to it: send(2), vectored (sendmsg) for the records it holds.
@@ -323,11 +334,13 @@ impl Write for Socket {
     }
 }
 
-/// Sends `buf` from `at` to the client through the session: encrypted a step at a time, the records sent as the
-/// socket takes them. True when everything is out (nothing in `buf`, no record waiting), false when the socket is full.
-pub(crate) fn flush(state: &Shared, fd: i32, buf: &mut Vec<u8>, at: &mut usize) -> io::Result<bool> {
+/// Sends `buf` from `at` to the peer through the session: encrypted a step at a time, the records sent as the socket
+/// takes them, until everything is out, the socket is full, or `most` bytes were encrypted (a turn's share: the rest
+/// waits for the next). False when the socket is full; true otherwise (then `at` tells whether everything went).
+pub(crate) fn flush(state: &Shared, fd: i32, buf: &mut Vec<u8>, at: &mut usize, most: usize) -> io::Result<bool> {
     let mut s = locked(state);
     let mut socket = Socket(fd);
+    let start = *at;
     loop {
         while s.conn.wants_write() {
             match s.conn.write_tls(&mut socket) {
@@ -339,6 +352,9 @@ pub(crate) fn flush(state: &Shared, fd: i32, buf: &mut Vec<u8>, at: &mut usize) 
         if *at >= buf.len() {
             buf.clear();
             *at = 0;
+            return Ok(true);
+        }
+        if *at - start >= most {
             return Ok(true);
         }
         let end = buf.len().min(*at + ENCRYPT_STEP);

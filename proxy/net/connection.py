@@ -300,13 +300,6 @@ class ClientConnection:
         limits = ForwarderLimits(
             self.limits.max_in_flight, self.limits.max_frame_bytes, self.limits.buffer_size, self.limits.idle_timeout
         )
-        token = trio.lowlevel.current_trio_token()
-
-        def rewrite(api_key: int, version: int, frame: bytes, note: tuple[int, int] | None) -> bytes:
-            # On the forwarder's thread: an answer it passes back (KIP-951 leader hints; a VC's answer with a message,
-            # an id it may not pass, a fetch session that changed), rewritten on the Trio thread, where the session and
-            # the state it reads (the VC image, the fetch-session table, the worker link) are only ever touched.
-            return trio.from_thread.run(self._rewrite_forwarded, api_key, version, frame, note, trio_token=token)
 
         def started(phase: Any) -> None:
             self._phase = phase
@@ -330,6 +323,7 @@ class ClientConnection:
                     sampling = (self._sampling, telemetry.draw())  # the first request's draw, made here
                     telemetry.drawn, spans = None, telemetry.forwarded_spans
                 used = None if grant is None else functools.partial(grants.sessions_used, self.session.ctx, grant)
+                rewrite = self._rewrite_forwarded
                 outcome = await forwarder.serve(
                     self.client,
                     upstream,
@@ -352,8 +346,11 @@ class ClientConnection:
         return False  # closed from outside (close_now)
 
     async def _rewrite_forwarded(self, api_key: int, version: int, frame: bytes, note: tuple[int, int] | None) -> bytes:
-        """An answer the forwarder passed back, through the stages' response sides, once the listeners of the brokers
-        it names are open and the state it changes is durable."""
+        """An answer the forwarder passed back (KIP-951 leader hints; a VC's answer with a message, an id it may not
+        pass, a fetch session that changed), through the stages' response sides, once the listeners of the brokers it
+        names are open and the state it changes is durable. On the Trio thread, where the session and the state it reads
+        (the VC image, the fetch-session table, the worker link) are only ever touched; the forwarder's thread goes on
+        with the other connections meanwhile (proxy/net/forwarder.py)."""
         result = self.session.forwarded_answer(api_key, version, frame, note)
         if result.muted and self._phase is not None:
             self._phase.hold()  # the next request waits for the mute, with the session

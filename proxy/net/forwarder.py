@@ -27,7 +27,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,11 @@ from .allowances import Allowances
 from .native_tls import NativeTlsStream
 
 log = logging.getLogger(__name__)
+
+# An answer the forwarder hands to Python to rewrite (KIP-951 leader hints; a VC's answer with a message, an id it may
+# not pass, a fetch session that changed): (api key, version, the answer, a Fetch's session and epoch or None).
+Asked = tuple[int, int, bytes, tuple[int, int] | None]
+Rewrite = Callable[[int, int, bytes, tuple[int, int] | None], Awaitable[bytes]]
 
 # How long after the first span record of a batch the others that come are taken with it (the exporters batch spans
 # once a second: a span written a little later costs nothing, a wake-up per sampled request would).
@@ -85,6 +90,7 @@ class Forwarder:
         # µs at each hand-over), with the tuple itself, so that its id is not another's while it is here.
         self._tables: dict[int, tuple[tuple[Any, ...], Any]] = {}
         self._waiters: dict[int, trio.Event] = {}  # phase id -> set when it has ended
+        self._rewriters: dict[int, trio.MemorySendChannel[Asked]] = {}  # phase id -> its answers to rewrite
         self._span_takers: dict[int, Callable[[], None]] = {}  # phase id -> takes its span records (tracing)
         self._spans_waiting: set[int] = set()  # phases the forwarder said have records, not taken since
         self._spans_due = trio.Event()
@@ -102,11 +108,13 @@ class Forwarder:
         if self._native is None or self._pid != os.getpid():
             self._native, self._pid = self._module.Forwarder(self._pipe_bytes), os.getpid()
             self._waiters.clear()
+            self._rewriters.clear()
             self._span_takers.clear()
         token = trio.lowlevel.current_trio_token()
         if self._token is not token:  # one reader of the ends per Trio run (a test suite runs many)
             self._token = token
             self._waiters.clear()
+            self._rewriters.clear()
             self._span_takers.clear()
             self._spans_waiting.clear()
             self._spans_due = trio.Event()
@@ -118,14 +126,19 @@ class Forwarder:
         return self._native
 
     async def _read_ends(self, forwarder: Any) -> None:
-        """Wakes each phase's waiter when the forwarder says it ended, and notes those it says have span records
-        waiting (`_take_spans` takes them): one descriptor for every connection, nothing for a connection with none."""
+        """Wakes each phase's waiter when the forwarder says it ended, gives each phase the answers it asks Python to
+        rewrite, and notes those it says have span records waiting (`_take_spans` takes them): one descriptor for
+        every connection, nothing for a connection with none."""
         while True:
             await trio.lowlevel.wait_readable(forwarder.notify_fd())
-            for phase_id in forwarder.finished():
+            for phase_id in forwarder.finished():  # first: it reads the eventfd, so what comes after wakes it again
                 waiter = self._waiters.pop(phase_id, None)
                 if waiter is not None:
                     waiter.set()
+            for phase_id, *asked in forwarder.rewrites():
+                rewriter = self._rewriters.get(phase_id)
+                if rewriter is not None:
+                    rewriter.send_nowait(tuple(asked))  # unbounded: one answer a phase at a time (it waits for it)
             ready = forwarder.spans_ready()
             if ready:
                 self._spans_waiting.update(ready)
@@ -180,7 +193,7 @@ class Forwarder:
         client: trio.SocketStream | NativeTlsStream,
         broker: trio.SocketStream | NativeTlsStream,
         table: Any,
-        hook: Callable[[int, int, bytes, tuple[int, int] | None], bytes],
+        hook: Rewrite,
         limits: ForwarderLimits,
         started: Callable[[Any], None],
         initial: bytes = b"",
@@ -191,7 +204,9 @@ class Forwarder:
         spans: Callable[[list[Any], int], None] | None = None,
         sessions_used: Callable[[], None] | None = None,
     ) -> Outcome:
-        """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain).
+        """Until the forwarder hands the connection back or it ends; `started` gets the phase (hold(): a drain). An
+        answer the forwarder passes back is rewritten by `hook`, in this task: the forwarder's thread serves the other
+        connections meanwhile, and this one waits for it.
         Cancelled (the connection is closed from outside), it takes the connection back first. With a `tally`
         (metrics on), each request served is counted in it. What a quota meters is served only within `allowances`
         (proxy/net/allowances.py), renewed while the phase lasts. With `sampling` (tracing: the sampler's bound, and
@@ -208,7 +223,6 @@ class Forwarder:
             socket.fileno(),
             broker_socket.fileno(),
             table,
-            hook,
             limits.max_in_flight,
             limits.max_frame_bytes,
             limits.buffer_bytes,
@@ -223,6 +237,8 @@ class Forwarder:
             broker_tls,
         )
         ended = self._waiters[phase.id] = trio.Event()  # before any checkpoint: the reader runs only at one
+        asking, asked = trio.open_memory_channel[Asked](math.inf)
+        self._rewriters[phase.id] = asking
         started(phase)
         idle = False
         tick = allowances.tick() if allowances is not None else None
@@ -239,18 +255,22 @@ class Forwarder:
             self._sessions_due.set()
 
         try:
-            while not ended.is_set():
-                # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
-                now = trio.current_time()
-                with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick)):
-                    await ended.wait()
-                if tick is not None and not ended.is_set() and trio.current_time() >= next_tick:
-                    next_tick = trio.current_time() + tick[1]()
-                if not ended.is_set() and phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
-                    idle = True
-                    phase.detach()
-                    break
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_rewrite_each, phase, hook, asked, ended)
+                while not ended.is_set():
+                    # connections.max.idle.ms, as the watchdog keeps it: idle with nothing outstanding.
+                    now = trio.current_time()
+                    with trio.move_on_at(min(now + max(limits.idle_timeout - phase.idle(), 1.0), next_tick)):
+                        await ended.wait()
+                    if tick is not None and not ended.is_set() and trio.current_time() >= next_tick:
+                        next_tick = trio.current_time() + tick[1]()
+                    if not ended.is_set() and phase.in_flight() == 0 and phase.idle() >= limits.idle_timeout:
+                        idle = True
+                        phase.detach()
+                        break
+                asking.close()  # the rewrite under way (if any) finishes; none starts
         finally:
+            self._rewriters.pop(phase.id, None)
             if not ended.is_set():
                 phase.detach()  # the forwarder ignores it for a phase already over
                 with trio.CancelScope(shield=True):  # the sockets stay open until it has let them go
@@ -266,6 +286,21 @@ class Forwarder:
         if idle:
             kind, reason = "idle", f"idle for {limits.idle_timeout:g} s (connections_max_idle_ms)"
         return Outcome(kind, reason, requests, responses, leftover, broker_leftover, tuple(in_flight), drawn)
+
+
+async def _rewrite_each(phase: Any, hook: Rewrite, asked: trio.MemoryReceiveChannel[Asked], ended: trio.Event) -> None:
+    """Each answer the phase asks Python to rewrite, through `hook`, given back to the forwarder. The phase waits for
+    it, so the rewrite runs whole once begun (its writes are made durable): a connection closing meanwhile waits too."""
+    async for api_key, version, frame, note in asked:
+        if ended.is_set():
+            continue  # over (the connection failed or closed): nothing waits for it
+        try:
+            with trio.CancelScope(shield=True):
+                answer = await hook(api_key, version, frame, note)
+        except Exception as exc:  # the session's reason ends the connection, as on the Python path
+            phase.rewrite_failed(f"{type(exc).__qualname__}: {exc}")
+        else:
+            phase.rewritten(answer)
 
 
 def _load() -> Forwarder | None:

@@ -95,6 +95,10 @@ def _tcp_pair() -> tuple[trio.socket.SocketType, trio.socket.SocketType]:
 STREAM_STEP = 16 * 1024  # native/src/forward.rs: new bytes of a large answer between two looks at what may go on
 
 
+async def no_rewrite(*_: object) -> bytes:
+    return b""
+
+
 class Pair:
     """The proxy's two sockets (as trio streams) and the peers' ends: the client's and the broker's."""
 
@@ -110,7 +114,7 @@ class Pair:
                 self.proxy_client,
                 self.proxy_broker,
                 TABLE,
-                hook or (lambda *_: b""),
+                hook or no_rewrite,
                 LIMITS,
                 started,
                 sampling=sampling,
@@ -272,7 +276,7 @@ async def test_leader_hints_rewritten_to_the_same_length_end_the_answer_that_wen
     expected = answer.replace(b"kafka-1.internal", b"proxy-1.example!")
     seen = []
 
-    def hook(api_key: int, version: int, frame: bytes, note: object) -> bytes:
+    async def hook(api_key: int, version: int, frame: bytes, note: object) -> bytes:
         seen.append((api_key, version, len(frame)))
         return frame.replace(b"kafka-1.internal", b"proxy-1.example!")
 
@@ -311,7 +315,11 @@ async def test_a_rewrite_of_another_length_after_the_answer_went_on_ends_the_con
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broker)
         nursery.start_soon(client)
-        outcome = await pair.run(hook=lambda _k, _v, frame, _n: frame.replace(b"kafka-1.internal", b"p"))
+
+        async def hook(_k: int, _v: int, frame: bytes, _n: object) -> bytes:
+            return frame.replace(b"kafka-1.internal", b"p")
+
+        outcome = await pair.run(hook=hook)
         nursery.cancel_scope.cancel()
     assert outcome.kind == "protocol"
     assert outcome.reason.startswith("cannot rewrite response to api 1 v17: ")
@@ -384,7 +392,7 @@ async def test_a_pipe_full_of_pieces_before_it_is_full_of_bytes_still_takes_all_
         nursery.start_soon(peers)
         with trio.fail_after(30):
             outcome = await small.serve(
-                pair.proxy_client, pair.proxy_broker, TABLE, lambda *_: b"", LIMITS, lambda phase: None
+                pair.proxy_client, pair.proxy_broker, TABLE, no_rewrite, LIMITS, lambda phase: None
             )
     assert (outcome.kind, outcome.responses) == ("client-closed", 3)
 

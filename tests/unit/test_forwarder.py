@@ -39,6 +39,10 @@ TABLE = native.module().ForwardTable(entries_for(tuple(sorted(apiversions.proxy_
 LIMITS = ForwarderLimits(max_in_flight=100, max_frame_bytes=1 << 20, buffer_bytes=1 << 20, idle_timeout=600.0)
 
 
+async def no_rewrite(*_: object) -> bytes:
+    return b""
+
+
 def produce(correlation: int, acks: int = 1) -> bytes:
     body = produce9.ProduceRequest(
         transactional_id=None,
@@ -80,7 +84,7 @@ class Pair:
                 self.proxy_client,
                 self.proxy_broker,
                 table,
-                hook or (lambda *_: b""),
+                hook or no_rewrite,
                 limits,
                 started,
                 initial,
@@ -593,7 +597,7 @@ async def test_an_answer_with_leader_hints_is_rewritten_by_python():
     )  # same body in v10
     seen = []
 
-    def hook(api_key: int, version: int, frame: bytes, note: object) -> bytes:
+    async def hook(api_key: int, version: int, frame: bytes, note: object) -> bytes:
         seen.append((api_key, version, frame))
         return b"rewritten"
 
@@ -623,7 +627,7 @@ async def test_a_failing_rewrite_ends_the_connection():
         ),
     )
 
-    def hook(*_: object) -> bytes:
+    async def hook(*_: object) -> bytes:
         raise ValueError("no")
 
     await pair.client.send(request)
