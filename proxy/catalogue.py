@@ -154,7 +154,8 @@ _REFUSE_ITEMS: dict[ApiKey, refusals.Build] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refusals.alter_user_scram_credentials,
 }
 
-# Kafka 4.2's checks on group ids (the empty one) where the broker makes them; APIs that accept it have none.
+# Kafka 4.2's checks on names (proxy/tenancy/name_rules.py): on group ids (the empty one) where the broker makes them
+# (APIs that accept it have none),
 _NAME_RULES: dict[ApiKey, tuple[names.NameRule, ...]] = {
     ApiKey.JOIN_GROUP: (names.INVALID_GROUP_JOIN,),
     ApiKey.SYNC_GROUP: (names.INVALID_GROUP,),
@@ -170,6 +171,13 @@ _NAME_RULES: dict[ApiKey, tuple[names.NameRule, ...]] = {
     ApiKey.STREAMS_GROUP_DESCRIBE: (names.EMPTY_GROUP_DESCRIBED,),
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: (names.INVALID_GROUP_SHARE_OFFSETS,),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (names.INVALID_GROUP_SHARE_OFFSETS,),
+    # Topic names, where Kafka validates them (CreateTopics and Metadata: proxy/tenancy/names.py), and config
+    # resources' names (the configs handler asks).
+    ApiKey.DESCRIBE_PRODUCERS: (names.INVALID_TOPIC_PRODUCERS,),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (names.EMPTY_TOPIC_DESCRIBED, names.INVALID_TOPIC_DESCRIBED),
+    ApiKey.DESCRIBE_CONFIGS: (names.DESCRIBED_CONFIGS,),
+    ApiKey.ALTER_CONFIGS: (names.ALTERED_CONFIGS,),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (names.ALTERED_CONFIGS,),
 }
 
 _AUTHORIZED_OPERATIONS: dict[ApiKey, Fixer] = {

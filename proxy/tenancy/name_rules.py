@@ -26,71 +26,123 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..protocol import codec, entities
+from . import names
 
 # (request, response class, error, the error of a topic the broker answers for before the name: unknown or not
 # authorized, else None) -> response, for `Whole.shape`
-Shape = Callable[[Any, type, ErrorCode, Callable[[str], int | None]], Any]
+# (request, response class, error, the error of a topic the broker answers for before the name: unknown or not
+# authorized, else None) -> response, for `Whole.shape`
 TopicError = Callable[[str], int | None]
+Shape = Callable[[Any, type, ErrorCode, TopicError], Any]
+Verdict = tuple[ErrorCode, str | None]  # Kafka's error for a name, and its message (None: the error's own)
+Check = Callable[[str | None], Verdict | None]
 
 
-def empty(name: str | None) -> bool:
-    """Kafka's group coordinator: a group id must not be empty (`isGroupIdNotEmpty`)."""
-    return name is not None and name == ""
+def empty_name(error: ErrorCode, message: str | None = None) -> Check:
+    """The empty name refused (Kafka's group coordinator: `isGroupIdNotEmpty`)."""
+    return lambda name: (error, message) if name == "" else None
+
+
+def invalid_topic(name: str | None) -> Verdict | None:
+    """Kafka's `Topic.validate` (with a VC's length limit: names.py), in Kafka 4.2's words."""
+    reason = names.invalid_name(name) if name is not None else None
+    return None if reason is None else (ErrorCode.invalid_topic_exception, f"Topic name is invalid: {reason}")
+
+
+def invalid_described_topic(name: str | None) -> Verdict | None:
+    """DescribeTopicPartitions answers a name `Topic.validate` refuses INVALID_TOPIC_EXCEPTION, without a message."""
+    return (ErrorCode.invalid_topic_exception, None) if invalid_topic(name) is not None else None
+
+
+def _named(request: Any, path: str) -> list[Any]:
+    """The names at `path` of a request: "field", "array[]" (of strings) or "array[].field"."""
+    array, brackets, member = path.partition("[]")
+    if not brackets:
+        return [getattr(request, path, None)]
+    values = getattr(request, array, None) or ()
+    return [getattr(v, member.lstrip(".")) for v in values] if member else list(values)
 
 
 @dataclasses.dataclass(frozen=True)
 class Whole:
-    """The request is refused when its `field` fails `invalid`: `error` (and `message`) at the top, or `shape`."""
+    """The request is refused when a name at `field` (a path: `_named`) fails `check`: the error (and message) at
+    the top, or `shape`."""
 
     field: str
-    error: ErrorCode
-    message: str | None = None
+    check: Check
     shape: Shape | None = None  # the refusal of an API with no top-level error (an error per item)
     echo: tuple[str, ...] = ()  # request fields the broker's refusal repeats (JoinGroup's member_id)
-    invalid: Callable[[str | None], bool] = empty
 
     def refusal(self, request: Any, response_cls: type, topic_error: TopicError) -> Any | None:
-        if not self.invalid(getattr(request, self.field, None)):
+        verdict = next(filter(None, map(self.check, _named(request, self.field))), None)
+        if verdict is None:
             return None
+        error, message = verdict
         if self.shape is not None:
-            return self.shape(request, response_cls, self.error, topic_error)
-        names = entities.field_names(response_cls)
-        values: dict[str, Any] = {"error_code": self.error}
-        if "error_message" in names:
-            values["error_message"] = self.message
-        values.update({f: getattr(request, f) for f in self.echo if f in names})
+            return self.shape(request, response_cls, error, topic_error)
+        fields = entities.field_names(response_cls)
+        values: dict[str, Any] = {"error_code": error}
+        if "error_message" in fields:
+            values["error_message"] = message
+        values.update({f: getattr(request, f) for f in self.echo if f in fields})
         return codec._empty(response_cls, **values)
 
 
 @dataclasses.dataclass(frozen=True)
 class Items:
-    """Each name of the request's `names` array that fails `invalid` is answered with `error` in the response's
-    `items` item that names it (found by `field`), in place of the broker's answer about the renamed id."""
+    """Each name of the request (`names`: "array[]" of strings or "array[].field") that fails `check` is answered
+    in the response's `items` item that names it (by `field`), in place of the broker's answer about the name it
+    was sent as (read-only APIs: the VC's own renamed id, or a topic that exists nowhere). `fresh`: the item is
+    built anew (Kafka's refusal has nothing else); else the error is set in the item and in everything in it."""
 
     names: str
     items: str
     field: str
-    error: ErrorCode
-    invalid: Callable[[str | None], bool] = empty
+    check: Check
+    fresh: bool = True
 
-    def refused(self, request: Any) -> set[str]:
-        return {n for n in getattr(request, self.names, None) or () if self.invalid(n)}
+    def refused(self, request: Any) -> dict[str, Verdict]:
+        return {n: verdict for n in _named(request, self.names) if (verdict := self.check(n)) is not None}
 
     def fix(self, request: Any, response: Any) -> Any:
         refused = self.refused(request)
         if not refused:
             return response
         item_cls = entities.item_type(type(response), self.items)
-        fixed = tuple(
-            entities.build(item_cls, **{self.field: name, "error_code": self.error})
-            if (name := getattr(item, self.field)) in refused and not _authorization(item.error_code)
-            else item
-            for item in getattr(response, self.items)
-        )
-        return dataclasses.replace(response, **{self.items: fixed})
+        out = []
+        for item in getattr(response, self.items):
+            verdict = refused.get(getattr(item, self.field))
+            if verdict is not None and not _authorization(getattr(item, "error_code", 0)):
+                error, message = verdict
+                item = (
+                    entities.build(item_cls, **{self.field: getattr(item, self.field), "error_code": error})
+                    if self.fresh
+                    else entities.with_error(item, error, message)
+                )
+            out.append(item)
+        return dataclasses.replace(response, **{self.items: tuple(out)})
 
 
-NameRule = Whole | Items
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """Config resources (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs): a topic's name as `Topic.validate`
+    wants it, a group's not empty; the empty name is Kafka's default resource, which no alter may name. Asked by
+    the configs handler for each resource, after the VC's ACLs (proxy/tenancy/handlers/configs.py)."""
+
+    alter: bool
+
+    def refusal(self, resource_type: int, name: str) -> Verdict | None:
+        if name == "" and resource_type in (TOPIC_RESOURCE, GROUP_RESOURCE):
+            if self.alter:
+                kind = "topic" if resource_type == TOPIC_RESOURCE else "group"
+                return ErrorCode.invalid_request, f"Default {kind} resources are not allowed."
+            if resource_type == GROUP_RESOURCE:
+                return ErrorCode.invalid_request, "Group name must not be empty"
+        return invalid_topic(name) if resource_type == TOPIC_RESOURCE else None
+
+
+TOPIC_RESOURCE, GROUP_RESOURCE = 2, 32  # Kafka's ConfigResource.Type
+NameRule = Whole | Items | Resources
 
 
 def _authorization(error: int) -> bool:
@@ -125,6 +177,14 @@ def has_items(rules: tuple[NameRule, ...]) -> bool:
     return any(isinstance(rule, Items) for rule in rules)
 
 
+def resource_refusal(rules: tuple[NameRule, ...], resource_type: int, name: str) -> Verdict | None:
+    """Kafka's refusal of a config resource's name, where the API has such a rule."""
+    for rule in rules:
+        if isinstance(rule, Resources) and (verdict := rule.refusal(resource_type, name)) is not None:
+            return verdict
+    return None
+
+
 # -- the shapes of refusals with an error per item -------------------------------------------------------
 
 
@@ -152,15 +212,28 @@ def txn_offset_commit(request: Any, cls: type, error: ErrorCode, topic_error: To
     )
 
 
+def every_topic(request: Any, cls: type, error: ErrorCode, _topic_error: TopicError) -> Any:
+    """Every topic asked about, with the error (DescribeTopicPartitions' answer when its handler fails)."""
+    item = entities.item_type(cls, "topics")
+    return codec._empty(cls, topics=tuple(entities.build(item, name=t.name, error_code=error) for t in request.topics))
+
+
 # -- the rules, as Kafka 4.2's broker makes them (registered per API in proxy/catalogue.py) ----------------
 
-INVALID_GROUP = Whole("group_id", ErrorCode.invalid_group_id)
+INVALID_GROUP = Whole("group_id", empty_name(ErrorCode.invalid_group_id))
 # JoinGroup's refusal repeats the member id the client sent.
-INVALID_GROUP_JOIN = Whole("group_id", ErrorCode.invalid_group_id, echo=("member_id",))
-INVALID_GROUP_TXN_OFFSETS = Whole("group_id", ErrorCode.invalid_group_id, shape=txn_offset_commit)
+INVALID_GROUP_JOIN = Whole("group_id", empty_name(ErrorCode.invalid_group_id), echo=("member_id",))
+INVALID_GROUP_TXN_OFFSETS = Whole("group_id", empty_name(ErrorCode.invalid_group_id), shape=txn_offset_commit)
 # The share-group offset APIs (KIP-932) say it in words too.
-INVALID_GROUP_SHARE_OFFSETS = Whole("group_id", ErrorCode.invalid_group_id, "The group id is invalid.")
+INVALID_GROUP_SHARE_OFFSETS = Whole("group_id", empty_name(ErrorCode.invalid_group_id, "The group id is invalid."))
 # The heartbeats of KIP-848, KIP-932 and KIP-1071 groups: the request is invalid.
-EMPTY_GROUP_HEARTBEAT = Whole("group_id", ErrorCode.invalid_request, "GroupId can't be empty.")
+EMPTY_GROUP_HEARTBEAT = Whole("group_id", empty_name(ErrorCode.invalid_request, "GroupId can't be empty."))
 # The describes of those groups: each empty id answered in its own item.
-EMPTY_GROUP_DESCRIBED = Items("group_ids", "groups", "group_id", ErrorCode.invalid_group_id)
+EMPTY_GROUP_DESCRIBED = Items("group_ids[]", "groups", "group_id", empty_name(ErrorCode.invalid_group_id))
+# DescribeProducers validates each topic's name: every partition asked about gets the error.
+INVALID_TOPIC_PRODUCERS = Items("topics[].name", "topics", "name", invalid_topic, fresh=False)
+INVALID_TOPIC_DESCRIBED = Items("topics[].name", "topics", "name", invalid_described_topic)
+# Kafka 4.2's DescribeTopicPartitions handler fails on the empty name: every topic of the request is answered so.
+EMPTY_TOPIC_DESCRIBED = Whole("topics[].name", empty_name(ErrorCode.unknown_server_error), shape=every_topic)
+DESCRIBED_CONFIGS = Resources(alter=False)
+ALTERED_CONFIGS = Resources(alter=True)
