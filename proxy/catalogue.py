@@ -24,10 +24,10 @@ from .acl import operations
 from .acl.access import Access, Listing, Need, need
 from .acl.model import Operation
 from .protocol import codec, management, refusals
+from .protocol import name_rules as names
 from .protocol.apikey import ApiKey
 from .protocol.apis import request_type, response_type
 from .rules import ApiRule, EndpointRule, TenantRule, api_rules, endpoint_rules, tenant_rules
-from .tenancy import name_rules as names
 
 Op = Operation
 Fixer = Callable[[Access, Any], Any]  # (the request's authorization, response entity) -> response entity
@@ -174,6 +174,7 @@ _NAME_RULES: dict[ApiKey, tuple[names.NameRule, ...]] = {
     # Topic names, where Kafka validates them (CreateTopics and Metadata: proxy/tenancy/names.py), and config
     # resources' names (the configs handler asks).
     ApiKey.DESCRIBE_PRODUCERS: (names.INVALID_TOPIC_PRODUCERS,),
+    ApiKey.API_VERSIONS: names.CLIENT_SOFTWARE,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (names.EMPTY_TOPIC_DESCRIBED, names.INVALID_TOPIC_DESCRIBED),
     ApiKey.DESCRIBE_CONFIGS: (names.DESCRIBED_CONFIGS,),
     ApiKey.ALTER_CONFIGS: (names.ALTERED_CONFIGS,),

@@ -9,7 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...catalogue import catalogue
-from ...protocol import codec, native
+from ...protocol import codec, name_rules, native
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import response_type
 from ...protocol.codec import CodecError
@@ -17,7 +17,7 @@ from ...protocol.primitives import MALFORMED
 from ...protocol.splice import Edits
 from ...rules import tenant_rules
 from ...tenancy import guard as state_guard
-from ...tenancy import linked, name_rules
+from ...tenancy import linked
 from ...tenancy.engine import TenantEngine
 from ...tenancy.fetch_sessions import FETCH_SESSIONS
 from ...tenancy.handlers import registry

@@ -11,10 +11,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from ...catalogue import spec
-from ...protocol import codec
+from ...protocol import codec, name_rules
 from ...protocol.apikey import ApiKey
 from ...quoting import cut, shown
-from .. import name_rules
 from ..engine import LocalAnswer, TenantCall, TenantEngine
 from .calls import NOT_OWNER, acl_allows, response_cls
 

@@ -1,35 +1,35 @@
-"""Kafka's checks on the names a client sends, made by the proxy on the name as sent (sans-I/O).
+"""Kafka's checks on the names a client sends, for the proxy to make on the name as sent (sans-I/O).
 
-A VC's group id is renamed `<vc-uuid>.<id>` before it reaches the broker, so the broker never sees the id the
-client sent: the empty group id, which Kafka refuses for most group APIs, arrives non-empty and is accepted
-(issue 56). Each rule here is one of Kafka 4.2's checks, as the broker answers it (directly and through a VC
-compared: tests/integration/test_name_rules.py); each API's rules are registered in its catalogue entry
-(proxy/catalogue.py, `name_rules`) and docs/tenancy.md lists them.
+A VC's group ids and topic names are renamed (`<vc-uuid>.<id>`, `UUID.name`) before they reach the broker, so the
+broker never checks the name the client sent: the empty group id, which Kafka refuses for most group APIs,
+arrives non-empty and is accepted (issue 56). Each rule here is one of Kafka 4.2's checks, with the error (and
+message) its broker answers; each API's rules are registered in its catalogue entry (proxy/catalogue.py,
+`name_rules`), and docs/tenancy.md lists them. Directly and through a VC compared:
+tests/integration/test_name_rules.py.
 
-* `Whole`: the request is answered without the broker, with the API's error in its top-level field (or in
-  each item where the API has no top-level one, as TxnOffsetCommit); made after the VC's ACLs, as Kafka
-  authorizes before it validates.
-* `Items`: each listed name that fails is answered in its own item, the others as the broker answers them.
+* `Whole`: the request is answered without the broker, with the API's error in its top-level field (or in each
+  item, `shape`, where the API has no top-level one). The tenancy stage asks after the VC's ACLs, as Kafka
+  authorizes before it validates, and before anything is forwarded or granted to the forwarder.
+* `Items`: each name that fails is answered in its own item, the others as the broker answers them (read-only
+  APIs: the renamed item goes to the broker, and its answer is replaced).
+* `Resources`: a config resource's name, asked by the configs handler (proxy/tenancy/handlers/configs.py).
 
-Where Kafka accepts the empty group id (OffsetCommit, OffsetFetch, DescribeGroups, DeleteGroups,
-FindCoordinator, AddOffsetsToTxn, DescribeShareGroupOffsets) there is no rule: the VC's own empty group is used.
-Transactional ids need none: the empty one is sent as itself (translate.py) and the broker refuses it.
-Topic names are checked by `names.invalid_name` (CreateTopics, Metadata).
+Where Kafka accepts the empty group id (OffsetCommit, OffsetFetch, DescribeGroups, DeleteGroups, FindCoordinator,
+AddOffsetsToTxn, DescribeShareGroupOffsets) there is no rule: the VC's own empty group is used. Transactional ids
+need none: the empty one is sent as itself (proxy/tenancy/translate.py) and the broker refuses it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import codec, entities
-from . import names
+from . import codec, entities
 
-# (request, response class, error, the error of a topic the broker answers for before the name: unknown or not
-# authorized, else None) -> response, for `Whole.shape`
 # (request, response class, error, the error of a topic the broker answers for before the name: unknown or not
 # authorized, else None) -> response, for `Whole.shape`
 TopicError = Callable[[str], int | None]
@@ -43,15 +43,45 @@ def empty_name(error: ErrorCode, message: str | None = None) -> Check:
     return lambda name: (error, message) if name == "" else None
 
 
+KAFKA_MAX_TOPIC = 249  # Kafka's Topic.MAX_NAME_LENGTH
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")  # fixed pattern over a bounded name: no tenant regex here
+
+
+def topic_name_problem(name: str, max_length: int = KAFKA_MAX_TOPIC) -> str | None:
+    """Kafka's `Topic.validate`, in Kafka 4.2's words (None: a legal name). A VC's own names are shorter
+    (proxy/tenancy/names.py passes its limit)."""
+    if not name:
+        return "the empty string is not allowed"
+    if name in (".", ".."):
+        return f"'{name}' is not allowed"
+    if len(name) > max_length:
+        return f"the length of '{name}' is longer than the max allowed length {max_length}"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
 def invalid_topic(name: str | None) -> Verdict | None:
-    """Kafka's `Topic.validate` (with a VC's length limit: names.py), in Kafka 4.2's words."""
-    reason = names.invalid_name(name) if name is not None else None
+    """A topic name `Topic.validate` refuses: INVALID_TOPIC_EXCEPTION, in Kafka's words. (A name a VC refuses for
+    its length only, past the VC's limit, is refused by the broker too: renamed, it is past Kafka's.)"""
+    reason = topic_name_problem(name) if name is not None else None
     return None if reason is None else (ErrorCode.invalid_topic_exception, f"Topic name is invalid: {reason}")
 
 
 def invalid_described_topic(name: str | None) -> Verdict | None:
     """DescribeTopicPartitions answers a name `Topic.validate` refuses INVALID_TOPIC_EXCEPTION, without a message."""
     return (ErrorCode.invalid_topic_exception, None) if invalid_topic(name) is not None else None
+
+
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?")  # fixed pattern over a bounded string
+
+
+def invalid_software(value: str | None) -> Verdict | None:
+    """KIP-511: ApiVersions' client software name and version (v3+) as Kafka's ApiVersionsRequest.isValid wants
+    them: letters, digits, '.' and '-', starting and ending with a letter or digit."""
+    if value is None or _SOFTWARE.fullmatch(value):
+        return None
+    return ErrorCode.invalid_request, None
 
 
 def _named(request: Any, path: str) -> list[Any]:
@@ -173,6 +203,11 @@ def fix_items(rules: tuple[NameRule, ...], request: Any, response: Any) -> Any:
     return response
 
 
+def refuses(rules: tuple[NameRule, ...], request: Any) -> bool:
+    """Would a rule refuse the whole request? (Where the broker's own answer is wanted, forwarded to it.)"""
+    return any(isinstance(rule, Whole) and any(map(rule.check, _named(request, rule.field))) for rule in rules)
+
+
 def has_items(rules: tuple[NameRule, ...]) -> bool:
     return any(isinstance(rule, Items) for rule in rules)
 
@@ -235,5 +270,8 @@ INVALID_TOPIC_PRODUCERS = Items("topics[].name", "topics", "name", invalid_topic
 INVALID_TOPIC_DESCRIBED = Items("topics[].name", "topics", "name", invalid_described_topic)
 # Kafka 4.2's DescribeTopicPartitions handler fails on the empty name: every topic of the request is answered so.
 EMPTY_TOPIC_DESCRIBED = Whole("topics[].name", empty_name(ErrorCode.unknown_server_error), shape=every_topic)
+# ApiVersions v3+ (KIP-511), which the versions stage answers from the broker's cached answer: a request Kafka
+# would refuse goes to the broker instead, which answers it (INVALID_REQUEST, and no versions).
+CLIENT_SOFTWARE = (Whole("client_software_name", invalid_software), Whole("client_software_version", invalid_software))
 DESCRIBED_CONFIGS = Resources(alter=False)
 ALTERED_CONFIGS = Resources(alter=True)
