@@ -103,6 +103,8 @@ ROWS = [
     ("Metadata", 3, 12, dict(topics=[dict(name=n) for n in BAD_TOPICS], allow_auto_topic_creation=False)),
     ("Metadata, auto-creation asked", 3, 12, dict(topics=[dict(name=n) for n in BAD_TOPICS],
                                                   allow_auto_topic_creation=True)),
+    ("CreateTopics", 19, 7, dict(validate_only=True, timeout=SECONDS, topics=[
+        dict(name=n, num_partitions=1, replication_factor=1) for n in BAD_TOPICS[:-1]])),  # (a VC's limit: 212)
     ("DescribeProducers", 61, 0, dict(topics=[dict(name=n, partition_indexes=[0, 1]) for n in BAD_TOPICS])),
     ("DescribeTopicPartitions", 75, 0, dict(topics=[dict(name=n) for n in BAD_TOPICS[1:]],
                                             response_partition_limit=10)),
