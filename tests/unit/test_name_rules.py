@@ -255,3 +255,10 @@ def test_a_whole_refusal_is_an_answer_of_its_version():
                 answer = rule.refusal(body, response_type(key, version), lambda _t: None)
                 assert answer is not None, (api.name, version)
                 codec.encode(answer)
+
+
+def test_apis_answered_per_item_are_decoded_both_ways():
+    """An `Items` rule edits the decoded answer: its API's answer must not be spliced (tenant.yaml)."""
+    for api in catalogue().values():
+        if name_rules.has_items(api.name_rules):
+            assert api.tenant is not None and api.tenant.action == "rewrite" and "response" not in api.tenant.splice
