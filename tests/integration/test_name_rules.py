@@ -127,6 +127,11 @@ ROWS = [
 ]  # fmt: skip
 
 
+def broker(kafka_cluster: Any) -> str:
+    """One broker of the cluster (its bootstrap may list several), for a raw connection straight to Kafka."""
+    return kafka_cluster.bootstrap.split(",")[0]
+
+
 @pytest.fixture(scope="module")
 def proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
     config = sasl_tenants_config(kafka_cluster, free_port_block(), USERS)
@@ -139,7 +144,7 @@ def proxy(kafka_cluster, tmp_path_factory) -> Iterator[ProxyProcess]:
 @pytest.fixture(scope="module")
 def topic(kafka_cluster, proxy) -> str:
     """TOPIC on both sides (CreateTopics v7, one partition), known to every broker before the rows run."""
-    for side in (RawClient(kafka_cluster.bootstrap, timeout=60), login(proxy.bootstrap, "alice", USERS["alice"])):
+    for side in (RawClient(broker(kafka_cluster), timeout=60), login(proxy.bootstrap, "alice", USERS["alice"])):
         with side:
             body = make(request_type(19, 7), dict(topics=[dict(name=TOPIC, num_partitions=1, replication_factor=1)],
                                                   timeout=SECONDS))  # fmt: skip
@@ -157,7 +162,7 @@ def topic(kafka_cluster, proxy) -> str:
 def test_a_name_kafka_refuses_is_refused_through_a_vc_as_directly(kafka_cluster, proxy, topic, row, key, version,
                                                                   values):  # fmt: skip
     body = make(request_type(key, version), values)
-    with RawClient(kafka_cluster.bootstrap, timeout=60) as direct:
+    with RawClient(broker(kafka_cluster), timeout=60) as direct:
         _, expected = direct.request(key, version, 11, body)
     with login(proxy.bootstrap, "alice", USERS["alice"]) as vc:
         _, got = vc.request(key, version, 11, body)
@@ -172,7 +177,7 @@ def test_the_empty_group_id_is_the_vcs_own_where_kafka_accepts_it(kafka_cluster,
     version = {9: 9, 15: 5}[key]
     values = dict(groups=[dict(group_id="", topics=None)]) if key == 9 else dict(groups=[""])
     body = make(request_type(key, version), values)
-    direct = RawClient(kafka_cluster.bootstrap, timeout=60)
+    direct = RawClient(broker(kafka_cluster), timeout=60)
     with direct:  # the empty group's coordinator, found as a client finds it
         _, found = direct.request(10, 6, 12, make(request_type(10, 6), dict(key_type=0, coordinator_keys=[""])))
     (entry,) = found.coordinators
@@ -196,7 +201,7 @@ def test_a_client_software_name_kafka_refuses_is_refused_before_login_as_by_the_
     for body in (dataclasses.replace(valid, client_software_name=software),
                  dataclasses.replace(valid, client_software_version=software)):  # fmt: skip
         answers = []
-        for bootstrap in (kafka_cluster.bootstrap, proxy.bootstrap):
+        for bootstrap in (broker(kafka_cluster), proxy.bootstrap):
             with RawClient(bootstrap, timeout=60) as client:
                 _, got = client.request(18, 3, 2, body)
             answers.append((int(got.error_code), len(got.api_keys)))

@@ -84,6 +84,7 @@ class TenancyStage:
             except (CodecError, *MALFORMED) as exc:
                 return close(f"cannot check {info.name} v{ex.api_version}: {exc}")
             if refused is not None:  # never granted to the forwarder either: it did not pass
+                log.info("refusing request: %s in virtual cluster %s: a name Kafka refuses", info.name, engine.vc.name)
                 return answer(ex, codec.encode(refused))
         if isinstance(out, list) and self.grants:
             self._grant(ex, call, out)

@@ -92,7 +92,7 @@ class VersionStage:
 
     @staticmethod
     def _refused_name(ex: Exchange) -> bool:
-        """A client software name or version Kafka refuses (KIP-511: proxy/tenancy/name_rules.py)."""
+        """A client software name or version Kafka refuses (KIP-511: proxy/protocol/name_rules.py)."""
         rules = ex.spec.name_rules if ex.spec is not None else ()
         try:
             return bool(rules) and name_rules.refuses(rules, ex.received())
