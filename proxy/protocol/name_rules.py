@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -206,6 +206,11 @@ def fix_items(rules: tuple[NameRule, ...], request: Any, response: Any) -> Any:
 def refuses(rules: tuple[NameRule, ...], request: Any) -> bool:
     """Would a rule refuse the whole request? (Where the broker's own answer is wanted, forwarded to it.)"""
     return any(isinstance(rule, Whole) and any(map(rule.check, _named(request, rule.field))) for rule in rules)
+
+
+def refuses_any(rules: tuple[NameRule, ...], names: Iterable[str]) -> bool:
+    """Would a whole-request rule refuse one of these names (read off a request that was not decoded)?"""
+    return any(isinstance(rule, Whole) and rule.check(name) is not None for rule in rules for name in names)
 
 
 def has_items(rules: tuple[NameRule, ...]) -> bool:

@@ -262,3 +262,10 @@ def test_apis_answered_per_item_are_decoded_both_ways():
     for api in catalogue().values():
         if name_rules.has_items(api.name_rules):
             assert api.tenant is not None and api.tenant.action == "rewrite" and "response" not in api.tenant.splice
+
+
+def test_names_read_off_an_undecoded_request_are_checked_by_the_whole_request_rules():
+    """A spliced request kio cannot decode (a member id that is no UTF-8) is checked by its renamed group ids."""
+    rules = spec(ApiKey.LEAVE_GROUP).name_rules
+    assert name_rules.refuses_any(rules, [""]) and not name_rules.refuses_any(rules, ["g", "a b"])
+    assert not name_rules.refuses_any(spec(ApiKey.OFFSET_COMMIT).name_rules, [""])
