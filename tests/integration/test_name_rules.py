@@ -51,8 +51,9 @@ def outcome(entity: Any) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
 
     def walk(node: Any) -> None:
-        if "error_code" in entities.field_names(type(node)):
-            found.append((int(node.error_code), getattr(node, "error_message", None) or ""))
+        for name in sorted(entities.field_names(type(node))):
+            if name.endswith("error_code"):  # also AddPartitionsToTxn's partition_error_code
+                found.append((int(getattr(node, name)), getattr(node, "error_message", None) or ""))
         for f in dataclasses.fields(node):
             value = getattr(node, f.name)
             if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
@@ -99,6 +100,9 @@ ROWS = [
                                    producer_epoch=-1)),
     ("EndTxn", 26, 4, dict(transactional_id="", producer_id=1, producer_epoch=0, committed=True)),
     ("DescribeTransactions", 65, 0, dict(transactional_ids=[""])),
+    ("AddOffsetsToTxn", 25, 4, dict(transactional_id="", producer_id=1, producer_epoch=0, group_id="g")),
+    ("AddPartitionsToTxn", 24, 5, dict(transactions=[dict(transactional_id="", producer_id=1, producer_epoch=0,
+                                                          topics=[dict(name=TOPIC, partitions=[0])])])),
     # Topic names Topic.validate refuses (the VC's placeholder for them may be legal: `UUID.`, `UUID..`).
     ("Metadata", 3, 12, dict(topics=[dict(name=n) for n in BAD_TOPICS], allow_auto_topic_creation=False)),
     ("Metadata, auto-creation asked", 3, 12, dict(topics=[dict(name=n) for n in BAD_TOPICS],
