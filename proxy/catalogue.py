@@ -24,6 +24,7 @@ from .acl import operations
 from .acl.access import Access, Listing, Need, need
 from .acl.model import Operation
 from .protocol import codec, management, refusals
+from .protocol import name_rules as names
 from .protocol.apikey import ApiKey
 from .protocol.apis import request_type, response_type
 from .rules import ApiRule, EndpointRule, TenantRule, api_rules, endpoint_rules, tenant_rules
@@ -64,6 +65,9 @@ class ApiSpec:
     # A KIP-227 fetch session: the first version that has one, whose session id and replica id (a regular field
     # before v15) the forwarder reads for a VC where the schema says (proxy/core/grants.py); set for Fetch alone.
     fetch_session: int | None
+    # Kafka's checks on the names its request sends, made on them as the client sent them before they are renamed
+    # for a VC (proxy/tenancy/name_rules.py).
+    name_rules: tuple[names.NameRule, ...] = ()
 
     @property
     def name(self) -> str:
@@ -148,6 +152,33 @@ _REFUSE_ITEMS: dict[ApiKey, refusals.Build] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: refusals.alter_replica_log_dirs,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: refusals.describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refusals.alter_user_scram_credentials,
+}
+
+# Kafka 4.2's checks on names (proxy/tenancy/name_rules.py): on group ids (the empty one) where the broker makes them
+# (APIs that accept it have none),
+_NAME_RULES: dict[ApiKey, tuple[names.NameRule, ...]] = {
+    ApiKey.JOIN_GROUP: (names.INVALID_GROUP_JOIN,),
+    ApiKey.SYNC_GROUP: (names.INVALID_GROUP,),
+    ApiKey.HEARTBEAT: (names.INVALID_GROUP,),
+    ApiKey.LEAVE_GROUP: (names.INVALID_GROUP,),
+    ApiKey.OFFSET_DELETE: (names.INVALID_GROUP,),
+    ApiKey.TXN_OFFSET_COMMIT: (names.INVALID_GROUP_TXN_OFFSETS,),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (names.EMPTY_GROUP_HEARTBEAT,),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (names.EMPTY_GROUP_HEARTBEAT,),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: (names.EMPTY_GROUP_HEARTBEAT,),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (names.EMPTY_GROUP_DESCRIBED,),
+    ApiKey.SHARE_GROUP_DESCRIBE: (names.EMPTY_GROUP_DESCRIBED,),
+    ApiKey.STREAMS_GROUP_DESCRIBE: (names.EMPTY_GROUP_DESCRIBED,),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (names.INVALID_GROUP_SHARE_OFFSETS,),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (names.INVALID_GROUP_SHARE_OFFSETS,),
+    # Topic names, where Kafka validates them (CreateTopics and Metadata: proxy/tenancy/names.py), and config
+    # resources' names (the configs handler asks).
+    ApiKey.DESCRIBE_PRODUCERS: (names.INVALID_TOPIC_PRODUCERS,),
+    ApiKey.API_VERSIONS: names.CLIENT_SOFTWARE,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (names.EMPTY_TOPIC_DESCRIBED, names.INVALID_TOPIC_DESCRIBED),
+    ApiKey.DESCRIBE_CONFIGS: (names.DESCRIBED_CONFIGS,),
+    ApiKey.ALTER_CONFIGS: (names.ALTERED_CONFIGS,),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (names.ALTERED_CONFIGS,),
 }
 
 _AUTHORIZED_OPERATIONS: dict[ApiKey, Fixer] = {
@@ -248,6 +279,7 @@ def catalogue() -> Mapping[int, ApiSpec]:
             telemetry=api in _TELEMETRY,
             answered_by=ANSWERED_BY.get(api),
             fetch_session=_FETCH_SESSION.get(api),
+            name_rules=_NAME_RULES.get(api, ()),
         )
     _check(specs)
     return specs
@@ -274,6 +306,7 @@ def _check(specs: Mapping[int, ApiSpec]) -> None:
         "ACL needs": _ACL_NEEDS,
         "ACL listings": _ACL_LISTINGS,
         "refusal shapes": _REFUSE_ITEMS,
+        "name rules": _NAME_RULES,
         "authorized-operations fixers": _AUTHORIZED_OPERATIONS,
         "answering stages": ANSWERED_BY,
     }

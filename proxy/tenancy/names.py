@@ -18,18 +18,17 @@ and always in the tenant's own names:
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.name_rules import topic_name_problem
 from .model import MAX_LINK_NAME
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"})
 # Kafka's `Topic.INTERNAL_TOPICS`: a VC's Metadata describes them as themselves (flagged internal), as
 # a cluster does to a principal with DESCRIBE on them; no other request reaches them (unknown topics).
 DESCRIBED_INTERNAL = INTERNAL_TOPICS - {"__cluster_metadata"}
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # fixed pattern over a bounded name: no tenant regex here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,15 +43,7 @@ def unify(name: str) -> str:
 
 def invalid_name(name: str) -> str | None:
     """Kafka's `Topic.validate` reason for `name` in a VC, or None if the name is legal."""
-    if not name:
-        return "the empty string is not allowed"
-    if name in (".", ".."):
-        return f"'{name}' is not allowed"
-    if len(name) > MAX_LINK_NAME:
-        return f"the length of '{name}' is longer than the max allowed length {MAX_LINK_NAME}"
-    if not _LEGAL.fullmatch(name):
-        return f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
-    return None
+    return topic_name_problem(name, MAX_LINK_NAME)
 
 
 class CollisionIndex:

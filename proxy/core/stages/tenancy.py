@@ -9,8 +9,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...catalogue import catalogue
-from ...protocol import codec, native
+from ...protocol import codec, name_rules, native
 from ...protocol.apikey import ApiKey
+from ...protocol.apis import response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
 from ...protocol.splice import Edits
@@ -27,6 +28,13 @@ from .binding import Tenancy
 from .context import ConnectionState
 
 log = logging.getLogger(__name__)
+
+
+def _topic_error(ex: Exchange, call: Any, topic: str) -> int | None:
+    """What the broker answers about a topic before it checks a request's group id: not authorized, or unknown."""
+    if ex.access is not None and topic in ex.access.denied.get("topic", ()):
+        return int(ErrorCode.topic_authorization_failed)
+    return int(ErrorCode.unknown_topic_or_partition) if topic in call.tx.unknown_topics else None
 
 
 class TenancyStage:
@@ -68,6 +76,20 @@ class TenancyStage:
         refusal = ex.access.refusal() if ex.access is not None else None
         if refusal is not None:  # a group or transactional id the caller may not use (the VC's ACLs)
             return refuse(ex, refusal[0], f"{info.name} in virtual cluster {engine.vc.name}: {refusal[1]}")
+        rules = ex.spec.name_rules if ex.spec is not None else ()
+        if rules:  # Kafka's checks on the names as the client sent them (the translation renamed them)
+            try:
+                received, cls = ex.received(), response_type(ex.api_key, ex.api_version)
+                refused = name_rules.refusal(rules, received, cls, lambda topic: _topic_error(ex, call, topic))
+            except (CodecError, *MALFORMED) as exc:
+                # A spliced request the walker accepts but kio does not decode (a string that is no UTF-8, which
+                # Kafka reads anyway): the group ids the translation saw decide, as the forwarder would serve it.
+                if name_rules.refuses_any(rules, call.tx.group_ids.values()):
+                    return close(f"cannot check {info.name} v{ex.api_version}: {exc}")
+                refused = None
+            if refused is not None:  # never granted to the forwarder either: it did not pass
+                log.info("refusing request: %s in virtual cluster %s: a name Kafka refuses", info.name, engine.vc.name)
+                return answer(ex, codec.encode(refused))
         if isinstance(out, list) and self.grants:
             self._grant(ex, call, out)
         if not isinstance(out, list):  # answered by the proxy (already in the client's terms)
@@ -213,5 +235,9 @@ class TenancyStage:
 
             msg.deferred.append((find, None))
         else:
-            msg.set_entity(engine.translate_response(call, msg.entity()))
+            body = engine.translate_response(call, msg.entity())
+            rules = ex.spec.name_rules if ex.spec is not None else ()
+            if name_rules.has_items(rules):  # items naming an id Kafka refuses, answered as it does
+                body = name_rules.fix_items(rules, ex.received(), body)
+            msg.set_entity(body)
         msg.writes.extend(call.writes)

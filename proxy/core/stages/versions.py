@@ -8,9 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...protocol import codec, kip1313, management
+from ...protocol import codec, kip1313, management, name_rules
 from ...protocol.apikey import ApiKey
 from ...protocol.apis import known_apis
+from ...protocol.codec import CodecError
+from ...protocol.primitives import MALFORMED
 from ...rules import api_rules
 from .. import apiversions
 from ..exchange import Exchange, RequestDecision, ResponseMessage, answer, forward, refuse
@@ -80,9 +82,22 @@ class VersionStage:
         if not self.auth.complete and self.upstream_versions is not None:
             # Before login the broker's answer comes from the cache: no broker connection for a stranger.
             cached = self.upstream_versions.get(ex.api_version)
+            if cached is not None and self._refused_name(ex):  # as the broker answers it: no versions
+                refused = codec.error_response_body(ex.api_key, ex.api_version, ErrorCode.invalid_request)
+                assert refused is not None  # ApiVersions' answer has an error field in every version
+                return answer(ex, refused)
             if cached is not None:
                 return answer(ex, self._built(ex, cached))
         return forward(ex)
+
+    @staticmethod
+    def _refused_name(ex: Exchange) -> bool:
+        """A client software name or version Kafka refuses (KIP-511: proxy/protocol/name_rules.py)."""
+        rules = ex.spec.name_rules if ex.spec is not None else ()
+        try:
+            return bool(rules) and name_rules.refuses(rules, ex.received())
+        except (CodecError, *MALFORMED):
+            return False  # read as the broker's cached answer is given: unchanged
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
         if ex.api_key != ApiKey.API_VERSIONS:

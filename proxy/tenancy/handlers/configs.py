@@ -10,7 +10,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from ...protocol import codec
+from ...catalogue import spec
+from ...protocol import codec, name_rules
 from ...protocol.apikey import ApiKey
 from ...quoting import cut, shown
 from ..engine import LocalAnswer, TenantCall, TenantEngine
@@ -67,6 +68,10 @@ def _config_refusal(
     if not acl_allows(ex, kind, name):
         error = ErrorCode.topic_authorization_failed if rtype == TOPIC else ErrorCode.group_authorization_failed
         return int(error), None  # Kafka's words: the error's own message
+    api = spec(ex.api_key)
+    invalid = name_rules.resource_refusal(api.name_rules if api is not None else (), rtype, name)
+    if invalid is not None:  # Kafka's check of the name as sent (renamed, the empty one would be legal)
+        return int(invalid[0]), invalid[1]
     if rtype != TOPIC or not alter:
         return None
     physical = engine.vc.physical_topic(name)
