@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import uuid
 
+import pytest
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, OpData
 from kio.schema.alter_client_quotas.v1.request import EntityData as AlterEntity
 from kio.schema.alter_client_quotas.v1.request import EntryData as AlterEntry
@@ -185,17 +186,21 @@ def test_fetch_over_quota_throttle_set_in_place_records_not_copied():
     img = image(clock)
     img.apply(*quota_record(entity(virtual_cluster="team-a", client_id=None), FETCH, 2000.0))
     s = session(img, "User:alice")
-    assert s.on_request(memoryview(bytearray(fetch_request(1)))).delay == 0.0
+    # A new consumer has no credit: its Fetch waits for the least it may carry (a tenth of a second of the quota).
+    assert s.on_request(memoryview(bytearray(fetch_request(1)))).delay == pytest.approx(0.1)
     original = fetch_response(1)
     result = s.on_response(memoryview(bytearray(original)))
     out = joined(result.pieces)
     body, end = codec.decode(FetchResponse, out, response_body_offset(out, 1))
     assert end == len(out) == len(original)
-    assert abs(body.throttle_time.total_seconds() - len(original) / 2000.0) < 0.002
+    # Past what it was bounded to (the first record batch comes whole, KIP-74): muted until the debt is paid and the
+    # next Fetch's least is there, and told so.
+    told = (len(original) + 200) / 2000.0
+    assert abs(body.throttle_time.total_seconds() - told) < 0.002
     assert body.responses[0].partitions[0].records == RECORDS
     assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)  # a slice, not a copy
     decision = s.on_request(memoryview(bytearray(fetch_request(2))))
-    assert abs(decision.delay - len(original) / 2000.0) < 1e-6
+    assert abs(decision.delay - told) < 1e-6
 
 
 def share_fetch_response(correlation_id: int) -> bytes:
@@ -246,13 +251,13 @@ def test_share_consumers_are_held_to_the_consumer_byte_rate_like_fetch():
     img = image(clock)
     img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
     s = session(img, "User:alice")
-    assert s.on_request(memoryview(bytearray(share_request(78, 1)))).delay == 0.0
+    assert s.on_request(memoryview(bytearray(share_request(78, 1)))).delay == pytest.approx(0.1)  # no credit yet
     original = share_fetch_response(1)
     result = s.on_response(memoryview(bytearray(original)))
     out = joined(result.pieces)
     body, end = codec.decode(ShareFetchResponse, out, response_body_offset(out, 1))
     assert end == len(out) == len(original)
-    first = len(original) / 2000.0
+    first = (len(original) + 200) / 2000.0  # its bytes, then the next request's least (a tenth of a second)
     assert abs(body.throttle_time.total_seconds() - first) < 0.002
     assert body.responses[0].partitions[0].records == RECORDS
     assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)  # a slice, not a copy
@@ -262,7 +267,7 @@ def test_share_consumers_are_held_to_the_consumer_byte_rate_like_fetch():
     acked = share_acknowledge_response(2)
     out = joined(s.on_response(memoryview(bytearray(acked))).pieces)
     body, _ = codec.decode(ShareAcknowledgeResponse, out, response_body_offset(out, 1))
-    assert abs(body.throttle_time.total_seconds() - (len(original) + len(acked)) / 2000.0) < 0.002
+    assert abs(body.throttle_time.total_seconds() - (len(original) + len(acked) + 200) / 2000.0) < 0.002
     # The meter is the user's consumer_byte_rate meter, the same one Fetch responses fill.
     (meter,) = [m for key, m in img.quotas.meters.items() if key[0] == FETCH]
     assert meter.rate.values[-1] == len(original) + len(acked)
@@ -426,12 +431,13 @@ def test_a_vc_cap_bounds_the_vcs_clients_together():
     img = image(clock)
     img.apply(*quota_record(entity(virtual_cluster="team-a"), PRODUCE, 10_000.0))
     alice, carol, bob = session(img, "User:alice"), session(img, "User:carol"), session(img, "User:bob")
-    assert alice.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
-    assert carol.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
-    # Both were charged to team-a's cap: each connection is muted, carol's for both requests' bytes.
     size = len(produce(1))
-    assert abs(alice.on_request(memoryview(bytearray(produce(2)))).delay - size / 10_000) < 1e-6
-    assert abs(carol.on_request(memoryview(bytearray(produce(2)))).delay - 2 * size / 10_000) < 1e-6
+    assert alice.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
+    # carol's first request waits for the cap's debt alice's made: a new connection is no way around it.
+    assert abs(carol.on_request(memoryview(bytearray(produce(1)))).delay - size / 10_000) < 1e-6
+    # Every request was charged to team-a's cap: each connection waits for all the bytes charged before.
+    assert abs(alice.on_request(memoryview(bytearray(produce(2)))).delay - 2 * size / 10_000) < 1e-6
+    assert abs(carol.on_request(memoryview(bytearray(produce(2)))).delay - 3 * size / 10_000) < 1e-6
     assert bob.on_request(memoryview(bytearray(produce(1)))).delay == 0.0  # team-b has no cap
 
 
