@@ -117,12 +117,14 @@ class Meter:
 
     def absorb(self, amount: float, now: float) -> None:
         """Count what another replica's clients used: in the rate and out of the bucket, throttling nobody
-        now (this replica's next client of the entity pays for it, however much it is: a debt is paid in full)."""
+        now (this replica's next client of the entity pays for it). What others report may put the meter at most
+        2 * samples windows of the quota in debt: reports are input from the network, and one replica's bug must not
+        lock an entity out of every replica for long (its own clients' debt on a replica has no floor)."""
         self.rate.record(amount, now)
         if self.last is not None and now > self.last:
             self.tokens = min(self.quota * SAMPLES * WINDOW, self.tokens + self.quota * (now - self.last))
             self.last = now
-        self.tokens -= amount
+        self.tokens = min(self.tokens, max(self.tokens - amount, -self.quota * SAMPLES * WINDOW * 2))
 
 
 class Meters:

@@ -61,13 +61,6 @@ def test_a_debt_is_waited_out_in_full_however_large():
     assert meter.charge(0, 1000, 50.0) == 0.0  # paid
 
 
-def test_another_replicas_debt_is_absorbed_whole():
-    meter = Meter()
-    meter.charge(1, 1000, 0.0)
-    meter.absorb(100_000, 0.0)  # 100 s of the quota, used elsewhere: no floor on the debt
-    assert meter.charge(0, 1000, 1.0) == pytest.approx(99.0 + 0.001)
-
-
 def _run(connections: int, request: float, quota: float, duration: float = 120.0) -> float:
     """Clients pipelining `request`-byte requests on `connections` connections that share one meter, each
     connection muted as the stage mutes it; the rate they get, from 20 s on."""

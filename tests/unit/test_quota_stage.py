@@ -561,3 +561,107 @@ def test_topics_auto_created_for_a_vc_count_as_controller_mutations():
     body, _ = codec.decode(MetadataResponse, out, response_body_offset(out, 1))
     assert body.topics[0].name == "fresh"
     assert abs(body.throttle_time.total_seconds() - 3.0) < 0.002  # 6 partitions against 2/s
+
+
+# -- a Fetch charged before it goes (proxy/quotas/fetch_bound.py) ----------------------------------------------
+
+
+def fetch_answer(correlation_id: int, size: int) -> bytes:
+    """A Fetch answer carrying `size` bytes of records (none: an empty answer)."""
+    partition = PartitionData(
+        partition_index=i32(0),
+        error_code=ErrorCode.none,
+        high_watermark=i64(10),
+        aborted_transactions=None,
+        records=bytes(size) if size else None,
+        current_leader=LeaderIdAndEpoch(leader_id=i32(-1), leader_epoch=i32(-1)),
+    )
+    topics = (FetchableTopicResponse(topic_id=ORDERS_ID, partitions=(partition,)),) if size else ()
+    body = FetchResponse(throttle_time=T0, error_code=ErrorCode.none, session_id=i32(0), responses=topics,
+                         node_endpoints=())  # fmt: skip
+    return response_frame(1, 16, correlation_id, body)
+
+
+def asked_max_bytes(decision) -> int:
+    from proxy.quotas import fetch_bound
+
+    sent = joined(decision.pieces) if decision.pieces is not None else bytes(decision.pending.frame)
+    return fetch_bound.asked(sent, 14 + 1 + 1, 16)  # header v2: size, key, version, correlation, "t", no tags
+
+
+def fetch_asking(correlation_id: int, max_bytes: int) -> bytes:
+    return request_frame(1, 16, correlation_id, codec._empty(request_type(1, 16), max_bytes=i32(max_bytes)))
+
+
+def test_a_fetch_is_bounded_by_what_its_quota_holds():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    first = s.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20))))
+    # A new meter holds nothing: the least (a tenth of a second of the quota), waited for.
+    assert first.delay == pytest.approx(0.1) and asked_max_bytes(first) == 200
+    clock.now += first.delay
+    s.on_response(memoryview(bytearray(fetch_answer(1, 0))))  # nothing to read: all of it goes back
+    clock.now += 5.0
+    # Five seconds of credit: one window's worth at most, at once.
+    second = s.on_request(memoryview(bytearray(fetch_asking(2, 1 << 20))))
+    assert second.delay == 0.0 and asked_max_bytes(second) == 2000
+    s.on_response(memoryview(bytearray(fetch_answer(2, 1900))))
+    # One that asks for less keeps what it asked for, and takes no more.
+    third = s.on_request(memoryview(bytearray(fetch_asking(3, 500))))
+    assert third.delay == 0.0 and asked_max_bytes(third) == 500
+
+
+@pytest.mark.parametrize("connections", [1, 4])
+def test_pipelined_fetches_on_many_connections_get_the_quota_and_no_more(connections):
+    """The probe of issue 56 against the sans-I/O session: each connection pipelines Fetches asking for 1 MiB, its
+    shell reading the next request once the one before went (after its delay); the broker answers each with what its
+    max_bytes allows, 5 ms later. Together they get the quota, within one window, never 17 times it."""
+    import heapq
+
+    quota, duration = 200_000.0, 30.0
+    clock = Clock()
+    start = clock.now
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, quota))
+    sessions = [session(img, "User:alice") for _ in range(connections)]
+    events: list[tuple[float, int, int, int, int]] = [(start + 0.001 * i, i, i, -1, 0) for i in range(connections)]
+    correlations, got, seq = [0] * connections, 0.0, connections
+    while events:
+        t, _, i, size, correlation = heapq.heappop(events)
+        clock.now = t
+        if size >= 0:  # an answer
+            msg = fetch_answer(correlation, size)
+            result = sessions[i].on_response(memoryview(bytearray(msg)))
+            got += sum(map(len, result.pieces)) if t < start + duration else 0
+            continue
+        if t >= start + duration:
+            continue
+        correlations[i] += 1
+        decision = sessions[i].on_request(memoryview(bytearray(fetch_asking(correlations[i], 1 << 20))))
+        sent = t + decision.delay
+        answer = min(asked_max_bytes(decision), 1 << 20)
+        seq += 2
+        heapq.heappush(events, (sent + 0.005, seq, i, answer, correlations[i]))
+        heapq.heappush(events, (sent, seq + 1, i, -1, 0))  # the next request, read once this one went
+    assert 0.9 * quota * duration <= got <= quota * (duration + 1.0), got / (quota * duration)
+
+
+def test_a_debt_is_waited_out_in_full_on_every_connection_and_the_throttle_told_is_capped():
+    from proxy.quotas.meter import MAX_TOLD
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 1000.0))
+    first, fresh = session(img, "User:alice"), session(img, "User:alice")
+    clock.now += first.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20)))).delay
+    # A record batch far larger than the 100 bytes the Fetch was bounded to (KIP-74): 50 s of the quota in debt.
+    out = joined(first.on_response(memoryview(bytearray(fetch_answer(1, 50_000)))).pieces)
+    body, _ = codec.decode(FetchResponse, out, response_body_offset(out, 1))
+    assert body.throttle_time.total_seconds() == MAX_TOLD  # told at most 11 s, as a broker tells
+    debt = (len(out) - 100) / 1000.0
+    # A new connection of the same user waits for all of it (and its own least), not for 11 s.
+    assert fresh.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20)))).delay == pytest.approx(debt + 0.1)
+    clock.now += MAX_TOLD
+    assert first.on_request(memoryview(bytearray(fetch_asking(2, 1 << 20)))).delay > debt - MAX_TOLD
