@@ -220,7 +220,8 @@ def _throttle(key: int, version: int, raw: bytes) -> int:
 
 
 def pipeline(kind: str, topic: Topic, user: str, until: float, depth: int, flow: Flow) -> None:
-    """One connection keeping `depth` requests in flight until `until` (time.monotonic()), the answers counted."""
+    """One connection keeping `depth` requests in flight until `until` (time.monotonic()), the answers counted (from
+    its first answer on: the first request goes alone)."""
     key, version, body, address = requests_of(kind, topic)
     conn = Conn(address, user)
     try:
@@ -234,8 +235,8 @@ def pipeline(kind: str, topic: Topic, user: str, until: float, depth: int, flow:
             sent[correlation] = len(data)
             conn.send(data)
 
-        for _ in range(depth):
-            send()
+        send()  # one alone first, as a client starts: the connection is quiet once it is answered (the forwarder may
+        # take it then, with what the quota holds), and from its answer on `depth` are kept in flight
         while time.monotonic() < until:
             raw = conn.read()
             now = time.monotonic()
@@ -248,7 +249,8 @@ def pipeline(kind: str, topic: Topic, user: str, until: float, depth: int, flow:
             flow.throttle_ms = max(flow.throttle_ms, throttle)
             if now < until:
                 flow.got.append((now, amount))
-                send()
+                while len(sent) < depth:
+                    send()
     except (OSError, ConnectionError, AssertionError) as exc:
         flow.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
