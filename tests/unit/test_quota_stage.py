@@ -665,3 +665,16 @@ def test_a_debt_is_waited_out_in_full_on_every_connection_and_the_throttle_told_
     assert fresh.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20)))).delay == pytest.approx(debt + 0.1)
     clock.now += MAX_TOLD
     assert first.on_request(memoryview(bytearray(fetch_asking(2, 1 << 20)))).delay > debt - MAX_TOLD
+
+
+def test_a_fetch_answered_by_the_proxy_gives_its_charge_back():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    decision = s.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20))))
+    ((key, _),) = decision.pending.quota_taken[0]
+    assert img.quotas.meters.get(key).tokens == -200
+    assert s.quota is not None
+    s.quota.unused(decision.pending)  # as `ProxySession._settle` does when a later stage answers it
+    assert img.quotas.meters.get(key).tokens == 0 and decision.pending.quota_taken is None

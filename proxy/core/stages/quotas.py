@@ -263,6 +263,13 @@ class QuotaStage:
                 throttle = max(throttle, _charge(self.image().quotas.meters, limit, amount, now))
         return throttle
 
+    def unused(self, ex: Exchange) -> None:
+        """What `_precharge` took for a request that does not go to the broker (a later stage answered it) goes back."""
+        pairs, taken = ex.quota_taken
+        ex.quota_taken = None
+        meters = self.image().quotas.meters
+        meters.settle(pairs, 0.0, taken, meters.clock())
+
     # -- responses --------------------------------------------------------------------------------
 
     def on_response(self, ex: Exchange, msg: ResponseMessage) -> None:
