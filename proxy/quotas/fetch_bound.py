@@ -30,9 +30,12 @@ def max_bytes_offset(version: int) -> int | None:
 
 
 def asked(frame: bytes | memoryview, body_offset: int, version: int) -> int | None:
-    """The max_bytes a Fetch request asks for, or None when its version has none."""
+    """The max_bytes a Fetch request asks for, or None when its version has none or the frame is too short to hold it
+    (a malformed request: the stage that decodes it closes the connection)."""
     at = max_bytes_offset(version)
-    return None if at is None else int(INT32.unpack_from(frame, body_offset + at)[0])
+    if at is None or len(frame) < body_offset + at + 4:
+        return None
+    return int(INT32.unpack_from(frame, body_offset + at)[0])
 
 
 def lowered(frame: bytes | memoryview, body_offset: int, version: int, most: int) -> bytes:

@@ -678,3 +678,13 @@ def test_a_fetch_answered_by_the_proxy_gives_its_charge_back():
     assert s.quota is not None
     s.quota.unused(decision.pending)  # as `ProxySession._settle` does when a later stage answers it
     assert img.quotas.meters.get(key).tokens == 0 and decision.pending.quota_taken is None
+
+
+def test_a_fetch_too_short_to_hold_max_bytes_is_closed_not_a_crash():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    frame = bytearray(fetch_asking(1, 1 << 20))[: 14 + 1 + 1 + 6]  # the header, then 6 bytes of body
+    frame[:4] = (len(frame) - 4).to_bytes(4, "big")
+    assert s.on_request(memoryview(frame)).action is Action.CLOSE
