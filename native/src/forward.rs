@@ -433,8 +433,9 @@ impl Grant {
 /// (proxy/core/stages/quotas.py, `reserve`): the forwarder serves a metered request (`Entry::metered`) only while its
 /// size fits in what is left, and hands the connection back at the first that does not; the session then charges that
 /// request itself. A metered answer (a Fetch's) is charged whole as it comes; its request went only once the answer
-/// before was charged, bounded by what was left then (`fetch_bounded`). While the phase lasts, Python counts what was spent (`drain`) and tops the allowance up from the
-/// meters, or takes back what is left when they are in debt (`revoke`), without the connection leaving the forwarder.
+/// before was charged, bounded by what was left then (`fetch_bounded`). While the phase lasts, Python counts what was
+/// spent (`drain`) and tops the allowance up from the meters, or takes back what is left when they are in debt
+/// (`revoke`), without the connection leaving the forwarder.
 struct Allowed {
     left: AtomicU64,
     spent: AtomicU64,
@@ -2403,8 +2404,8 @@ impl Forwarder {
     /// and did not take, read first. A request whose size a quota meters (a VC's Produce under a producer's byte rate)
     /// is served only within `allowance`, one whose answer's size it meters (a VC's Fetch under a consumer's) only
     /// while `answer_allowance` has anything left, after the answer of the one before, bounded by what is left (its
-    /// max_bytes lowered): without one, none is. With `count` (a request rate), every request
-    /// served spends one of it, and none is served once it has none left.
+    /// max_bytes lowered): without one, none is. With `count` (a request rate), every request served spends one of it,
+    /// and none is served once it has none left.
     #[allow(clippy::too_many_arguments)]
     /// With `sampling` (tracing: the sampler's bound, the draw Python made for the first request or None, and whether to
     /// keep spans), a request drawn under the bound is served and its span's record kept for Python
