@@ -458,8 +458,10 @@ impl Grant {
 /// Bytes of a quota (requests, of a request rate) the quota stage took out of its meters for one phase
 /// (proxy/core/stages/quotas.py, `reserve`): the forwarder serves a metered request (`Entry::metered`) only while its
 /// size fits in what is left, and hands the connection back at the first that does not; the session then charges that
-/// request itself. While the phase lasts, Python counts what was spent (`drain`) and tops the allowance up from the
-/// meters, or takes back what is left when they are in debt (`revoke`), without the connection leaving the forwarder.
+/// request itself. A metered answer (a Fetch's) is charged whole as it comes; its request went only once the answer
+/// before was charged, bounded by what was left then (`fetch_bounded`). While the phase lasts, Python counts what was
+/// spent (`drain`) and tops the allowance up from the meters, or takes back what is left when they are in debt
+/// (`revoke`), without the connection leaving the forwarder.
 struct Allowed {
     left: AtomicU64,
     spent: AtomicU64,
@@ -492,6 +494,36 @@ impl Allowed {
     fn any_left(&self) -> bool {
         self.left.load(Ordering::Acquire) > 0
     }
+}
+
+/// Where a Fetch request's max_bytes sits in `frame` (v4+: the int32 after replica_id (before v15), max_wait_ms and
+/// min_bytes; proxy/quotas/fetch_bound.py says the same from the schema), or None when the frame is too short.
+fn fetch_max_bytes_at(frame: &[u8], version: i16, flexible: bool) -> Option<usize> {
+    let length = be_i16(frame.get(12..14)?);
+    let mut off = 14 + length.max(0) as usize;
+    if flexible {
+        off = skip_tags(frame, off as u64).ok()? as usize;
+    }
+    let at = off + if version >= 15 { 8 } else { 12 };
+    frame.get(at..at + 4).map(|_| at)
+}
+
+/// A Fetch served under a consumer's byte rate, as the quota stage bounds one (proxy/core/stages/quotas.py): what its
+/// answer may carry bounded by what the allowance holds now, its max_bytes lowered to that in a copy of `out` (the
+/// broker reads it as the client meant: max_bytes is a soft bound, KIP-74). None: sent as it is.
+fn fetch_bounded(out: &[u8], flexible: bool, allowance: &Allowed) -> Option<Vec<u8>> {
+    let (key, version) = (be_i16(out.get(4..6)?), be_i16(out.get(6..8)?));
+    if key != FETCH {
+        return None;
+    }
+    let at = fetch_max_bytes_at(out, version, flexible)?;
+    let left = allowance.left.load(Ordering::Acquire).clamp(1, i32::MAX as u64) as i32;
+    if be_i32(&out[at..]) <= left {
+        return None;
+    }
+    let mut copy = out.to_vec();
+    copy[at..at + 4].copy_from_slice(&left.to_be_bytes());
+    Some(copy)
 }
 
 #[pyclass(frozen)]
@@ -540,6 +572,12 @@ impl Allowance {
     /// The bytes spent past what was left since the last look (an answer charged whole): a debt to the meters.
     fn overdrawn(&self) -> u64 {
         self.inner.over.swap(0, Ordering::AcqRel)
+    }
+
+    /// A Fetch request (a whole frame; `flexible`: its header has tagged fields) as the forwarder sends it under this
+    /// allowance, its max_bytes lowered to what is left; None when it goes as it is. For the tests.
+    fn bounded<'py>(&self, py: Python<'py>, frame: &[u8], flexible: bool) -> Option<Bound<'py, PyBytes>> {
+        fetch_bounded(frame, flexible, &self.inner).map(|out| PyBytes::new(py, &out))
     }
 }
 
@@ -1736,6 +1774,13 @@ impl Conn {
             // sure to be served (after its bytes are spent), past what is left only if Python took that back between.
             let counted = self.count.as_ref().is_none_or(|c| c.any_left());
             let mut served = plain_request(frame, &self.table, self.grant.as_deref(), self.tally.is_some());
+            // Under a consumer's byte rate, a Fetch waits for the answer of the one before to be charged (a broker reads
+            // one request of a channel at a time): each is then bounded by what the allowance holds when it goes.
+            let metered_answer = |idx: &u32| self.table.get(idx).is_some_and(|e| e.metered == METERED_ANSWER);
+            if served.as_ref().is_some_and(|s| metered_answer(&s.1)) && self.in_flight.iter().any(|s| metered_answer(&s.1))
+            {
+                break;
+            }
             // Drawn before anything is spent for it: a sampled request is Python's (its span), and one handed back for
             // another reason keeps its draw, so that no request is drawn twice.
             let drawn = match (&served, self.sampling.as_mut()) {
@@ -1773,6 +1818,12 @@ impl Conn {
                     let timed = self.tally.is_some() || kept;
                     let read = if timed { self.epoch.elapsed().as_nanos() as u64 } else { 0 };
                     let out = renamed.as_deref().unwrap_or(frame);
+                    let entry = &self.table[&idx];
+                    let bounded = match (&self.answer_allowance, entry.metered) {
+                        (Some(allowance), METERED_ANSWER) => fetch_bounded(out, entry.request_flexible, allowance),
+                        _ => None,
+                    };
+                    let out = bounded.as_deref().unwrap_or(out);
                     send_to(self.broker_tls.as_ref(), self.broker, out, &mut self.bout, &mut self.bout_at, &mut self.broker_writable)
                         .map_err(|e| End::BrokerClosed(e.to_string()))?;
                     let draw = drawn.map_or(0, |(draw, _)| draw);
@@ -2456,8 +2507,9 @@ impl Forwarder {
     /// non-blocking, and must stay open until then; `initial` is what the Python path received from the client
     /// and did not take, read first. A request whose size a quota meters (a VC's Produce under a producer's byte rate)
     /// is served only within `allowance`, one whose answer's size it meters (a VC's Fetch under a consumer's) only
-    /// while `answer_allowance` has anything left: without one, none is. With `count` (a request rate), every request
-    /// served spends one of it, and none is served once it has none left.
+    /// while `answer_allowance` has anything left, after the answer of the one before, bounded by what is left (its
+    /// max_bytes lowered): without one, none is. With `count` (a request rate), every request served spends one of it,
+    /// and none is served once it has none left.
     #[allow(clippy::too_many_arguments)]
     /// With `sampling` (tracing: the sampler's bound, the draw Python made for the first request or None, and whether to
     /// keep spans), a request drawn under the bound is served and its span's record kept for Python

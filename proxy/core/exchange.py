@@ -51,6 +51,7 @@ class Exchange:
     close_after: bool = False  # close the connection once the reply is written
     delay_factor: int = 1  # failed logins: times the failed-authentication delay before the reply
     delay: float = 0.0  # seconds a stage holds the request back before it is acted on (quotas)
+    quota_taken: Any = None  # a Fetch's charge before it went (the quota stage's): (its limits, the bytes taken)
     writes: list[Any] = field(default_factory=list)  # state records to write durably before replying
     # A state change the proxy decides itself (a local answer): the decision again, run by the shell against
     # the log's current image, one replica at a time -> (response body, records); `reply` and `writes` are

@@ -296,6 +296,8 @@ class ProxySession:
             return decision
         if action is Action.CLOSE:
             return decision
+        if ex.quota_taken is not None and action is not Action.FORWARD and self.quota is not None:
+            self.quota.unused(ex)  # a Fetch a later stage answered or refused: nothing came of its charge
         if action is Action.LOCAL:
             self.identify.on_local(ex)
             self.in_flight.append(ex)

@@ -3,7 +3,8 @@
 A byte rate or a request rate that applies to a VC connection keeps what it meters with the quota stage, but for an
 allowance: when the connection goes to the forwarder, the quota stage takes bytes (requests) out of the meters
 (`QuotaStage.reserve`); the forwarder spends them (native/src/forward.rs: a Produce only when its size fits, a Fetch
-while anything is left, its answer charged whole, any request only while one is left); once a term they are counted
+while anything is left and once the answer before it was charged, its max_bytes lowered to what is left and its answer
+charged whole, any request only while one is left); once a term they are counted
 and topped up (`QuotaStage.renew`), and when the connection comes back what was spent is counted and what was not
 given back (`QuotaStage.settle`). docs/quotas.md, "Measuring and throttling".
 """

@@ -16,7 +16,9 @@ Each meter does what a Kafka broker does, in two parts:
   connections share it. A new meter starts empty: a client is paced from its first request, rather than
   allowed a window's worth at once as on a broker.
 
-One mute is at most samples * window seconds; a debt larger than that is still owed afterwards.
+A debt is paid in full: the wait is debt / quota however large (only the throttle time a response tells the client is
+capped, at `MAX_TOLD`), so a client that ran up a large debt on many connections waits it out on every one, a new
+one included (the meter is the entity's, not the connection's).
 
 With several replicas (fleet.py), each meter is also charged what the other replicas' clients of its
 entity used (`Meters.absorb`), so that the fleet together is held to the quota.
@@ -34,6 +36,7 @@ from .fleet import FleetUsage, Key
 SAMPLES = 11
 WINDOW = 1.0
 MAX_METERS = 10_000  # per proxy: beyond this the least recently used meters are dropped
+MAX_TOLD = SAMPLES * WINDOW  # seconds: the most a response's throttle_time_ms says (the mute may last longer)
 
 
 class Rate:
@@ -87,7 +90,7 @@ class Meter:
         self.tokens -= amount
         if self.tokens >= 0:
             return 0.0
-        wait = min(-self.tokens / quota, SAMPLES * WINDOW)
+        wait = -self.tokens / quota
         self.throttled += wait
         return wait
 
@@ -108,18 +111,20 @@ class Meter:
         self.tokens = min(quota * SAMPLES * WINDOW, self.tokens + left)
         if self.tokens >= 0 or (spent <= 0 and left >= 0):
             return 0.0
-        wait = min(-self.tokens / quota, SAMPLES * WINDOW)
+        wait = -self.tokens / quota
         self.throttled += wait
         return wait
 
     def absorb(self, amount: float, now: float) -> None:
         """Count what another replica's clients used: in the rate and out of the bucket, throttling nobody
-        now (this replica's next client of the entity pays for it)."""
+        now (this replica's next client of the entity pays for it). What others report may put the meter at most
+        2 * samples windows of the quota in debt: reports are input from the network, and one replica's bug must not
+        lock an entity out of every replica for long (its own clients' debt on a replica has no floor)."""
         self.rate.record(amount, now)
         if self.last is not None and now > self.last:
             self.tokens = min(self.quota * SAMPLES * WINDOW, self.tokens + self.quota * (now - self.last))
             self.last = now
-        self.tokens = max(self.tokens - amount, -self.quota * SAMPLES * WINDOW * 2)
+        self.tokens = min(self.tokens, max(self.tokens - amount, -self.quota * SAMPLES * WINDOW * 2))
 
 
 class Meters:
@@ -170,6 +175,33 @@ class Meters:
         for key, _ in limits if take else ():
             self.get(key).tokens -= amount
         return amount
+
+    def precharge(self, limits: list[tuple[Key, float]], most: float, least: float, now: float) -> tuple[float, float]:
+        """What a request whose cost is known only once answered (a Fetch) may cost, taken out of the buckets of
+        `limits` before it is sent: what they hold, at least `least` and at most `most`; and the seconds it must wait
+        for that (what the buckets then owe, paid at the quota). Settled once the answer is charged (`settle`, with
+        what it cost and what was taken less that). -> (taken, wait)."""
+        share = self.fleet.share(now) if self.fleet is not None else 1.0
+        amount = float(math.floor(min(most, max(least, self.held(limits, now)))))
+        wait = 0.0
+        for key, quota in limits:
+            meter = self.get(key)
+            meter.tokens -= amount
+            if meter.tokens < 0:
+                wait = max(wait, -meter.tokens / (quota * share))
+        return amount, wait
+
+    def until(self, limits: list[tuple[Key, float]], amount: float, now: float) -> float:
+        """The seconds until the buckets of `limits` all hold `amount` (0: they do now)."""
+        share = self.fleet.share(now) if self.fleet is not None else 1.0
+        wait = 0.0
+        for key, quota in limits:
+            meter = self.get(key)
+            meter.fill(quota * share, now)
+            meter.quota = quota
+            if meter.tokens < amount:
+                wait = max(wait, (amount - meter.tokens) / (quota * share))
+        return wait
 
     def settle(self, limits: list[tuple[Key, float]], spent: float, left: float, now: float) -> float:
         """Of an allowance `reserve` gave: `spent` counted as used now (and told the fleet), `left` returned; the

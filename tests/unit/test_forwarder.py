@@ -24,8 +24,11 @@ from proxy.core.endpoints import ListenerLayout
 from proxy.core.forward_table import METERED_ANSWER, METERED_REQUEST, entries_for
 from proxy.core.session import ProtocolViolation, ProxySession
 from proxy.net.forwarder import Forwarder, ForwarderLimits, Outcome
-from proxy.protocol import native
+from proxy.protocol import codec, native
+from proxy.protocol.apis import api_info, request_type
 from proxy.protocol.framing import FrameDecoder, FrameError
+from proxy.protocol.headers import parse_request_header
+from proxy.quotas import fetch_bound
 
 from .wire import request_frame, response_frame
 
@@ -400,8 +403,9 @@ async def test_the_tick_runs_while_the_phase_lasts_and_the_allowance_it_tops_up_
     assert len(ticks) >= 5 and allowance.drain() == 2 * size
 
 
-def fetch(correlation: int) -> bytes:
-    return request_frame(1, 4, correlation, bytes(4) + bytes(4) + bytes(4) + bytes(4) + b"\x00" + bytes(4))
+def fetch(correlation: int, max_bytes: int = 0) -> bytes:
+    body = bytes(4) + bytes(4) + bytes(4) + max_bytes.to_bytes(4, "big") + b"\x00" + bytes(4)
+    return request_frame(1, 4, correlation, body)
 
 
 def fetched(correlation: int, size: int) -> bytes:
@@ -410,18 +414,18 @@ def fetched(correlation: int, size: int) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("left", "sent", "answered"),
+    ("left", "answered"),
     [
-        pytest.param(10_000, 2, 2, id="both answers fit"),
-        pytest.param(150, 2, 1, id="the first answer takes more than is left"),
-        pytest.param(0, 0, 0, id="nothing left"),
-        pytest.param(None, 0, 0, id="no allowance"),
+        pytest.param(10_000, 2, id="both answers fit"),
+        pytest.param(150, 1, id="the first answer takes more than is left"),
+        pytest.param(0, 0, id="nothing left"),
+        pytest.param(None, 0, id="no allowance"),
     ],
 )
-async def test_a_metered_answer_is_charged_whole_and_the_connection_goes_back_past_what_was_left(left, sent, answered):
-    """A Fetch is sent on while its allowance has anything left; its answer goes on whole and is spent whole, and
-    one that takes more than was left sends the connection back once it has gone (the session mutes it then), with
-    the requests still outstanding (the session charges their answers)."""
+async def test_a_metered_answer_is_charged_whole_and_the_connection_goes_back_past_what_was_left(left, answered):
+    """A Fetch is sent on while its allowance has anything left, and only once the answer of the one before it was
+    charged; its answer goes on whole and is spent whole, and one that takes more than was left sends the connection
+    back once it has gone (the session mutes it then), the Fetch after it not sent (the session charges it)."""
     pair = Pair()
     answers = [fetched(1, 200), fetched(2, 200)]
     given = native.module().Allowance(left) if left is not None else None
@@ -429,9 +433,9 @@ async def test_a_metered_answer_is_charged_whole_and_the_connection_goes_back_pa
     async with trio.open_nursery() as nursery:
 
         async def peers() -> None:
-            if sent:
-                assert await pair.read(pair.broker, 2 * len(fetch(1))) == fetch(1) + fetch(2)
             for c in range(answered):
+                # One at a time: the next Fetch comes only once this one's answer has been charged.
+                assert await pair.read(pair.broker, len(fetch(1))) == fetch(c + 1)
                 await pair.broker.send(answers[c])
                 assert await pair.read(pair.client, 200) == answers[c]
             if answered == 2:
@@ -439,12 +443,53 @@ async def test_a_metered_answer_is_charged_whole_and_the_connection_goes_back_pa
 
         nursery.start_soon(peers)
         outcome = await pair.run(table=METERED, allowances=Held(answer=given))
-    assert (outcome.requests, outcome.responses) == (sent, answered)
+    assert (outcome.requests, outcome.responses) == (answered, answered)
     assert outcome.kind == ("client-closed" if answered == 2 else "yield")
-    assert len(outcome.in_flight) == sent - answered
+    assert not outcome.in_flight
+    if answered < 2:
+        assert outcome.leftover == (fetch(1) if answered == 0 else b"") + fetch(2)
     if given is not None:
         assert given.drain() == 200 * answered and given.left() == max(0, left - 200 * answered)
         assert given.overdrawn() == max(0, 200 * answered - left)  # a debt to the meters: the session mutes for it
+
+
+async def test_pipelined_fetches_go_one_at_a_time_each_bounded_by_what_is_left():
+    """A consumer that pipelines Fetches under a byte rate cannot run ahead of it: each Fetch goes once the answer
+    before it was charged, its max_bytes lowered to what the allowance then holds (the broker's answer is no larger,
+    but for a first record batch larger still, KIP-74); one that asks for less keeps what it asked for."""
+    pair = Pair()
+    given = native.module().Allowance(1000)
+    await pair.client.send(fetch(1, 1 << 20) + fetch(2, 1 << 20) + fetch(3, 100))
+    async with trio.open_nursery() as nursery:
+
+        async def peers() -> None:
+            for c, bound, size in ((1, 1000, 300), (2, 700, 500), (3, 100, 100)):
+                assert await pair.read(pair.broker, len(fetch(c))) == fetch(c, bound)
+                with trio.move_on_after(0.2):  # nothing more is sent until its answer came
+                    await pair.broker.recv(1)
+                    raise AssertionError("a Fetch sent before the answer of the one before")
+                await pair.broker.send(fetched(c, size))
+                assert await pair.read(pair.client, size) == fetched(c, size)
+            pair.client.close()
+
+        nursery.start_soon(peers)
+        outcome = await pair.run(table=METERED, allowances=Held(answer=given))
+    assert (outcome.kind, outcome.requests, outcome.responses) == ("client-closed", 3, 3)
+    assert (given.drain(), given.left(), given.overdrawn()) == (900, 100, 0)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 14, 15, 17])
+def test_the_forwarder_lowers_max_bytes_where_the_quota_stage_does(version):
+    """The two engines bound a Fetch at the same offset (proxy/quotas/fetch_bound.py, native `fetch_max_bytes_at`)."""
+    body = codec._empty(request_type(1, version), max_bytes=i32(1 << 20))
+    frame = request_frame(1, version, 7, body, client_id="a-client")
+    header_version = api_info(1).request_header_version(version)
+    offset = parse_request_header(memoryview(frame), header_version).body_offset
+    assert fetch_bound.asked(frame, offset, version) == 1 << 20
+    lowered = native.module().Allowance(4321).bounded(frame, header_version >= 2)
+    assert lowered == fetch_bound.lowered(frame, offset, version, 4321)
+    assert fetch_bound.asked(lowered, offset, version) == 4321
+    assert native.module().Allowance(1 << 21).bounded(frame, header_version >= 2) is None  # within what is left
 
 
 async def test_an_acks_0_produce_expects_no_answer():

@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import uuid
 
+import pytest
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, OpData
 from kio.schema.alter_client_quotas.v1.request import EntityData as AlterEntity
 from kio.schema.alter_client_quotas.v1.request import EntryData as AlterEntry
@@ -185,17 +186,21 @@ def test_fetch_over_quota_throttle_set_in_place_records_not_copied():
     img = image(clock)
     img.apply(*quota_record(entity(virtual_cluster="team-a", client_id=None), FETCH, 2000.0))
     s = session(img, "User:alice")
-    assert s.on_request(memoryview(bytearray(fetch_request(1)))).delay == 0.0
+    # A new consumer has no credit: its Fetch waits for the least it may carry (a tenth of a second of the quota).
+    assert s.on_request(memoryview(bytearray(fetch_request(1)))).delay == pytest.approx(0.1)
     original = fetch_response(1)
     result = s.on_response(memoryview(bytearray(original)))
     out = joined(result.pieces)
     body, end = codec.decode(FetchResponse, out, response_body_offset(out, 1))
     assert end == len(out) == len(original)
-    assert abs(body.throttle_time.total_seconds() - len(original) / 2000.0) < 0.002
+    # Past what it was bounded to (the first record batch comes whole, KIP-74): muted until the debt is paid and the
+    # next Fetch's least is there, and told so.
+    told = (len(original) + 200) / 2000.0
+    assert abs(body.throttle_time.total_seconds() - told) < 0.002
     assert body.responses[0].partitions[0].records == RECORDS
     assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)  # a slice, not a copy
     decision = s.on_request(memoryview(bytearray(fetch_request(2))))
-    assert abs(decision.delay - len(original) / 2000.0) < 1e-6
+    assert abs(decision.delay - told) < 1e-6
 
 
 def share_fetch_response(correlation_id: int) -> bytes:
@@ -246,13 +251,13 @@ def test_share_consumers_are_held_to_the_consumer_byte_rate_like_fetch():
     img = image(clock)
     img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
     s = session(img, "User:alice")
-    assert s.on_request(memoryview(bytearray(share_request(78, 1)))).delay == 0.0
+    assert s.on_request(memoryview(bytearray(share_request(78, 1)))).delay == pytest.approx(0.1)  # no credit yet
     original = share_fetch_response(1)
     result = s.on_response(memoryview(bytearray(original)))
     out = joined(result.pieces)
     body, end = codec.decode(ShareFetchResponse, out, response_body_offset(out, 1))
     assert end == len(out) == len(original)
-    first = len(original) / 2000.0
+    first = (len(original) + 200) / 2000.0  # its bytes, then the next request's least (a tenth of a second)
     assert abs(body.throttle_time.total_seconds() - first) < 0.002
     assert body.responses[0].partitions[0].records == RECORDS
     assert any(isinstance(p, memoryview) and len(p) > len(RECORDS) for p in result.pieces)  # a slice, not a copy
@@ -262,7 +267,7 @@ def test_share_consumers_are_held_to_the_consumer_byte_rate_like_fetch():
     acked = share_acknowledge_response(2)
     out = joined(s.on_response(memoryview(bytearray(acked))).pieces)
     body, _ = codec.decode(ShareAcknowledgeResponse, out, response_body_offset(out, 1))
-    assert abs(body.throttle_time.total_seconds() - (len(original) + len(acked)) / 2000.0) < 0.002
+    assert abs(body.throttle_time.total_seconds() - (len(original) + len(acked) + 200) / 2000.0) < 0.002
     # The meter is the user's consumer_byte_rate meter, the same one Fetch responses fill.
     (meter,) = [m for key, m in img.quotas.meters.items() if key[0] == FETCH]
     assert meter.rate.values[-1] == len(original) + len(acked)
@@ -426,12 +431,13 @@ def test_a_vc_cap_bounds_the_vcs_clients_together():
     img = image(clock)
     img.apply(*quota_record(entity(virtual_cluster="team-a"), PRODUCE, 10_000.0))
     alice, carol, bob = session(img, "User:alice"), session(img, "User:carol"), session(img, "User:bob")
-    assert alice.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
-    assert carol.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
-    # Both were charged to team-a's cap: each connection is muted, carol's for both requests' bytes.
     size = len(produce(1))
-    assert abs(alice.on_request(memoryview(bytearray(produce(2)))).delay - size / 10_000) < 1e-6
-    assert abs(carol.on_request(memoryview(bytearray(produce(2)))).delay - 2 * size / 10_000) < 1e-6
+    assert alice.on_request(memoryview(bytearray(produce(1)))).delay == 0.0
+    # carol's first request waits for the cap's debt alice's made: a new connection is no way around it.
+    assert abs(carol.on_request(memoryview(bytearray(produce(1)))).delay - size / 10_000) < 1e-6
+    # Every request was charged to team-a's cap: each connection waits for all the bytes charged before.
+    assert abs(alice.on_request(memoryview(bytearray(produce(2)))).delay - 2 * size / 10_000) < 1e-6
+    assert abs(carol.on_request(memoryview(bytearray(produce(2)))).delay - 3 * size / 10_000) < 1e-6
     assert bob.on_request(memoryview(bytearray(produce(1)))).delay == 0.0  # team-b has no cap
 
 
@@ -555,3 +561,130 @@ def test_topics_auto_created_for_a_vc_count_as_controller_mutations():
     body, _ = codec.decode(MetadataResponse, out, response_body_offset(out, 1))
     assert body.topics[0].name == "fresh"
     assert abs(body.throttle_time.total_seconds() - 3.0) < 0.002  # 6 partitions against 2/s
+
+
+# -- a Fetch charged before it goes (proxy/quotas/fetch_bound.py) ----------------------------------------------
+
+
+def fetch_answer(correlation_id: int, size: int) -> bytes:
+    """A Fetch answer carrying `size` bytes of records (none: an empty answer)."""
+    partition = PartitionData(
+        partition_index=i32(0),
+        error_code=ErrorCode.none,
+        high_watermark=i64(10),
+        aborted_transactions=None,
+        records=bytes(size) if size else None,
+        current_leader=LeaderIdAndEpoch(leader_id=i32(-1), leader_epoch=i32(-1)),
+    )
+    topics = (FetchableTopicResponse(topic_id=ORDERS_ID, partitions=(partition,)),) if size else ()
+    body = FetchResponse(throttle_time=T0, error_code=ErrorCode.none, session_id=i32(0), responses=topics,
+                         node_endpoints=())  # fmt: skip
+    return response_frame(1, 16, correlation_id, body)
+
+
+def asked_max_bytes(decision) -> int:
+    from proxy.quotas import fetch_bound
+
+    sent = joined(decision.pieces) if decision.pieces is not None else bytes(decision.pending.frame)
+    return fetch_bound.asked(sent, 14 + 1 + 1, 16)  # header v2: size, key, version, correlation, "t", no tags
+
+
+def fetch_asking(correlation_id: int, max_bytes: int) -> bytes:
+    return request_frame(1, 16, correlation_id, codec._empty(request_type(1, 16), max_bytes=i32(max_bytes)))
+
+
+def test_a_fetch_is_bounded_by_what_its_quota_holds():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    first = s.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20))))
+    # A new meter holds nothing: the least (a tenth of a second of the quota), waited for.
+    assert first.delay == pytest.approx(0.1) and asked_max_bytes(first) == 200
+    clock.now += first.delay
+    s.on_response(memoryview(bytearray(fetch_answer(1, 0))))  # nothing to read: all of it goes back
+    clock.now += 5.0
+    # Five seconds of credit: one window's worth at most, at once.
+    second = s.on_request(memoryview(bytearray(fetch_asking(2, 1 << 20))))
+    assert second.delay == 0.0 and asked_max_bytes(second) == 2000
+    s.on_response(memoryview(bytearray(fetch_answer(2, 1900))))
+    # One that asks for less keeps what it asked for, and takes no more.
+    third = s.on_request(memoryview(bytearray(fetch_asking(3, 500))))
+    assert third.delay == 0.0 and asked_max_bytes(third) == 500
+
+
+@pytest.mark.parametrize("connections", [1, 4])
+def test_pipelined_fetches_on_many_connections_get_the_quota_and_no_more(connections):
+    """The probe of issue 56 against the sans-I/O session: each connection pipelines Fetches asking for 1 MiB, its
+    shell reading the next request once the one before went (after its delay); the broker answers each with what its
+    max_bytes allows, 5 ms later. Together they get the quota, within one window, never 17 times it."""
+    import heapq
+
+    quota, duration = 200_000.0, 30.0
+    clock = Clock()
+    start = clock.now
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, quota))
+    sessions = [session(img, "User:alice") for _ in range(connections)]
+    events: list[tuple[float, int, int, int, int]] = [(start + 0.001 * i, i, i, -1, 0) for i in range(connections)]
+    correlations, got, seq = [0] * connections, 0.0, connections
+    while events:
+        t, _, i, size, correlation = heapq.heappop(events)
+        clock.now = t
+        if size >= 0:  # an answer
+            msg = fetch_answer(correlation, size)
+            result = sessions[i].on_response(memoryview(bytearray(msg)))
+            got += sum(map(len, result.pieces)) if t < start + duration else 0
+            continue
+        if t >= start + duration:
+            continue
+        correlations[i] += 1
+        decision = sessions[i].on_request(memoryview(bytearray(fetch_asking(correlations[i], 1 << 20))))
+        sent = t + decision.delay
+        answer = min(asked_max_bytes(decision), 1 << 20)
+        seq += 2
+        heapq.heappush(events, (sent + 0.005, seq, i, answer, correlations[i]))
+        heapq.heappush(events, (sent, seq + 1, i, -1, 0))  # the next request, read once this one went
+    assert 0.9 * quota * duration <= got <= quota * (duration + 1.0), got / (quota * duration)
+
+
+def test_a_debt_is_waited_out_in_full_on_every_connection_and_the_throttle_told_is_capped():
+    from proxy.quotas.meter import MAX_TOLD
+
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 1000.0))
+    first, fresh = session(img, "User:alice"), session(img, "User:alice")
+    clock.now += first.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20)))).delay
+    # A record batch far larger than the 100 bytes the Fetch was bounded to (KIP-74): 50 s of the quota in debt.
+    out = joined(first.on_response(memoryview(bytearray(fetch_answer(1, 50_000)))).pieces)
+    body, _ = codec.decode(FetchResponse, out, response_body_offset(out, 1))
+    assert body.throttle_time.total_seconds() == MAX_TOLD  # told at most 11 s, as a broker tells
+    debt = (len(out) - 100) / 1000.0
+    # A new connection of the same user waits for all of it (and its own least), not for 11 s.
+    assert fresh.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20)))).delay == pytest.approx(debt + 0.1)
+    clock.now += MAX_TOLD
+    assert first.on_request(memoryview(bytearray(fetch_asking(2, 1 << 20)))).delay > debt - MAX_TOLD
+
+
+def test_a_fetch_answered_by_the_proxy_gives_its_charge_back():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    decision = s.on_request(memoryview(bytearray(fetch_asking(1, 1 << 20))))
+    ((key, _),) = decision.pending.quota_taken[0]
+    assert img.quotas.meters.get(key).tokens == -200
+    assert s.quota is not None
+    s.quota.unused(decision.pending)  # as `ProxySession._settle` does when a later stage answers it
+    assert img.quotas.meters.get(key).tokens == 0 and decision.pending.quota_taken is None
+
+
+def test_a_fetch_too_short_to_hold_max_bytes_is_closed_not_a_crash():
+    clock = Clock()
+    img = image(clock)
+    img.apply(*quota_record(entity(virtual_cluster="team-a", user="alice"), FETCH, 2000.0))
+    s = session(img, "User:alice")
+    frame = bytearray(fetch_asking(1, 1 << 20))[: 14 + 1 + 1 + 6]  # the header, then 6 bytes of body
+    frame[:4] = (len(frame) - 4).to_bytes(4, "big")
+    assert s.on_request(memoryview(frame)).action is Action.CLOSE

@@ -4,15 +4,21 @@ Per connection the limits that apply (proxy/quotas/model.py) are resolved once a
 quota book changes, so a request of a client without quotas costs an attribute check. With quotas:
 
 * produce bytes (the Produce request's size) and the request count are measured when the request
-  passes, fetch bytes (the size of Fetch responses, and of share consumers' ShareFetch and
-  ShareAcknowledge responses: KIP-932 consumers are consumers) and controller mutations (partitions
-  created or topics deleted, from the response, and the topics Metadata auto-creation and Streams
-  topologies create: `TenantCall.mutations`) when the answer passes; against the client's limit and its
-  VC's cap;
+  passes; fetch bytes (the size of Fetch responses, and of share consumers' ShareFetch and
+  ShareAcknowledge responses: KIP-932 consumers are consumers) are taken out of the meters before the
+  request goes (what they hold, a tenth of a window at least, a window at most; a Fetch's max_bytes is
+  lowered to that, so its answer carries no more: proxy/quotas/fetch_bound.py) and settled with the answer's
+  size when it passes; controller mutations (partitions created or topics deleted, from the response, and
+  the topics Metadata auto-creation and Streams topologies create: `TenantCall.mutations`) when the answer
+  passes; against the client's limit and its VC's cap;
 * over a limit, the connection is muted for Kafka's throttle time (KIP-219): the next request from it
-  is held back until the mute ends (`Exchange.delay`, honoured by the shell), and every response that
-  leaves during the mute says how much of it is left in `throttle_time_ms` (the max with the broker's),
-  so clients back off by themselves too.
+  is held back until the mute ends (`Exchange.delay`, honoured by the shell; the shell reads nothing
+  more from the connection meanwhile, so pipelined requests wait too), and every response that leaves
+  during the mute says how much of it is left in `throttle_time_ms` (the max with the broker's, at most
+  `MAX_TOLD`), so clients back off by themselves too. A Fetch answer that leaves the consumer's buckets
+  short of the next Fetch's least mutes the connection until they hold it, as a broker mutes a channel
+  after a throttled answer. The mute lasts until the debt is paid, however large: the meters are the
+  entity's, so its other connections, new ones included, wait for the same debt.
 
 DescribeClientQuotas and AlterClientQuotas from a principal in a VC are answered here, scoped to the VC
 (proxy/management/quota_plane.py); so are a cluster operator's that name the `virtual-cluster` entity type. Everything
@@ -41,7 +47,9 @@ from ...protocol.apikey import ApiKey
 from ...protocol.apis import request_type, response_type
 from ...protocol.codec import CodecError
 from ...protocol.primitives import MALFORMED
+from ...quotas import fetch_bound
 from ...quotas.fleet import Key
+from ...quotas.meter import MAX_TOLD, WINDOW
 from ...quotas.model import FETCH, MUTATION, ON_ALLOWANCE, PRODUCE, REQUEST, Limit, Resolved
 from ...quotas.throttle import set_throttle
 from ...tenancy import limits
@@ -53,6 +61,9 @@ _NO_LIMITS = Resolved({}, {})
 # connection: the meters then hear what it spent (their rates, the fleet's reports), and it is topped up.
 ALLOWANCE_TERM = 1.0
 ALLOWANCE_LEAST = 0.1  # the least allowance worth a hand-over, in seconds of the quota
+# What a Fetch may take out of its meters before it goes, in seconds of the quota: what they hold, at least a tenth of
+# a window (waiting for it when they hold less) and at most one window (Kafka's bound on a throttled fetch).
+FETCH_LEAST, FETCH_MOST = ALLOWANCE_LEAST, WINDOW
 _NONE: frozenset[str] = frozenset()
 log = logging.getLogger(__name__)
 
@@ -201,17 +212,48 @@ class QuotaStage:
     def _on_request(self, ex: Exchange, limits: Resolved) -> None:
         meters = self.image().quotas.meters
         now = meters.clock()
-        wait = self.mute_until - now
-        if wait > 0:  # KIP-219: muted; the request goes on when the mute ends
+        produce = ex.spec is not None and ex.spec.produce_bytes and ex.frame is not None
+        # KIP-219: muted, the request goes on when the mute ends; and while the entity's buckets that meter it are in
+        # debt (its other connections', a new one's included, or other replicas' use), until they are out of it.
+        charged = self._pairs(REQUEST) + (self._pairs(PRODUCE) if produce else [])
+        wait = max(self.mute_until - now, meters.until(charged, 0.0, now) if charged else 0.0)
+        if wait > 0:
             ex.delay = max(ex.delay, wait)
         # Charged now, not when the mute ends: a meter is shared by connections, and one charged in the
         # future would age the others' windows early. The throttle counts from now and includes this
         # request, so the mute it sets (now + throttle) covers the earlier one's too.
         throttle = self._measure(limits, REQUEST, 1.0, now)
-        if ex.spec is not None and ex.spec.produce_bytes and ex.frame is not None:
+        if produce:
+            assert ex.frame is not None
             throttle = max(throttle, self._measure(limits, PRODUCE, float(len(ex.frame)), now))
+        if ex.spec is not None and ex.spec.fetch_bytes and (FETCH in limits.limits or FETCH in limits.caps):
+            # Waits for its own charge: what it may carry is bounded when it goes, not found out once it has come.
+            fetch_wait = self._precharge(ex, now)
+            ex.delay = max(ex.delay, fetch_wait)
+            throttle = max(throttle, fetch_wait)
         if throttle > 0:
             self.mute_until = max(self.mute_until, now + throttle)
+
+    def _precharge(self, ex: Exchange, now: float) -> float:
+        """A consumer's request charged before it goes, what it may carry back bounded by what its meters hold
+        (`Meters.precharge`; a Fetch's max_bytes lowered to that); the seconds it must wait for it. Its answer settles
+        the charge (`on_response`)."""
+        pairs = self._pairs(FETCH)
+        smallest = min(quota for _, quota in pairs)
+        most = smallest * FETCH_MOST
+        asked = None
+        if ex.api_key == ApiKey.FETCH and ex.header is not None and ex.frame is not None:
+            asked = fetch_bound.asked(ex.frame, ex.header.body_offset, ex.api_version)
+            if asked is not None:
+                most = max(1.0, min(most, float(asked)))
+        meters = self.image().quotas.meters
+        taken, wait = meters.precharge(pairs, most, min(most, smallest * FETCH_LEAST), now)
+        ex.quota_taken = (pairs, taken)
+        if asked is not None and taken < asked:
+            assert ex.header is not None and ex.frame is not None
+            ex.frame = fetch_bound.lowered(ex.frame, ex.header.body_offset, ex.api_version, int(taken))
+            ex.pieces = [ex.frame]  # the stages after this one read and rewrite the lowered request
+        return wait
 
     def _measure(self, limits: Resolved, key: str, amount: float, now: float) -> float:
         """Record `amount` against the client's limit and the VC's cap for `key`; the throttle it earns."""
@@ -220,6 +262,13 @@ class QuotaStage:
             if limit is not None:
                 throttle = max(throttle, _charge(self.image().quotas.meters, limit, amount, now))
         return throttle
+
+    def unused(self, ex: Exchange) -> None:
+        """What `_precharge` took for a request that does not go to the broker (a later stage answered it) goes back."""
+        pairs, taken = ex.quota_taken
+        ex.quota_taken = None
+        meters = self.image().quotas.meters
+        meters.settle(pairs, 0.0, taken, meters.clock())
 
     # -- responses --------------------------------------------------------------------------------
 
@@ -231,7 +280,15 @@ class QuotaStage:
         throttle = 0.0
         api = ex.spec
         assert api is not None
-        if api.fetch_bytes and (FETCH in limits.limits or FETCH in limits.caps):
+        if ex.quota_taken is not None:  # charged before it went (`_precharge`): settled with what came
+            pairs, taken = ex.quota_taken
+            size = float(sum(map(len, msg.pieces)))
+            meters = self.image().quotas.meters
+            throttle = meters.settle(pairs, size, taken - size, now)
+            # Muted until the buckets hold the next Fetch's least, as a broker mutes a channel after a throttled answer:
+            # the client is told, and what it pipelined waits.
+            throttle = max(throttle, meters.until(pairs, min(quota for _, quota in pairs) * FETCH_LEAST, now))
+        elif api.fetch_bytes and (FETCH in limits.limits or FETCH in limits.caps):
             throttle = self._measure(limits, FETCH, float(sum(map(len, msg.pieces))), now)
         elif (api.mutation_items is not None or getattr(ex.tenant, "mutations", 0)) and (
             MUTATION in limits.limits or MUTATION in limits.caps
@@ -245,7 +302,7 @@ class QuotaStage:
             self.mute_until = max(self.mute_until, now + throttle)
         left = self.mute_until - now
         if left > 0:
-            set_throttle(msg, ex.api_key, ex.api_version, math.ceil(left * 1000))
+            set_throttle(msg, ex.api_key, ex.api_version, math.ceil(min(left, MAX_TOLD) * 1000))
 
     # -- DescribeClientQuotas / AlterClientQuotas -------------------------------------------------
 
