@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from ..protocol.apikey import ApiKey
 from ..protocol.apis import request_type
 from ..protocol.plans import regular_fields
 from ..protocol.primitives import INT32
@@ -20,7 +21,7 @@ def max_bytes_offset(version: int) -> int | None:
     """Where a Fetch request's max_bytes sits from the body's start: after the int32 fields before it (replica_id
     before v15, max_wait_ms, min_bytes); None for a version without it."""
     offset = 0
-    for f in regular_fields(request_type(1, version)):
+    for f in regular_fields(request_type(ApiKey.FETCH, version)):
         if f.name == "max_bytes":
             return offset
         if f.metadata.get("kafka_type") not in ("int32", "timedelta_i32"):
