@@ -361,7 +361,7 @@ def session_churn(spec: FloodSpec, tally: Tally) -> None:
     with _wire(spec) as wire:
         _until_start(spec)
         while time.monotonic() < spec.end_at and tally.sent < FLOOD_CAP_REQUESTS:
-            opened = wire.ask(FETCH, fetch(0, 0, spec.topic.topic_id, offset=FETCH_PRELOAD * 1000))
+            opened = wire.ask(FETCH, fetch(0, 0, spec.topic.topic_id, offset=FETCH_PRELOAD * 256))  # its end
             tally.add(sent=1, answers=1)
             session = int(opened.session_id)
             for epoch in (1, 2):
@@ -738,6 +738,10 @@ def meets_targets(results: list[Measured], flood: str, tls: bool) -> str:
     return ", ".join(verdicts)
 
 
+def ratio(value: float) -> str:
+    return "" if value != value else f"{value:.2f}"  # NaN: that arm was not run
+
+
 def table(results: list[Measured], markdown: bool = False) -> str:
     """Medians over rounds of each (flood, tls, arm)."""
     groups: dict[tuple[str, bool, str], list[Measured]] = {}
@@ -760,7 +764,7 @@ def table(results: list[Measured], markdown: bool = False) -> str:
             f"{med(lambda r: r.max) * 1e3:.0f}",
             f"{med(lambda r: r.stalls):.0f} ({med(lambda r: r.stalled_seconds):.1f} s)",
             f"{med(lambda r: r.ticks):.0f}/{runs[0].expected_ticks}",
-            f"{by_off:.2f}", f"{by_direct:.2f}",
+            ratio(by_off), ratio(by_direct),
             f"{med(lambda r: r.flood_rate):,.0f} {FLOODS[flood].unit}" if FLOODS[flood].connections else "",
             meets_targets(results, flood, tls) if arm == "on" else "",
         ])  # fmt: skip
