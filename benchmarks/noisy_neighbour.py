@@ -78,7 +78,7 @@ STALL = 0.1  # a victim round trip longer than this is a stall
 ARMS = ("on", "off", "direct")
 METADATA_TOPICS = 20  # alice's VC, for the handoff flood's Metadata of every topic
 FETCH_PRELOAD = 32  # 256 KiB batches: the fetch floods' 8 MiB topic
-FLOOD_CAP_BYTES = 3 << 30  # no flood process writes more than this, however fast the machine
+FLOOD_CAP_BYTES = 8 << 30  # no flood process writes more than this, however fast the machine (3 GiB: 10 s here)
 FLOOD_CAP_REQUESTS = 2_000_000  # nor sends more requests than this
 
 
@@ -320,7 +320,6 @@ def _until_start(spec: FloodSpec) -> None:
 
 def pipelined_produce(spec: FloodSpec, tally: Tally) -> None:
     """acks=0 Produce of 256 KiB batches, as fast as the socket takes them (no answer comes back)."""
-    request = None
     with _wire(spec) as wire:
         request = wire.encode(PRODUCE, produce(spec.topic.name, record_batch(256, 1024), acks=0))
         _until_start(spec)
@@ -828,6 +827,7 @@ def main() -> None:
         if name not in FLOODS:
             parser.error(f"unknown flood {name}")
     results: list[Measured] = []
+    loads = [os.getloadavg()[0]]  # the machine's load: what its figures were measured beside
     with tempfile.TemporaryDirectory(prefix="vcnoisy-") as tmp:
         work = Path(tmp)
         kafka_dir = Path(args.kafka_dir).resolve() if args.kafka_dir else work / "kafka"
@@ -869,10 +869,11 @@ def main() -> None:
                 proxy.stop()
             if not args.bootstrap and not args.kafka_dir:
                 stop_kafka(kafka_dir)
-    print()
-    print(table(results))
+    loads.append(os.getloadavg()[0])
+    said = f"load average (1 min) {loads[0]:.1f} at the start, {loads[1]:.1f} at the end"
+    print(f"\n{table(results)}\n{said}")
     if args.markdown:
-        Path(args.markdown).write_text(table(results, markdown=True) + "\n")
+        Path(args.markdown).write_text(f"{table(results, markdown=True)}\n\n{said}\n")
     if args.json:
         Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1))
 

@@ -76,8 +76,8 @@ def test_a_tls_flood_leaves_another_tenant_served(arms, flood, least):
     on, off = seen["on"], seen["off"]
     # Not starved: the victim kept a good part of the pace it kept with the forwarder off (a halt keeps none).
     assert on.ticks >= 0.25 * off.ticks, report
-    # No round trip of bob's stalls for seconds.
-    assert on.max < 2.0, report
+    # No round trip of bob's stalls for seconds (unless the machine stalled the forwarder-off arm as long).
+    assert on.max < max(2.0, 2 * off.max), report
     # Far from the forwarder-off arm's p99 is a regression whatever the machine's load; within 1.5x is the target
     # the benchmark reports.
     assert on.p99 < max(4 * off.p99, off.p99 + 0.3), report
