@@ -790,6 +790,12 @@ def start_kafka(directory: Path, port: int, certificates: Certificates) -> tuple
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": certificates.keystore,
+        # The floods write gigabytes a minute: what a flood's topic holds, and what a deleted one leaves behind, is
+        # removed within seconds, so the disk (a shared one, on the development machine) never fills.
+        "log.retention.bytes": str(256 << 20),
+        "log.segment.bytes": str(32 << 20),
+        "log.retention.check.interval.ms": "2000",
+        "file.delete.delay.ms": "1000",
     }
     argv = [sys.executable, "-m", "vcproxy_tools", "kafka", "start", "--dir", str(directory), "--brokers", "1",
             "--base-port", str(port), *(x for k, v in props.items() for x in ("--property", f"{k}={v}"))]  # fmt: skip
@@ -858,8 +864,16 @@ def main() -> None:
                         order = arms[round_no % len(arms) :] + arms[: round_no % len(arms)]
                         for arm in order:
                             key = (arm, secure)
-                            r = measure(name, arm, endpoints[key], victims[key], args.seconds, args.interval)
+                            try:
+                                r = measure(name, arm, endpoints[key], victims[key], args.seconds, args.interval)
+                            except (OSError, RuntimeError) as exc:  # reported; the other runs go on
+                                print(f"round {round_no + 1} {name} {key}: FAILED: {exc!r}", flush=True)
+                                for proxy in proxies:
+                                    print(f"{proxy.log_path.name}:\n{proxy.log_tail(lines=10)}", flush=True)
+                                continue
                             results.append(r)
+                            if args.json:  # as it goes: a run cut short keeps what it measured
+                                Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in results]))
                             print(f"round {round_no + 1} {r.label:<20} {arm:<7} p50 {r.p50 * 1e3:6.1f} ms  "
                                   f"p99 {r.p99 * 1e3:7.1f} ms  max {r.max * 1e3:7.0f} ms  stalls {r.stalls:3d}  "
                                   f"rounds {r.ticks}/{r.expected_ticks}  errors {r.errors}  "

@@ -44,7 +44,7 @@ def arms(kafka_cluster, tmp_path_factory) -> Iterator[dict[str, tuple[Endpoint, 
                 start_proxy(proxy_settings(kafka_cluster.bootstrap, port, certificates), work, arm, on=arm == "on")
             )
             endpoint = Endpoint(f"127.0.0.1:{port}", certificates.cafile)
-            out[arm] = (endpoint, prepare(endpoint, metadata_topics=5))
+            out[arm] = (endpoint, prepare(endpoint, metadata_topics=3))
         yield out
     finally:
         for proxy in proxies:
