@@ -1,9 +1,11 @@
 """The noisy-neighbour check (issue 56): one tenant at full flood, another's latency measured beside it.
 
-Run (starts its own one-broker Kafka with a TLS listener, and the proxies; about 15 minutes):
+Run (starts its own one-broker Kafka with a TLS listener, and the proxies; about 14 minutes a round):
     PYTHONPATH=. .venv/bin/python benchmarks/noisy_neighbour.py --markdown noisy.md
-Quicker: `--floods produce-2,handoff --tls tls --seconds 5`; `--bootstrap HOST:PORT` uses a running cluster
-(its direct arm of a TLS flood is then the same flood in plaintext: the launcher's broker has no TLS listener).
+Quicker: `--floods produce-2,handoff --tls tls --seconds 5`. `--kafka-dir DIR` keeps that broker running in DIR for
+the next run (`python -m vcproxy_tools kafka stop --dir DIR` stops it). `--bootstrap HOST:PORT` uses another
+cluster: its direct arm of a TLS flood is then the same flood in plaintext, and nothing bounds what the floods
+leave on its disk (our broker drops a flood's records within seconds).
 
 alice (client id `alice-app`, virtual cluster team-a) floods; bob (`bob-app`, team-b) is the victim: every
 `--interval` he sends one Produce (acks=1, one record) and then one Fetch of that record in his fetch session
@@ -812,7 +814,8 @@ def stop_kafka(directory: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--floods", default=",".join(FLOODS), help=f"comma-separated, of: {', '.join(FLOODS)}")
+    kinds = "; ".join(f"{name}: {flood.doc}" for name, flood in FLOODS.items())
+    parser.add_argument("--floods", default=",".join(FLOODS), help=f"comma-separated, of: {kinds}")
     parser.add_argument("--tls", default="plain,tls", help="plain, tls or both (plain,tls)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
     parser.add_argument("--seconds", type=float, default=10.0, help="the victim's measured time per run")
