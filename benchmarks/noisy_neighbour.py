@@ -269,25 +269,24 @@ def settled_produce(topic: Topic, endpoint: Endpoint, client_id: str, records: b
 
 @dataclasses.dataclass
 class Tally:
-    """What one flood got done: requests sent, answers read, bytes both ways, connections that failed."""
+    """What one flood got done: requests sent, answers read, bytes both ways, fetch sessions it was given,
+    connections that failed."""
 
     sent: int = 0
     answers: int = 0
     bytes_out: int = 0
     bytes_in: int = 0
+    sessions: int = 0
     errors: int = 0
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
-    def add(self, sent: int = 0, answers: int = 0, bytes_out: int = 0, bytes_in: int = 0, errors: int = 0) -> None:
+    def add(self, **counts: int) -> None:
         with self.lock:
-            self.sent += sent
-            self.answers += answers
-            self.bytes_out += bytes_out
-            self.bytes_in += bytes_in
-            self.errors += errors
+            for name, count in counts.items():
+                setattr(self, name, getattr(self, name) + count)
 
     def summary(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in ("sent", "answers", "bytes_out", "bytes_in", "errors")}
+        return {k: getattr(self, k) for k in ("sent", "answers", "bytes_out", "bytes_in", "sessions", "errors")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,8 +362,8 @@ def session_churn(spec: FloodSpec, tally: Tally) -> None:
         _until_start(spec)
         while time.monotonic() < spec.end_at and tally.sent < FLOOD_CAP_REQUESTS:
             opened = wire.ask(FETCH, fetch(0, 0, spec.topic.topic_id, offset=FETCH_PRELOAD * 256))  # its end
-            tally.add(sent=1, answers=1)
             session = int(opened.session_id)
+            tally.add(sent=1, answers=1, sessions=session != 0)  # the broker's table full: none given
             for epoch in (1, 2):
                 if session == 0:
                     break
@@ -798,6 +797,9 @@ def start_kafka(directory: Path, port: int, certificates: Certificates) -> tuple
         "log.segment.bytes": str(32 << 20),
         "log.retention.check.interval.ms": "2000",
         "file.delete.delay.ms": "1000",
+        # The churn flood opens a thousand sessions a second: with the default 1,000 slots it would be given none
+        # after its first second (a slot is taken from another session only once that one is 2 minutes idle).
+        "max.incremental.fetch.session.cache.slots": "20000",
     }
     argv = [sys.executable, "-m", "vcproxy_tools", "kafka", "start", "--dir", str(directory), "--brokers", "1",
             "--base-port", str(port), *(x for k, v in props.items() for x in ("--property", f"{k}={v}"))]  # fmt: skip
