@@ -798,8 +798,9 @@ def start_kafka(directory: Path, port: int, certificates: Certificates) -> tuple
         "log.retention.check.interval.ms": "2000",
         "file.delete.delay.ms": "1000",
         # The churn flood opens a thousand sessions a second: with the default 1,000 slots it would be given none
-        # after its first second (a slot is taken from another session only once that one is 2 minutes idle).
-        "max.incremental.fetch.session.cache.slots": "20000",
+        # after its first second (a slot is taken from another session only once that one is 2 minutes idle), and
+        # with 20,000 the proxy arms' churn left none for the direct arm's.
+        "max.incremental.fetch.session.cache.slots": "60000",
     }
     argv = [sys.executable, "-m", "vcproxy_tools", "kafka", "start", "--dir", str(directory), "--brokers", "1",
             "--base-port", str(port), *(x for k, v in props.items() for x in ("--property", f"{k}={v}"))]  # fmt: skip
