@@ -5,7 +5,8 @@ Run (starts its own one-broker Kafka with a TLS listener, and the proxies; about
 Quicker: `--floods produce-2,handoff --tls tls --seconds 5`. `--kafka-dir DIR` keeps that broker running in DIR for
 the next run (`python -m vcproxy_tools kafka stop --dir DIR` stops it). `--bootstrap HOST:PORT` uses another
 cluster: its direct arm of a TLS flood is then the same flood in plaintext, and nothing bounds what the floods
-leave on its disk (our broker drops a flood's records within seconds).
+leave on its disk (our broker drops a flood's records within seconds). `--pin 0/1` gives every proxy a CPU of its own
+and the broker, the floods and the victim the other, in every arm (the proxy's CPU its own, as a gateway's is).
 
 alice (client id `alice-app`, virtual cluster team-a) floods; bob (`bob-app`, team-b) is the victim: every
 `--interval` he sends one Produce (acks=1, one record) and then one Fetch of that record in his fetch session
@@ -65,10 +66,12 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i8, i16, i32, i64
 
+from benchmarks.bench_peers import BenchError, parse_pin, pin_threads
 from proxy.protocol import codec
 from proxy.protocol.apis import api_info, response_type
 from proxy.protocol.framing import frame
 from proxy.protocol.headers import encode_request_header, response_body_offset
+from vcproxy_tools.process import children_of
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # every connection of this check, floods included, goes to loopback only
@@ -834,7 +837,16 @@ def main() -> None:
     parser.add_argument("--proxy-port", type=int, default=29500, help="the first proxy's; each next one +100")
     parser.add_argument("--markdown", help="write the table as markdown to this file")
     parser.add_argument("--json", help="write every run's figures to this file")
+    pin_help = "KAFKA/PROXY CPU lists, e.g. 0/1: the broker, floods and victim on the first, proxies on the other"
+    parser.add_argument("--pin", help=pin_help)
     args = parser.parse_args()
+    pin = None
+    if args.pin:
+        try:
+            pin = parse_pin(args.pin)
+        except BenchError as exc:
+            parser.error(str(exc))
+        os.sched_setaffinity(0, pin[0])  # this process (the victim), the floods and the broker it starts inherit it
     floods = args.floods.split(",")
     modes = [mode == "tls" for mode in args.tls.split(",")]
     arms = args.arms.split(",")
@@ -864,6 +876,9 @@ def main() -> None:
                     settings = proxy_settings(plain, port, certificates if secure else None)
                     name = f"{arm}-{'tls' if secure else 'plain'}"
                     proxies.append(start_proxy(settings, work, name, on=arm == "on", workers=args.workers))
+                    if pin is not None:
+                        for pid in [proxies[-1].pid, *children_of(proxies[-1].pid)]:
+                            pin_threads(pid, pin[1])
                     endpoints[(arm, secure)] = Endpoint(f"{HOST}:{port}", certificates.cafile if secure else None)
                     port += 100
             victims = {key: prepare(endpoint) for key, endpoint in endpoints.items()}
@@ -894,6 +909,8 @@ def main() -> None:
                 stop_kafka(kafka_dir)
     loads.append(os.getloadavg()[0])
     said = f"load average (1 min) {loads[0]:.1f} at the start, {loads[1]:.1f} at the end"
+    if pin is not None:
+        said += f"; pinned: the broker, the floods and the victim on CPUs {pin[0]}, every proxy on {pin[1]}"
     print(f"\n{table(results)}\n{said}")
     if args.markdown:
         Path(args.markdown).write_text(f"{table(results, markdown=True)}\n\n{said}\n")
